@@ -1,0 +1,1 @@
+//! Sensors (to come).
