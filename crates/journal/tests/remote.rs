@@ -1,0 +1,553 @@
+//! Remote destinations against real HTTP listeners on 127.0.0.1: what
+//! arrives, and how every kind of misbehaving remote fails in bounded time
+//! and memory.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kn_journal::{content_transform, deliver, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
+
+/// A request as the listener saw it.
+#[derive(Debug)]
+struct Seen {
+    request_line: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The form pairs of the body, decoded.
+    fn form(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        if self.body.is_empty() {
+            return Vec::new();
+        }
+        self.body
+            .split(|&b| b == b'&')
+            .map(|pair| {
+                let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+                (url_decode(&pair[..eq]), url_decode(pair.get(eq + 1..).unwrap_or(b"")))
+            })
+            .collect()
+    }
+}
+
+fn url_decode(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(&v[i + 1..i + 3]).expect("ascii escape");
+                out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Reads one HTTP request (headers and a Content-Length body).
+fn read_request(stream: &mut TcpStream) -> Seen {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("read request head");
+        assert!(n > 0, "client closed before the end of the head");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).expect("head is ASCII");
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or("").to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("header has a colon");
+            (n.trim().to_string(), v.trim().to_string())
+        })
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse().expect("numeric length"))
+        .expect("request has a Content-Length");
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).expect("read request body");
+    Seen { request_line, headers, body }
+}
+
+/// Starts a listener that handles exactly one connection with `handler`
+/// in a thread; returns its base URL (`http://127.0.0.1:PORT`).
+fn listen_once<F>(handler: F) -> String
+where
+    F: FnOnce(TcpStream) + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    thread::spawn(move || {
+        if let Ok((stream, _)) = listener.accept() {
+            handler(stream);
+        }
+    });
+    url
+}
+
+/// A well-behaved server: records the request, answers `status` with `body`.
+fn serve(status: u16, body: &'static [u8]) -> (String, mpsc::Receiver<Seen>) {
+    let (tx, rx) = mpsc::channel();
+    let url = listen_once(move |mut stream| {
+        let seen = read_request(&mut stream);
+        let head = format!("HTTP/1.1 {status} Whatever\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body);
+        let _ = tx.send(seen);
+    });
+    (url, rx)
+}
+
+fn short_remote(timeout: Duration) -> HttpRemote {
+    HttpRemote::builder().connect_timeout(timeout).timeout(timeout).build()
+}
+
+fn assert_fails_in_time(remote: &HttpRemote, url: &str, expect_in_message: &str) -> Duration {
+    let started = Instant::now();
+    let err = remote.post_form(url, &[(b"a", b"b")]).expect_err("must fail");
+    let elapsed = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Remote, "{err}");
+    assert!(err.message().contains(url), "message names the URL: {err}");
+    assert!(err.message().to_lowercase().contains(expect_in_message), "message says '{expect_in_message}': {err}");
+    assert!(elapsed < remote.timeout() + Duration::from_secs(2), "took {elapsed:?}: {err}");
+    elapsed
+}
+
+fn awkward_event() -> Event {
+    let mut e = Event::new();
+    e.set("kn_id", "e1")
+        .set("kn_payload", &b"nul\0amp&eq=semi;plus+pct%space \xff\xfe\r\nend"[..])
+        .set(&b"odd name&=;\0\xc3"[..], &b"\x80"[..])
+        .set("empty", "")
+        .set("kn_routed_from", "http://here.example/kn/what");
+    e
+}
+
+#[test]
+fn deliver_posts_every_element_intact_as_a_notify() {
+    let (url, rx) = serve(200, b"200 Notified\n");
+    let dest = format!("{url}/kn/what/chat");
+    let event = awkward_event();
+    deliver(&HttpRemote::new(), &dest, &event).expect("delivered");
+    let seen = rx.recv_timeout(Duration::from_secs(5)).expect("request arrived");
+    assert_eq!(seen.request_line, "POST /kn/what/chat HTTP/1.1");
+    assert_eq!(seen.header("content-type"), Some("application/x-www-form-urlencoded"));
+    let form = seen.form();
+    assert_eq!(form[0], (b"do_method".to_vec(), b"notify".to_vec()));
+    let arrived = Event::from_pairs(form[1..].iter().cloned());
+    assert_eq!(arrived, event);
+    assert_eq!(form.len(), event.len() + 1, "no element sent twice");
+}
+
+#[test]
+fn post_form_returns_a_404_as_a_reply_not_an_error() {
+    let (url, _rx) = serve(404, b"no such topic");
+    let reply = HttpRemote::new().post_form(&url, &[(b"x", b"y")]).expect("an answer");
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.body, b"no such topic");
+}
+
+#[test]
+fn deliver_fails_on_a_404_naming_the_url() {
+    let (url, _rx) = serve(404, b"no such topic");
+    let err = deliver(&HttpRemote::new(), &url, &awkward_event()).expect_err("404 fails");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains(&url) && err.message().contains("404"), "{err}");
+}
+
+#[test]
+fn deliver_fails_on_a_500_but_not_on_a_redirect_which_is_not_followed() {
+    let (url, _rx) = serve(500, b"");
+    assert_eq!(deliver(&HttpRemote::new(), &url, &Event::new()).unwrap_err().kind(), ErrorKind::Remote);
+
+    // A 302 is returned as is: following it could lead past the outbound
+    // policy. The listener would panic on a second connection it never accepts.
+    let (tx, rx) = mpsc::channel();
+    let url = listen_once(move |mut stream| {
+        let _ = read_request(&mut stream);
+        let _ = stream.write_all(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/\r\nContent-Length: 0\r\n\r\n");
+        let _ = tx.send(());
+    });
+    let reply = HttpRemote::new().post_form(&url, &[]).expect("answer");
+    assert_eq!(reply.status, 302);
+    rx.recv_timeout(Duration::from_secs(5)).expect("served");
+}
+
+#[test]
+fn silent_listener_times_out_within_the_configured_timeout() {
+    let url = listen_once(|mut stream| {
+        // Read the request, then say nothing while holding the connection.
+        let _ = read_request(&mut stream);
+        thread::sleep(Duration::from_secs(6));
+    });
+    let remote = short_remote(Duration::from_millis(800));
+    let elapsed = assert_fails_in_time(&remote, &url, "in time");
+    assert!(elapsed >= Duration::from_millis(700), "it waited for the timeout, not less: {elapsed:?}");
+}
+
+#[test]
+fn listener_that_resets_the_connection_is_an_error() {
+    let url = listen_once(|mut stream| {
+        // Closing with unread data in the receive buffer makes the kernel
+        // send RST instead of FIN.
+        let mut one = [0u8; 1];
+        let _ = stream.read(&mut one);
+        thread::sleep(Duration::from_millis(100));
+        drop(stream);
+    });
+    let remote = short_remote(Duration::from_secs(3));
+    let started = Instant::now();
+    let err = remote.post_form(&url, &[(b"a", &[b'x'; 100_000][..])]).expect_err("reset fails");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains(&url), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "a reset fails at once, not by timeout: {err}");
+}
+
+#[test]
+fn listener_that_answers_garbage_is_an_error() {
+    let url = listen_once(|mut stream| {
+        let _ = read_request(&mut stream);
+        let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\x00\x01\x02 definitely not http\r\n\r\n");
+    });
+    let err = short_remote(Duration::from_secs(3)).post_form(&url, &[]).expect_err("garbage fails");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains(&url), "{err}");
+}
+
+#[test]
+fn listener_that_closes_without_answering_is_an_error() {
+    let url = listen_once(|mut stream| {
+        let _ = read_request(&mut stream);
+    });
+    let err = short_remote(Duration::from_secs(3)).post_form(&url, &[]).expect_err("no answer fails");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains(&url), "{err}");
+}
+
+#[test]
+fn listener_that_answers_slowly_times_out_even_while_bytes_trickle() {
+    let url = listen_once(|mut stream| {
+        let _ = read_request(&mut stream);
+        // Headers at once, then one body byte every 200 ms: each read is
+        // quick, only the whole-request timeout can stop it.
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+        for _ in 0..100 {
+            if stream.write_all(b"x").is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    });
+    assert_fails_in_time(&short_remote(Duration::from_secs(1)), &url, "in time");
+}
+
+#[test]
+fn listener_that_answers_late_times_out() {
+    let url = listen_once(|mut stream| {
+        let _ = read_request(&mut stream);
+        thread::sleep(Duration::from_secs(3));
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    assert_fails_in_time(&short_remote(Duration::from_millis(800)), &url, "in time");
+}
+
+fn huge_body_server(declare_length: bool) -> String {
+    listen_once(move |mut stream| {
+        let _ = read_request(&mut stream);
+        let head: &[u8] = if declare_length {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n"
+        } else {
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+        };
+        let _ = stream.write_all(head);
+        let chunk = vec![b'z'; 64 * 1024];
+        // Up to 1 GB; stops as soon as the client hangs up.
+        for _ in 0..16_000 {
+            if stream.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+#[test]
+fn huge_body_beyond_the_cap_is_an_error() {
+    for declare_length in [true, false] {
+        let url = huge_body_server(declare_length);
+        let remote = HttpRemote::builder().max_body(1 << 20).timeout(Duration::from_secs(10)).build();
+        let err = remote.post_form(&url, &[]).expect_err("too large");
+        assert_eq!(err.kind(), ErrorKind::Remote);
+        assert!(err.message().contains(&url) && err.message().contains("limit"), "{err}");
+    }
+}
+
+#[test]
+fn body_at_the_cap_is_accepted() {
+    static BODY: [u8; 4096] = [b'k'; 4096];
+    let (url, _rx) = serve(200, &BODY);
+    let reply = HttpRemote::builder().max_body(4096).build().post_form(&url, &[]).expect("fits");
+    assert_eq!(reply.body.len(), 4096);
+}
+
+#[test]
+fn connection_refused_is_an_error() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let url = format!("http://127.0.0.1:{port}/kn/what");
+    let started = Instant::now();
+    let err = HttpRemote::new().post_form(&url, &[]).expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains(&url), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2), "refusal is immediate");
+    assert_eq!(deliver(&HttpRemote::new(), &url, &Event::new()).unwrap_err().kind(), ErrorKind::Remote);
+}
+
+#[test]
+fn https_and_other_schemes_fail_clearly() {
+    let err = HttpRemote::new().post_form("https://127.0.0.1:1/x", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains("https://127.0.0.1:1/x") && err.message().contains("not supported"), "{err}");
+    let err = HttpRemote::new().post_form("ftp://h/x", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadRequest);
+    assert!(err.message().contains("ftp://h/x"), "{err}");
+}
+
+#[test]
+fn content_transform_replaces_the_payload_with_the_reply_body() {
+    let (url, rx) = serve(200, b"TRANSFORMED \x00\xff");
+    let spec = format!("{url}/upper");
+    let out = content_transform(&HttpRemote::new(), spec.as_bytes(), b"hello & bye").expect("transformed");
+    assert_eq!(out, b"TRANSFORMED \x00\xff");
+    let seen = rx.recv_timeout(Duration::from_secs(5)).expect("request");
+    assert_eq!(seen.request_line, "POST /upper HTTP/1.1");
+    assert_eq!(seen.form(), vec![(b"kn_payload".to_vec(), b"hello & bye".to_vec())]);
+}
+
+#[test]
+fn content_transform_posts_under_the_given_keyword() {
+    let (url, rx) = serve(200, b"ok");
+    let spec = format!("  {url}/t   text \t");
+    content_transform(&HttpRemote::new(), spec.as_bytes(), b"p").expect("transformed");
+    let seen = rx.recv_timeout(Duration::from_secs(5)).expect("request");
+    assert_eq!(seen.form(), vec![(b"text".to_vec(), b"p".to_vec())]);
+}
+
+#[test]
+fn content_transform_fails_on_any_status_but_200() {
+    for status in [201, 204, 302, 404, 500] {
+        let (url, _rx) = serve(status, b"nope");
+        let err = content_transform(&HttpRemote::new(), url.as_bytes(), b"p").expect_err("not 200");
+        assert_eq!(err.kind(), ErrorKind::Remote);
+        assert!(err.message().contains(&url) && err.message().contains(&status.to_string()), "{err}");
+    }
+}
+
+#[test]
+fn content_transform_fails_when_the_remote_is_silent_or_the_spec_is_bad() {
+    let url = listen_once(|mut stream| {
+        let _ = read_request(&mut stream);
+        thread::sleep(Duration::from_secs(4));
+    });
+    let started = Instant::now();
+    let err = content_transform(&short_remote(Duration::from_millis(500)), url.as_bytes(), b"p").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(started.elapsed() < Duration::from_millis(2500));
+
+    let remote = HttpRemote::new();
+    for spec in [&b""[..], b"   ", b"http://h/ kw extra", b"http://h/\xff"] {
+        let err = content_transform(&remote, spec, b"p").expect_err("bad spec");
+        assert_eq!(err.kind(), ErrorKind::BadRequest, "{err}");
+    }
+}
+
+/// A stand-in remote proving the functions need only the trait.
+struct Canned(u16);
+
+impl Remote for Canned {
+    fn post_form(&self, _url: &str, pairs: &[(&[u8], &[u8])]) -> kn_journal::Result<kn_journal::RemoteReply> {
+        Ok(kn_journal::RemoteReply { status: self.0, body: pairs.iter().flat_map(|(_, v)| v.to_vec()).collect() })
+    }
+}
+
+#[test]
+fn deliver_accepts_any_status_below_400() {
+    for status in [200, 204, 302, 399] {
+        deliver(&Canned(status), "http://h/", &Event::new()).expect("below 400 is delivered");
+    }
+    for status in [400, 403, 503] {
+        assert!(deliver(&Canned(status), "http://h/", &Event::new()).is_err());
+    }
+}
+
+// ---- OutboundPolicy ----
+
+fn policy(s: &str) -> OutboundPolicy {
+    s.parse().unwrap_or_else(|e| panic!("'{s}' parses: {e}"))
+}
+
+#[test]
+fn policy_words_parse() {
+    for word in ["allow", "ALL", " all "] {
+        assert_eq!(policy(word), OutboundPolicy::AllowAll);
+    }
+    for word in ["deny", "None", "\tnone\n"] {
+        assert_eq!(policy(word), OutboundPolicy::DenyAll);
+    }
+}
+
+#[test]
+fn policy_prefix_lists_parse_and_normalise() {
+    assert_eq!(
+        policy("http://A.example, https://b.example:8443/kn/\nhttp://c.example:80/x  HTTPS://d:443"),
+        OutboundPolicy::AllowPrefixes(vec![
+            "http://a.example/".into(),
+            "https://b.example:8443/kn/".into(),
+            "http://c.example/x".into(),
+            "https://d/".into(),
+        ])
+    );
+}
+
+#[test]
+fn policy_rejects_bad_config() {
+    for bad in [
+        "",
+        " , ",
+        "ftp://x/",
+        "good.example",
+        "/kn",
+        "http://",
+        "http://a@b/",
+        "http://h/x?q",
+        "http://h/a/../b",
+        "http://h:port/",
+        "allow http://h/",
+    ] {
+        let err = bad.parse::<OutboundPolicy>().expect_err(bad);
+        assert_eq!(err.kind(), ErrorKind::BadRequest);
+        assert!(err.message().contains(bad.trim()), "message names the config: {err}");
+    }
+}
+
+#[test]
+fn host_prefix_is_not_fooled_by_longer_hosts_ports_or_userinfo() {
+    let p = policy("http://good.example");
+    for ok in [
+        "http://good.example",
+        "http://good.example/",
+        "http://GOOD.example/kn/what",
+        "http://good.example:80/kn",
+        "http://good.example?x=1",
+        "HTTP://good.example/#frag",
+    ] {
+        assert!(p.check(ok).is_ok(), "{ok} allowed: {:?}", p.check(ok));
+    }
+    for bad in [
+        "http://good.example.evil.com/",
+        "http://good.example.evil.com",
+        "http://good.examplex/",
+        "http://good.example:8080/",
+        "https://good.example/",
+        "http://good.example@evil.com/",
+        "http://evil.com@good.example/",
+        "http://evil.com\\@good.example/",
+        "http://good.example%2eevil.com/",
+        "http://goodexample/",
+        "http://evil.com/http://good.example/",
+        "http://good.example /",
+        "good.example/",
+        "javascript:alert(1)",
+    ] {
+        let err = p.check(bad).expect_err(bad);
+        assert_eq!(err.kind(), ErrorKind::Forbidden);
+        assert!(err.message().contains(bad), "message names the URL: {err}");
+    }
+}
+
+#[test]
+fn path_prefix_ends_at_a_segment_boundary() {
+    let p = policy("http://h.example/cgi-bin/pubsub.cgi");
+    for ok in [
+        "http://h.example/cgi-bin/pubsub.cgi",
+        "http://h.example/cgi-bin/pubsub.cgi/what/chat",
+        "http://h.example/cgi-bin/pubsub.cgi?do_method=notify",
+        "http://h.example/cgi-bin/pubsub.cgi#x",
+    ] {
+        assert!(p.check(ok).is_ok(), "{ok}: {:?}", p.check(ok));
+    }
+    for bad in [
+        "http://h.example/cgi-bin/pubsub.cgifoo",
+        "http://h.example/cgi-bin/",
+        "http://h.example/",
+        "http://h.example/cgi-bin/pubsub.cgi/../admin",
+        "http://h.example/cgi-bin/pubsub.cgi/%2e%2e/admin",
+        "http://h.example/cgi-bin/pubsub.cgi/..%2fadmin",
+        "http://h.example/cgi-bin/pubsub.cgi/%252e%252e/admin",
+        "http://h.example/cgi-bin/pubsub.cgi\\..\\admin",
+    ] {
+        assert_eq!(p.check(bad).expect_err(bad).kind(), ErrorKind::Forbidden, "{bad}");
+    }
+
+    let dir = policy("http://h.example/feeds/");
+    assert!(dir.check("http://h.example/feeds/a/b").is_ok());
+    assert!(dir.check("http://h.example/feeds/").is_ok());
+    assert!(dir.check("http://h.example/feeds").is_err(), "the prefix's own '/' is required");
+    assert!(dir.check("http://h.example/feedsx/").is_err());
+}
+
+#[test]
+fn any_of_several_prefixes_allows() {
+    let p = policy("http://a.example/x, http://[::1]:8080/");
+    assert!(p.check("http://a.example/x/y").is_ok());
+    assert!(p.check("http://[::1]:8080/kn").is_ok());
+    assert!(p.check("http://[::1]/kn").is_err());
+    assert!(p.check("http://b.example/x").is_err());
+}
+
+#[test]
+fn forbidden_messages_say_how_to_allow() {
+    let err = policy("http://a.example/").check("http://b.example:81/kn/what").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+    assert!(err.message().contains("http://b.example:81/kn/what"), "{err}");
+    assert!(err.message().contains("'http://b.example:81/'"), "suggests the prefix to add: {err}");
+
+    let err = OutboundPolicy::DenyAll.check("http://b.example/").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+    assert!(err.message().contains("http://b.example/") && err.message().contains("allow"), "{err}");
+
+    let err = policy("http://b.example/").check("http://u:p@b.example/").unwrap_err();
+    assert!(err.message().contains("user information"), "{err}");
+}
+
+#[test]
+fn allow_all_allows_even_userinfo_and_deny_all_denies_everything() {
+    assert!(OutboundPolicy::AllowAll.check("http://user@anything.example/../x").is_ok());
+    assert!(OutboundPolicy::DenyAll.check("http://127.0.0.1/").is_err());
+    assert!(OutboundPolicy::AllowPrefixes(vec![]).check("http://127.0.0.1/").is_err());
+}
+
+#[test]
+fn hand_built_prefixes_are_normalised_when_checked() {
+    // AllowPrefixes built in code rather than parsed follows the same rule.
+    let p = OutboundPolicy::AllowPrefixes(vec!["HTTP://Good.Example".into(), "not a url".into()]);
+    assert!(p.check("http://good.example/kn").is_ok());
+    assert!(p.check("http://good.example.evil.com/kn").is_err());
+}
