@@ -140,10 +140,6 @@ impl Event {
         self.elements.retain(|name, _| !is_hop_by_hop(name));
     }
 
-    pub(crate) fn into_map(self) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        self.elements
-    }
-
     pub(crate) fn from_map(elements: BTreeMap<Vec<u8>, Vec<u8>>) -> Event {
         Event { elements }
     }

@@ -1,10 +1,52 @@
 //! kn-journal: the knpubsub event store and every PubSub rule.
+//!
+//! Events are stored under a `kn_events` tree, one directory per topic
+//! segment, in append-only segment files of checksummed records (see
+//! `FORMAT.md`). [`Store`] owns all the semantics of PROTOCOL.md sections 1,
+//! 2 and 4: ordinary topics (the current event per `kn_id`) versus journals
+//! (every post kept), duplicate suppression, expiry, routes and forwarding,
+//! `kn_subtopics` announcements, heartbeats, and waiting for new events.
+//! `pubsub.cgi` and every sensor call this crate and nothing else.
+//!
+//! ```
+//! use kn_journal::{Event, Selection, Store, Topic};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path()).unwrap();
+//! let chat = Topic::parse("/what/chat").unwrap();
+//! let inbox = Topic::parse("/who/anna/inbox").unwrap();
+//!
+//! // Route everything posted to /what/chat into /who/anna/inbox.
+//! let mut route = Event::new();
+//! route.set("kn_id", "r1");
+//! store.route(&chat, b"/who/anna/inbox", route).unwrap();
+//!
+//! let mut e = Event::new();
+//! e.set("kn_payload", "hello");
+//! let report = store.notify(&chat, e).unwrap();
+//! assert!(report.writes.iter().any(|w| w.topic == inbox));
+//!
+//! let got = store.events(&inbox, &Selection::all()).unwrap().events;
+//! assert_eq!(got[0].payload(), b"hello");
+//! assert_eq!(got[0].get("kn_route_id"), Some(&b"r1"[..]));
+//! ```
 #![deny(missing_docs)]
 
+mod config;
 mod error;
 mod event;
+mod log;
+mod record;
+mod remote;
+mod store;
 mod topic;
+mod watch;
 
+pub use config::{Config, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
+pub use log::{CompactReport, LogCursor};
+pub use record::{decode as decode_record, encode as encode_record, Decoded, Record};
+pub use remote::*;
+pub use store::*;
 pub use topic::{Topic, JOURNAL_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

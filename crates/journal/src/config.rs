@@ -1,0 +1,168 @@
+//! Every setting of the store, in one place.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind};
+use crate::remote::OutboundPolicy;
+
+/// When appended records reach stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// The OS decides when to write back. An acknowledged event survives the
+    /// death of any process (the data sits in the page cache), not a power
+    /// cut or kernel crash, which may lose the last seconds of posts.
+    None,
+    /// `fdatasync` of the segment before a post returns, and `fsync` of the
+    /// directory whenever a file or topic directory is created. An
+    /// acknowledged event survives a power cut on media that honour flushes.
+    Always,
+}
+
+impl std::str::FromStr for SyncPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<SyncPolicy, Error> {
+        match s.trim() {
+            "none" => Ok(SyncPolicy::None),
+            "always" => Ok(SyncPolicy::Always),
+            other => Err(Error::new(ErrorKind::BadRequest, format!("bad sync policy '{other}': expected 'none' or 'always'"))),
+        }
+    }
+}
+
+/// The settings of a [`Store`](crate::Store). `Config::new` gives the
+/// documented defaults; [`Config::from_env`] reads the `KN_*` variables.
+///
+/// | setting | default | environment |
+/// |---|---|---|
+/// | `root` | `./kn_events` | `KN_EVENTS` |
+/// | `reserve_bytes` | 64 MiB | `KN_RESERVE_BYTES` |
+/// | `sync` | `none` | `KN_SYNC` (`none`/`always`) |
+/// | `max_event_bytes` | 8 MiB | `KN_MAX_EVENT_BYTES` |
+/// | `segment_bytes` | 1 MiB | `KN_SEGMENT_BYTES` |
+/// | `journal_max_age` | 1 day | `KN_JOURNAL_MAX_AGE` (seconds) |
+/// | `journal_max_bytes` | 64 MiB | `KN_JOURNAL_MAX_BYTES` |
+/// | `expired_grace` | 1 hour | `KN_EXPIRED_GRACE` (seconds) |
+/// | `poll_interval` | 250 ms | `KN_POLL_MS` |
+/// | `heartbeat_stale` | 100 s | — (protocol constant) |
+/// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
+/// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
+/// | `remote_timeout` | 5 s (connect 2 s) | `KN_REMOTE_TIMEOUT_MS` |
+/// | `max_forwards` | 100,000 deliveries per post | `KN_MAX_FORWARDS` |
+/// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The directory holding the event tree.
+    pub root: PathBuf,
+    /// Posts fail with [`ErrorKind::DiskFull`] when the file system has less
+    /// free space than this.
+    pub reserve_bytes: u64,
+    /// When appends reach stable storage.
+    pub sync: SyncPolicy,
+    /// Largest event (sum of element names and values) accepted.
+    pub max_event_bytes: usize,
+    /// A segment is sealed and a new one started once it reaches this size.
+    pub segment_bytes: u64,
+    /// Journal segments whose newest record is older than this are deleted.
+    pub journal_max_age: Duration,
+    /// Oldest journal segments are deleted while a journal holds more.
+    pub journal_max_bytes: u64,
+    /// Compaction keeps expired events this long so that duplicate
+    /// suppression still sees them (loops of expired events must end).
+    pub expired_grace: Duration,
+    /// How often a waiting reader re-reads when no change notification came.
+    pub poll_interval: Duration,
+    /// A journal whose heartbeat is older than this is stale.
+    pub heartbeat_stale: Duration,
+    /// This server's own URL (`http://host/kn`); `None` means "from `.names`".
+    pub server_url: Option<String>,
+    /// Which remote URLs routes and content transforms may send requests to.
+    pub outbound: OutboundPolicy,
+    /// Whole-request timeout of outbound HTTP requests.
+    pub remote_timeout: Duration,
+    /// Most deliveries one post may cause (a guard against routing loops
+    /// that duplicate suppression cannot end, e.g. through transforms).
+    pub max_forwards: usize,
+    /// Largest `kn_content_filter` regular expression accepted, in bytes.
+    pub max_filter_bytes: usize,
+}
+
+impl Config {
+    /// The defaults, with the store at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Config {
+        Config {
+            root: root.into(),
+            reserve_bytes: 64 << 20,
+            sync: SyncPolicy::None,
+            max_event_bytes: 8 << 20,
+            segment_bytes: 1 << 20,
+            journal_max_age: Duration::from_secs(24 * 3600),
+            journal_max_bytes: 64 << 20,
+            expired_grace: Duration::from_secs(3600),
+            poll_interval: Duration::from_millis(250),
+            heartbeat_stale: Duration::from_secs(100),
+            server_url: None,
+            outbound: OutboundPolicy::DenyAll,
+            remote_timeout: Duration::from_secs(5),
+            max_forwards: 100_000,
+            max_filter_bytes: 4096,
+        }
+    }
+
+    /// The defaults overridden by the `KN_*` environment variables; the
+    /// root is `KN_EVENTS`, else `./kn_events`. A malformed variable is an
+    /// error naming it.
+    pub fn from_env() -> Result<Config, Error> {
+        let root = std::env::var_os("KN_EVENTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("kn_events"));
+        Config::new(root).with_env()
+    }
+
+    /// Applies the `KN_*` variables other than `KN_EVENTS` to `self`.
+    pub fn with_env(mut self) -> Result<Config, Error> {
+        fn var<T: std::str::FromStr>(name: &str) -> Result<Option<T>, Error> {
+            match std::env::var(name) {
+                Err(_) => Ok(None),
+                Ok(v) => v.trim().parse::<T>().map(Some).map_err(|_| {
+                    Error::new(ErrorKind::BadRequest, format!("bad value '{v}' for environment variable {name}"))
+                }),
+            }
+        }
+        if let Some(v) = var("KN_RESERVE_BYTES")? {
+            self.reserve_bytes = v;
+        }
+        if let Ok(v) = std::env::var("KN_SYNC") {
+            self.sync = v.parse()?;
+        }
+        if let Some(v) = var("KN_MAX_EVENT_BYTES")? {
+            self.max_event_bytes = v;
+        }
+        if let Some(v) = var::<u64>("KN_SEGMENT_BYTES")? {
+            self.segment_bytes = v.max(4096);
+        }
+        if let Some(v) = var("KN_JOURNAL_MAX_AGE")? {
+            self.journal_max_age = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_JOURNAL_MAX_BYTES")? {
+            self.journal_max_bytes = v;
+        }
+        if let Some(v) = var("KN_EXPIRED_GRACE")? {
+            self.expired_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_POLL_MS")? {
+            self.poll_interval = Duration::from_millis(v);
+        }
+        if let Ok(v) = std::env::var("KN_SERVER_URL") {
+            self.server_url = Some(v);
+        }
+        if let Ok(v) = std::env::var("KN_OUTBOUND") {
+            self.outbound = v.parse()?;
+        }
+        if let Some(v) = var("KN_REMOTE_TIMEOUT_MS")? {
+            self.remote_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_MAX_FORWARDS")? {
+            self.max_forwards = v;
+        }
+        Ok(self)
+    }
+}

@@ -1,0 +1,883 @@
+//! One topic's log: append-only segments, the writer's `.head` (state and
+//! duplicate index), torn-tail repair, reading, compaction and retention.
+//!
+//! FORMAT.md explains the files; this module is the code that keeps the
+//! promises made there.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::config::{Config, SyncPolicy};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{Event, KN_ID};
+use crate::record::{self, Decoded, Record};
+
+pub(crate) const LOCK_FILE: &str = ".lock";
+pub(crate) const HEAD_FILE: &str = ".head";
+const SEGMENT_PREFIX: &str = ".seg-";
+
+const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x01";
+const HEAD_SIZE: u64 = 128;
+const SLOT_SIZE: u64 = 16;
+const INITIAL_SLOTS: u64 = 64;
+/// Compaction of an ordinary topic starts once it holds this many
+/// superseded records and more of them than live ones.
+const COMPACT_MIN_GARBAGE: u64 = 1000;
+
+/// Modes of files and directories the store creates: group-writable so the
+/// web server and sensors run by other users of one group can all write,
+/// never world-writable (the umask may remove more).
+pub(crate) const FILE_MODE: u32 = 0o664;
+
+pub(crate) fn segment_name(first_seq: u64) -> String {
+    format!("{SEGMENT_PREFIX}{first_seq:016x}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix(SEGMENT_PREFIX)?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+pub(crate) fn is_segment_file(name: &std::ffi::OsStr) -> bool {
+    name.to_str().and_then(parse_segment_name).is_some()
+}
+
+/// The first sequence numbers of the segments of `dir`, ascending. A
+/// missing directory has none.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("cannot list topic directory", dir, e)),
+    };
+    let mut firsts: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(parse_segment_name))
+        .collect();
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+/// Reads the records of a segment starting at byte `from`. Stops at the
+/// first incomplete or corrupt frame: readers treat it as not yet written.
+/// Returns the records with their offsets, the end of the valid prefix and
+/// what stopped the scan (`None` at a clean end).
+pub(crate) fn scan_segment(path: &Path, from: u64) -> Result<Option<Scan>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("cannot open segment", path, e)),
+    };
+    let ino = file.metadata().map(|m| m.ino()).unwrap_or(0);
+    Ok(Some(scan_file(&mut file, path, from, ino)?))
+}
+
+/// The result of scanning part of a segment.
+pub(crate) struct Scan {
+    pub records: Vec<(u64, Record)>,
+    /// Offset just past the last valid record.
+    pub end: u64,
+    /// Why the scan stopped before the end of the file, if it did.
+    pub stop: Option<Stop>,
+    /// The inode of the segment file scanned.
+    pub ino: u64,
+}
+
+/// Why a scan stopped before the end of the file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Stop {
+    Incomplete,
+    Corrupt(String),
+}
+
+fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Result<Scan> {
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
+    file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
+    let mut records = Vec::new();
+    let mut pos = 0usize;
+    let mut stop = None;
+    while pos < bytes.len() {
+        match record::decode(&bytes[pos..]) {
+            Decoded::Record(r, len) => {
+                records.push((from + pos as u64, r));
+                pos += len;
+            }
+            Decoded::Incomplete => {
+                stop = Some(Stop::Incomplete);
+                break;
+            }
+            Decoded::Corrupt(why) => {
+                stop = Some(Stop::Corrupt(why));
+                break;
+            }
+        }
+    }
+    Ok(Scan { records, end: from + pos as u64, stop, ino })
+}
+
+/// Reads every record with `seq > after`, in order, skipping repeats (a
+/// crash during a segment merge may leave a record in two segments).
+pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
+    let segments = list_segments(dir)?;
+    let start = segments.iter().rposition(|&first| first <= after.saturating_add(1)).unwrap_or(0);
+    let mut out = Vec::new();
+    let mut last = after;
+    for &first in &segments[start..] {
+        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+        for (_, r) in scan.records {
+            if r.seq > last {
+                last = r.seq;
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Visits records newest first until `visit` returns false. Costs the
+/// records visited plus at most one segment read in full.
+pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
+    let segments = list_segments(dir)?;
+    let mut floor = u64::MAX;
+    for &first in segments.iter().rev() {
+        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+        for (_, r) in scan.records.into_iter().rev() {
+            if r.seq >= floor {
+                continue;
+            }
+            floor = r.seq;
+            if !visit(r) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A reader's position in a topic's log: just after record `last_seq`,
+/// which ends at `offset` in segment `segment`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogCursor {
+    pub(crate) last_seq: u64,
+    pub(crate) segment: u64,
+    pub(crate) offset: u64,
+    pub(crate) ino: u64,
+}
+
+impl LogCursor {
+    /// The checkpoint of the last record this cursor has passed (0 before
+    /// the first).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+}
+
+/// A cursor at the current end of the log of `dir`.
+pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
+    let segments = list_segments(dir)?;
+    let Some(&last) = segments.last() else {
+        return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
+    };
+    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0)? else {
+        return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0 });
+    };
+    let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
+    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino })
+}
+
+/// Reads the records after `cursor` and advances it. Cheap when nothing is
+/// new: one `stat`, one `read` and, at the end of a segment, one listing.
+pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    loop {
+        let path = dir.join(segment_name(cursor.segment));
+        let positioned = cursor.ino != 0;
+        let scan = if positioned { scan_segment(&path, cursor.offset)? } else { None };
+        match scan {
+            Some(scan) if scan.ino == cursor.ino => {
+                for (_, r) in scan.records {
+                    if r.seq > cursor.last_seq {
+                        cursor.last_seq = r.seq;
+                        out.push(r);
+                    }
+                }
+                cursor.offset = scan.end;
+                if scan.stop.is_some() || !out.is_empty() {
+                    // A tail not yet written completely, or new records:
+                    // report what we have, the rest comes on the next call.
+                    return Ok(out);
+                }
+                let segments = list_segments(dir)?;
+                match segments.iter().find(|&&f| f > cursor.segment) {
+                    Some(&next) => {
+                        cursor.segment = next;
+                        cursor.offset = 0;
+                        cursor.ino = File::open(dir.join(segment_name(next))).and_then(|f| f.metadata()).map(|m| m.ino()).unwrap_or(0);
+                        if cursor.ino == 0 {
+                            return Ok(out);
+                        }
+                    }
+                    None => return Ok(out),
+                }
+            }
+            _ => {
+                // The segment was replaced (compaction) or the cursor is not
+                // placed yet: find the segment holding `last_seq + 1` again.
+                let segments = list_segments(dir)?;
+                let Some(idx) = segments
+                    .iter()
+                    .rposition(|&f| f <= cursor.last_seq.saturating_add(1))
+                    .or(if segments.is_empty() { None } else { Some(0) })
+                else {
+                    return Ok(out);
+                };
+                let first = segments[idx];
+                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+                cursor.segment = first;
+                cursor.ino = scan.ino;
+                cursor.offset = 0;
+                // Re-enter the positioned branch from the start of this
+                // segment; records up to `last_seq` are skipped there.
+                if scan.ino == 0 {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+}
+
+/// The writer's state, kept in the first bytes of `.head`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Head {
+    next_seq: u64,
+    active: u64,
+    active_len: u64,
+    live: u64,
+    garbage: u64,
+    slots: u64,
+    used: u64,
+}
+
+impl Head {
+    fn encode(&self) -> [u8; HEAD_SIZE as usize] {
+        let mut b = [0u8; HEAD_SIZE as usize];
+        b[..8].copy_from_slice(HEAD_MAGIC);
+        let fields = [self.next_seq, self.active, self.active_len, self.live, self.garbage, self.slots, self.used];
+        for (i, f) in fields.iter().enumerate() {
+            b[8 + i * 8..16 + i * 8].copy_from_slice(&f.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..64]);
+        b[64..68].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Head> {
+        if b.len() < 68 || &b[..8] != HEAD_MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes([b[64], b[65], b[66], b[67]]);
+        if crc32c::crc32c(&b[..64]) != crc {
+            return None;
+        }
+        let f = |i: usize| u64::from_le_bytes(b[8 + i * 8..16 + i * 8].try_into().unwrap_or([0; 8]));
+        let head = Head { next_seq: f(0), active: f(1), active_len: f(2), live: f(3), garbage: f(4), slots: f(5), used: f(6) };
+        (head.slots == 0 || head.slots.is_power_of_two()).then_some(head)
+    }
+}
+
+fn id_hash(id: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id) | 1
+}
+
+/// What an append did to an ordinary topic's current state.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// Stored under this sequence number.
+    Stored(u64),
+    /// Same `kn_id` and end-to-end elements as the current event: not stored.
+    Duplicate,
+}
+
+/// Exclusive access to append to one topic. Holding it holds the topic's
+/// lock; dropping it releases the lock.
+pub(crate) struct Writer<'c> {
+    dir: PathBuf,
+    config: &'c Config,
+    ordinary: bool,
+    _lock: File,
+    head_file: File,
+    head: Head,
+    segment: File,
+}
+
+fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(create).mode(FILE_MODE).open(path)
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("cannot sync directory", dir, e))
+}
+
+impl<'c> Writer<'c> {
+    /// Locks the topic in `dir` (which must exist) and brings the writer's
+    /// state up to date with the log, truncating a torn tail.
+    pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        let head_path = dir.join(HEAD_FILE);
+        let existing = match open_rw(&head_path, false) {
+            Ok(f) => {
+                let mut buf = [0u8; HEAD_SIZE as usize];
+                let head = f.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
+                head.map(|h| (f, h))
+            }
+            Err(e) if e.kind() == IoKind::NotFound => None,
+            Err(e) => return Err(Error::io("cannot open head", &head_path, e)),
+        };
+        let (head_file, head) = match existing {
+            Some(x) => x,
+            None => rebuild_head(dir, config, ordinary)?,
+        };
+        let mut w = match Writer::attach(dir, config, ordinary, lock, head_file, head)? {
+            Ok(w) => w,
+            Err(lock) => {
+                let (head_file, head) = rebuild_head(dir, config, ordinary)?;
+                match Writer::attach(dir, config, ordinary, lock, head_file, head)? {
+                    Ok(w) => w,
+                    Err(_) => return Err(Error::new(ErrorKind::Corrupt, format!("cannot recover the log in '{}'", dir.display()))),
+                }
+            }
+        };
+        w.recover_tail()?;
+        Ok(w)
+    }
+
+    /// Opens the active segment named by `head`. `Err(lock)` hands the lock
+    /// back when the head does not match the log (it must be rebuilt).
+    fn attach(
+        dir: &Path,
+        config: &'c Config,
+        ordinary: bool,
+        lock: File,
+        head_file: File,
+        head: Head,
+    ) -> Result<std::result::Result<Writer<'c>, File>> {
+        let path = dir.join(segment_name(head.active));
+        let segment = match open_rw(&path, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == IoKind::NotFound && head.active_len == 0 => {
+                let f = open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
+                if config.sync == SyncPolicy::Always {
+                    sync_dir(dir)?;
+                }
+                f
+            }
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(Err(lock)),
+            Err(e) => return Err(Error::io("cannot open segment", &path, e)),
+        };
+        let size = segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?.len();
+        if size < head.active_len || (ordinary && head.slots == 0) {
+            return Ok(Err(lock));
+        }
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, _lock: lock, head_file, head, segment }))
+    }
+
+    /// Adopts whole records that a writer appended but did not record in
+    /// the head (it was killed), and truncates a torn tail.
+    fn recover_tail(&mut self) -> Result<()> {
+        let path = self.dir.join(segment_name(self.head.active));
+        let size = self.segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?.len();
+        if size == self.head.active_len {
+            return Ok(());
+        }
+        let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
+        for (_, r) in &scan.records {
+            self.head.next_seq = self.head.next_seq.max(r.seq + 1);
+            if self.ordinary {
+                self.index(&r.event)?;
+            }
+        }
+        if scan.end < size {
+            self.segment.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
+        }
+        self.head.active_len = scan.end;
+        self.write_head()
+    }
+
+    fn write_head(&mut self) -> Result<()> {
+        self.head_file
+            .write_all_at(&self.head.encode(), 0)
+            .map_err(|e| Error::io("cannot write head", &self.dir.join(HEAD_FILE), e))
+    }
+
+    /// Looks `id` up in the duplicate index: the digest of its current
+    /// event's end-to-end elements, if it has one.
+    fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
+        let h = id_hash(id);
+        let mask = self.head.slots - 1;
+        let mut i = h & mask;
+        let mut buf = [0u8; 64];
+        loop {
+            // Read up to four slots at once: most probes end in the first.
+            let n = (4 - (i & 3)).min(self.head.slots - i) as usize;
+            let bytes = &mut buf[..n * SLOT_SIZE as usize];
+            self.head_file
+                .read_exact_at(bytes, HEAD_SIZE + i * SLOT_SIZE)
+                .map_err(|e| Error::io("cannot read index", &self.dir.join(HEAD_FILE), e))?;
+            for k in 0..n {
+                let s = &bytes[k * 16..k * 16 + 16];
+                let slot_hash = u64::from_le_bytes(s[..8].try_into().unwrap_or([0; 8]));
+                let digest = u64::from_le_bytes(s[8..].try_into().unwrap_or([0; 8]));
+                if slot_hash == 0 {
+                    return Ok((i + k as u64, None));
+                }
+                if slot_hash == h {
+                    return Ok((i + k as u64, Some(digest)));
+                }
+            }
+            i = (i + n as u64) & mask;
+        }
+    }
+
+    /// Records `event` as the current one for its `kn_id`.
+    fn index(&mut self, event: &Event) -> Result<()> {
+        let id = event.id().unwrap_or(b"");
+        if (self.head.used + 1) * 10 > self.head.slots * 7 {
+            self.grow_index()?;
+        }
+        let (slot, old) = self.lookup(id)?;
+        match old {
+            Some(_) => self.head.garbage += 1,
+            None => {
+                self.head.used += 1;
+                self.head.live += 1;
+            }
+        }
+        self.write_slot(slot, id_hash(id), event.end_to_end_digest() as u64)
+    }
+
+    fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
+        let mut s = [0u8; 16];
+        s[..8].copy_from_slice(&hash.to_le_bytes());
+        s[8..].copy_from_slice(&digest.to_le_bytes());
+        self.head_file
+            .write_all_at(&s, HEAD_SIZE + slot * SLOT_SIZE)
+            .map_err(|e| Error::io("cannot write index", &self.dir.join(HEAD_FILE), e))
+    }
+
+    fn grow_index(&mut self) -> Result<()> {
+        let path = self.dir.join(HEAD_FILE);
+        let mut table = vec![0u8; (self.head.slots * SLOT_SIZE) as usize];
+        self.head_file.read_exact_at(&mut table, HEAD_SIZE).map_err(|e| Error::io("cannot read index", &path, e))?;
+        let entries: Vec<(u64, u64)> = table
+            .chunks_exact(16)
+            .map(|s| (u64::from_le_bytes(s[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(s[8..].try_into().unwrap_or([0; 8]))))
+            .filter(|&(h, _)| h != 0)
+            .collect();
+        let slots = (self.head.slots * 2).max(INITIAL_SLOTS);
+        let head = Head { slots, used: entries.len() as u64, ..self.head };
+        self.head_file = write_head_file(&self.dir, &head, &entries)?;
+        self.head = head;
+        Ok(())
+    }
+
+    /// Whether `event` repeats the current event of its `kn_id`.
+    pub(crate) fn is_duplicate(&self, event: &Event) -> Result<bool> {
+        if !self.ordinary {
+            return Ok(false);
+        }
+        let (_, digest) = self.lookup(event.id().unwrap_or(b""))?;
+        Ok(digest == Some(event.end_to_end_digest() as u64))
+    }
+
+    /// Appends `event` (which must carry a `kn_id`) as one record. On an
+    /// ordinary topic a duplicate is not stored.
+    pub(crate) fn append(&mut self, event: &Event, stored_micros: u64) -> Result<Appended> {
+        if self.is_duplicate(event)? {
+            return Ok(Appended::Duplicate);
+        }
+        let seq = self.head.next_seq;
+        let frame = record::encode(&Record { seq, stored_micros, event: event.clone() });
+        if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
+            self.roll()?;
+        }
+        self.check_space(frame.len() as u64)?;
+        let path = self.dir.join(segment_name(self.head.active));
+        if let Err(e) = self.segment.write_all_at(&frame, self.head.active_len) {
+            // Never leave a partial record behind (ENOSPC, EIO...).
+            let _ = self.segment.set_len(self.head.active_len);
+            return Err(Error::io("cannot append to", &path, e));
+        }
+        if self.config.sync == SyncPolicy::Always {
+            if let Err(e) = self.segment.sync_data() {
+                let _ = self.segment.set_len(self.head.active_len);
+                return Err(Error::io("cannot sync", &path, e));
+            }
+        }
+        if self.ordinary {
+            self.index(event)?;
+        }
+        self.head.next_seq = seq + 1;
+        self.head.active_len += frame.len() as u64;
+        self.write_head()?;
+        Ok(Appended::Stored(seq))
+    }
+
+    fn check_space(&self, needed: u64) -> Result<()> {
+        let free = fs4::available_space(&self.dir).map_err(|e| Error::io("cannot query free space of", &self.dir, e))?;
+        if free < self.config.reserve_bytes.saturating_add(needed) {
+            return Err(Error::new(
+                ErrorKind::DiskFull,
+                format!(
+                    "disk full: {} bytes free on the file system of '{}', below the reserve of {} bytes",
+                    free,
+                    self.dir.display(),
+                    self.config.reserve_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at `next_seq`. The
+    /// head names the new segment before the file exists, so a crash
+    /// in between leaves nothing a reader could misplace.
+    fn roll(&mut self) -> Result<()> {
+        let first = self.head.next_seq;
+        self.head.active = first;
+        self.head.active_len = 0;
+        self.write_head()?;
+        let path = self.dir.join(segment_name(first));
+        self.segment = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&path)
+            .map_err(|e| Error::io("cannot create segment", &path, e))?;
+        if self.config.sync == SyncPolicy::Always {
+            sync_dir(&self.dir)?;
+        }
+        if !self.ordinary {
+            self.apply_retention()?;
+        }
+        Ok(())
+    }
+
+    /// Whether enough superseded records piled up to compact.
+    pub(crate) fn wants_compaction(&self) -> bool {
+        self.ordinary && self.head.garbage >= COMPACT_MIN_GARBAGE && self.head.garbage > self.head.live
+    }
+
+    /// Deletes whole sealed journal segments that are too old or beyond
+    /// the byte budget, oldest first.
+    pub(crate) fn apply_retention(&mut self) -> Result<usize> {
+        let segments = list_segments(&self.dir)?;
+        let sealed: Vec<(u64, u64, SystemTime)> = segments
+            .iter()
+            .filter(|&&f| f != self.head.active)
+            .filter_map(|&f| {
+                let m = fs::metadata(self.dir.join(segment_name(f))).ok()?;
+                Some((f, m.len(), m.modified().ok()?))
+            })
+            .collect();
+        let active_len = self.head.active_len;
+        let mut total: u64 = sealed.iter().map(|s| s.1).sum::<u64>() + active_len;
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for (first, len, modified) in sealed {
+            let too_old = now.duration_since(modified).unwrap_or(Duration::ZERO) > self.config.journal_max_age;
+            if !too_old && total <= self.config.journal_max_bytes {
+                break;
+            }
+            let path = self.dir.join(segment_name(first));
+            fs::remove_file(&path).map_err(|e| Error::io("cannot delete old segment", &path, e))?;
+            total -= len;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Rewrites the sealed segments keeping only live records: on an
+    /// ordinary topic the current event of each `kn_id`, everywhere
+    /// nothing expired longer than `expired_grace` ago. Each segment is
+    /// replaced by one atomic rename, so a concurrent reader sees either the
+    /// old or the new file, both valid; appends wait for the lock we hold.
+    pub(crate) fn compact(&mut self, now: f64) -> Result<CompactReport> {
+        let mut report = CompactReport::default();
+        let segments = list_segments(&self.dir)?;
+        // Pass 1: the newest sequence number of every kn_id.
+        let mut latest: HashMap<u128, u64> = HashMap::new();
+        let mut scans = Vec::new();
+        for &first in &segments {
+            let Some(scan) = scan_segment(&self.dir.join(segment_name(first)), 0)? else { continue };
+            if self.ordinary {
+                for (_, r) in &scan.records {
+                    latest.insert(id_key(&r.event), r.seq);
+                }
+            }
+            scans.push((first, scan));
+        }
+        // Pass 2: rewrite what changes, then merge small neighbours.
+        let horizon = now - self.config.expired_grace.as_secs_f64();
+        let mut last_seq = 0u64;
+        let mut kept_segments: Vec<(u64, Vec<Record>, bool)> = Vec::new();
+        for (first, scan) in scans {
+            report.records_before += scan.records.len();
+            let active = first == self.head.active;
+            let total = scan.records.len();
+            let mut keep = Vec::with_capacity(total);
+            for (_, r) in scan.records {
+                let repeated = r.seq <= last_seq;
+                last_seq = last_seq.max(r.seq);
+                let superseded = self.ordinary && latest.get(&id_key(&r.event)) != Some(&r.seq);
+                let long_expired = matches!(r.event.expires_at(now), Ok(Some(t)) if t <= horizon);
+                if active || !(repeated || superseded || long_expired) {
+                    keep.push(r);
+                }
+            }
+            let changed = keep.len() != total;
+            kept_segments.push((first, keep, changed));
+        }
+        let merged = merge_small(kept_segments, self.head.active, self.config.segment_bytes);
+        for seg in &merged {
+            report.records_after += seg.records.len();
+            self.rewrite_segment(seg)?;
+        }
+        if self.ordinary {
+            self.rebuild_index_from(&merged)?;
+        }
+        report.segments_after = merged.iter().filter(|s| !s.records.is_empty() || s.first == self.head.active).count();
+        Ok(report)
+    }
+
+    fn rewrite_segment(&self, seg: &Planned) -> Result<()> {
+        if seg.first == self.head.active || !seg.changed {
+            return Ok(());
+        }
+        let path = self.dir.join(segment_name(seg.first));
+        if seg.records.is_empty() {
+            return match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io("cannot delete emptied segment", &path, e)),
+            };
+        }
+        let tmp = self.dir.join(format!(".tmp-compact-{:016x}", seg.first));
+        let mut bytes = Vec::new();
+        for r in &seg.records {
+            bytes.extend_from_slice(&record::encode(r));
+        }
+        let write = || -> std::io::Result<()> {
+            let f = OpenOptions::new().write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+            f.write_all_at(&bytes, 0)?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io("cannot write compacted segment", &tmp, e));
+        }
+        fs::rename(&tmp, &path).map_err(|e| Error::io("cannot install compacted segment", &path, e))?;
+        // Merged-away neighbours go only after the merged file is in place:
+        // a crash in between leaves records twice, which readers skip.
+        for &gone in &seg.absorbed {
+            let p = self.dir.join(segment_name(gone));
+            let _ = fs::remove_file(p);
+        }
+        sync_dir(&self.dir)
+    }
+
+    fn rebuild_index_from(&mut self, segments: &[Planned]) -> Result<()> {
+        let mut entries: HashMap<u64, u64> = HashMap::new();
+        for seg in segments {
+            for r in &seg.records {
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+            }
+        }
+        let live = entries.len() as u64;
+        let slots = table_slots(live);
+        let head = Head { live, garbage: 0, slots, used: live, ..self.head };
+        let list: Vec<(u64, u64)> = entries.into_iter().collect();
+        self.head_file = write_head_file(&self.dir, &head, &list)?;
+        self.head = head;
+        Ok(())
+    }
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Records in the topic before.
+    pub records_before: usize,
+    /// Records kept.
+    pub records_after: usize,
+    /// Segment files left.
+    pub segments_after: usize,
+}
+
+fn id_key(event: &Event) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(event.get(KN_ID).unwrap_or(b""))
+}
+
+/// A segment as compaction will leave it.
+struct Planned {
+    first: u64,
+    records: Vec<Record>,
+    changed: bool,
+    absorbed: Vec<u64>,
+}
+
+/// Merges runs of adjacent sealed segments whose records fit together in
+/// half a segment, so that compaction does not leave many tiny files.
+fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_bytes: u64) -> Vec<Planned> {
+    let size = |rs: &[Record]| rs.iter().map(|r| 64 + r.event.byte_size() as u64).sum::<u64>();
+    let mut out: Vec<Planned> = Vec::new();
+    for (first, records, changed) in segments {
+        if first != active {
+            if let Some(prev) = out.last_mut() {
+                if prev.first != active && size(&prev.records) + size(&records) <= segment_bytes / 2 {
+                    prev.records.extend(records);
+                    prev.changed = true;
+                    prev.absorbed.push(first);
+                    continue;
+                }
+            }
+        }
+        out.push(Planned { first, records, changed, absorbed: Vec::new() });
+    }
+    out
+}
+
+fn table_slots(live: u64) -> u64 {
+    let mut slots = INITIAL_SLOTS;
+    while (live + 1) * 10 > slots * 7 {
+        slots *= 2;
+    }
+    slots
+}
+
+/// Writes a complete `.head` (header and table) under a temporary name and
+/// renames it into place; returns it opened.
+fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<File> {
+    let mut bytes = vec![0u8; (HEAD_SIZE + head.slots * SLOT_SIZE) as usize];
+    bytes[..HEAD_SIZE as usize].copy_from_slice(&head.encode());
+    if head.slots > 0 {
+        let mask = head.slots - 1;
+        for &(h, digest) in entries {
+            let mut i = h & mask;
+            loop {
+                let at = (HEAD_SIZE + i * SLOT_SIZE) as usize;
+                if bytes[at..at + 8] == [0u8; 8] {
+                    bytes[at..at + 8].copy_from_slice(&h.to_le_bytes());
+                    bytes[at + 8..at + 16].copy_from_slice(&digest.to_le_bytes());
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+    }
+    let tmp = dir.join(".tmp-head");
+    let path = dir.join(HEAD_FILE);
+    let write = || -> std::io::Result<File> {
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+        f.write_all_at(&bytes, 0)?;
+        fs::rename(&tmp, &path)?;
+        Ok(f)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io("cannot write head", &path, e)
+    })
+}
+
+/// Rebuilds `.head` from a full scan of the log: the slow path, taken only
+/// when the head is missing or does not match the log (a crash, a power
+/// cut with `sync=none`, an old store).
+fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Result<(File, Head)> {
+    let mut segments = list_segments(dir)?;
+    let mut max_seq = 0u64;
+    let mut entries: HashMap<u64, u64> = HashMap::new();
+    let mut records = 0u64;
+    let mut active_len = 0u64;
+    let mut kept = Vec::new();
+    let last = segments.last().copied();
+    for first in segments.drain(..) {
+        let path = dir.join(segment_name(first));
+        let Some(scan) = scan_segment(&path, 0)? else { continue };
+        if scan.records.is_empty() && Some(first) != last {
+            // An empty sealed segment (a crash while rolling): drop it.
+            let _ = fs::remove_file(&path);
+            continue;
+        }
+        for (_, r) in &scan.records {
+            if r.seq <= max_seq {
+                continue;
+            }
+            max_seq = r.seq;
+            records += 1;
+            if ordinary {
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+            }
+        }
+        if Some(first) == last {
+            if scan.stop.is_some() {
+                let f = open_rw(&path, false).map_err(|e| Error::io("cannot open segment", &path, e))?;
+                f.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
+            }
+            active_len = scan.end;
+        }
+        kept.push(first);
+    }
+    let active = match kept.last() {
+        Some(&f) => f,
+        None => {
+            let path = dir.join(segment_name(1));
+            open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
+            if config.sync == SyncPolicy::Always {
+                sync_dir(dir)?;
+            }
+            1
+        }
+    };
+    let next_seq = (max_seq + 1).max(active);
+    let live = entries.len() as u64;
+    let slots = if ordinary { table_slots(live) } else { 0 };
+    let head = Head {
+        next_seq,
+        active,
+        active_len,
+        live: if ordinary { live } else { records },
+        garbage: if ordinary { records.saturating_sub(live) } else { 0 },
+        slots,
+        used: if ordinary { live } else { 0 },
+    };
+    let list: Vec<(u64, u64)> = entries.into_iter().collect();
+    let file = write_head_file(dir, &head, &list)?;
+    Ok((file, head))
+}
+
+/// Checks every record of a topic directory: the number of valid records
+/// and, for each segment with a bad frame, where and why.
+pub(crate) fn verify_dir(dir: &Path) -> Result<(usize, Vec<(PathBuf, u64, Stop)>)> {
+    let mut good = 0;
+    let mut bad = Vec::new();
+    for first in list_segments(dir)? {
+        let path = dir.join(segment_name(first));
+        let Some(scan) = scan_segment(&path, 0)? else { continue };
+        good += scan.records.len();
+        if let Some(stop) = scan.stop {
+            bad.push((path, scan.end, stop));
+        }
+    }
+    Ok((good, bad))
+}

@@ -1,0 +1,1135 @@
+//! The store: topics on disk and the PubSub rules of posting, routing and
+//! reading (PROTOCOL.md sections 1, 2 and 4).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind as IoKind, Write as _};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{Config, SyncPolicy};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::*;
+use crate::log::{self, Appended, CompactReport, LogCursor, Writer};
+use crate::record::Record;
+use crate::remote::{self, HttpRemote, Remote};
+use crate::topic::Topic;
+use crate::watch::{Hub, Subscription};
+
+const HEARTBEAT_FILE: &str = ".heartbeat";
+const NAMES_FILE: &str = ".names";
+const DIR_MODE: u32 = 0o2775;
+
+/// Seconds since the epoch, now.
+pub fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// A fresh event id that cannot collide: 96 random bits, URL-safe base64
+/// (16 characters). Clients often use 8 random digits; time+pid+counter
+/// ids collide across machines and restarts, these do not.
+pub fn fresh_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 12];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No entropy source: fall back to the clock and a counter mixed by
+        // xxh3 (still unique within this process).
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed = format!("{}-{}-{n}", now(), std::process::id());
+        bytes.copy_from_slice(&xxhash_rust::xxh3::xxh3_128(seed.as_bytes()).to_le_bytes()[..12]);
+    }
+    let mut out = String::with_capacity(16);
+    for chunk in bytes.chunks(3) {
+        let n = (chunk[0] as u32) << 16 | (chunk[1] as u32) << 8 | chunk[2] as u32;
+        for shift in [18, 12, 6, 0] {
+            out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Where a route or a name points: a topic of this store or a remote URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// A topic of this store.
+    Local(Topic),
+    /// An absolute `http(s)://` URL of another server.
+    Remote(String),
+}
+
+/// One file write a post made: the event `id` stored on `topic`. Servers
+/// report these as `Wrote to '<topic>' (<id>)` lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// The topic written to.
+    pub topic: Topic,
+    /// The `kn_id` of the stored event.
+    pub id: Vec<u8>,
+    /// The checkpoint the event got there.
+    pub checkpoint: u64,
+}
+
+/// A route that failed and was poisoned during a post.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Poisoned {
+    /// The route's source topic.
+    pub source: Topic,
+    /// The route's id.
+    pub route_id: Vec<u8>,
+    /// What went wrong with the delivery.
+    pub reason: String,
+}
+
+/// What a post did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostReport {
+    /// Every event stored, in order: `kn_subtopics` announcements, the event
+    /// itself, then each forwarded copy.
+    pub writes: Vec<Write>,
+    /// The posted event repeated the current one: nothing was stored or
+    /// forwarded.
+    pub duplicate: bool,
+    /// The `kn_id` of the posted event (given or fresh).
+    pub id: Vec<u8>,
+    /// Routes that failed and were poisoned.
+    pub poisoned: Vec<Poisoned>,
+}
+
+/// What a route request did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteReport {
+    /// The route repeated an identical existing one: `200 Ignored route`.
+    pub ignored: bool,
+    /// The route's id.
+    pub id: Vec<u8>,
+    /// Everything stored: the route event and initially populated events.
+    pub writes: Vec<Write>,
+    /// Routes poisoned on the way (this one, if its destination failed).
+    pub poisoned: Vec<Poisoned>,
+}
+
+/// Which existing events to send first on a new route or tunnel
+/// (PROTOCOL.md 3.3). With nothing set, none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    /// Events stored in the last N seconds (`f64::INFINITY` for all).
+    pub max_age: Option<f64>,
+    /// The N most recent events.
+    pub max_n: Option<usize>,
+    /// Every event stored after the one with this checkpoint.
+    pub since_checkpoint: Option<Vec<u8>>,
+}
+
+impl Selection {
+    /// Every current event.
+    pub fn all() -> Selection {
+        Selection { max_age: Some(f64::INFINITY), ..Selection::default() }
+    }
+
+    /// True when nothing is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.max_age.is_none() && self.max_n.is_none() && self.since_checkpoint.is_none()
+    }
+
+    /// Reads `do_max_age`, `do_max_n` and `do_since_checkpoint` from an
+    /// event's elements (route parameters). Malformed values are errors.
+    pub fn from_params(params: &Event) -> Result<Selection> {
+        let mut s = Selection::default();
+        if let Some(v) = params.get("do_max_age") {
+            let text = String::from_utf8_lossy(v);
+            let t = text.trim();
+            s.max_age = Some(if t.eq_ignore_ascii_case("infinity") {
+                f64::INFINITY
+            } else {
+                t.parse::<f64>().ok().filter(|x| *x >= 0.0).ok_or_else(|| {
+                    Error::new(ErrorKind::BadRequest, format!("bad do_max_age '{t}': expected seconds or 'infinity'"))
+                })?
+            });
+        }
+        if let Some(v) = params.get("do_max_n") {
+            let text = String::from_utf8_lossy(v);
+            s.max_n = Some(text.trim().parse::<usize>().map_err(|_| {
+                Error::new(ErrorKind::BadRequest, format!("bad do_max_n '{}': expected a count", text.trim()))
+            })?);
+        }
+        if let Some(v) = params.get("do_since_checkpoint") {
+            s.since_checkpoint = Some(v.to_vec());
+        }
+        Ok(s)
+    }
+}
+
+/// How a `since_checkpoint` selection related to what the topic retains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// No checkpoint was asked for.
+    NotAsked,
+    /// Resumed exactly after the checkpoint.
+    Exact,
+    /// The checkpoint is unknown here: everything retained was selected.
+    Unknown,
+    /// Events after the checkpoint were already deleted by retention:
+    /// everything retained was selected, with a gap before it.
+    Gap,
+}
+
+/// Events selected from a topic, oldest first, each with its
+/// `kn_route_checkpoint`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selected {
+    /// The events.
+    pub events: Vec<Event>,
+    /// What became of a `since_checkpoint`.
+    pub resume: Resume,
+}
+
+/// A static route: an event of `T/kn_routes`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The topic routed from.
+    pub source: Topic,
+    /// The route event as stored (`kn_id`, `kn_payload` = destination,
+    /// `kn_uri`, `kn_content_filter`, ...).
+    pub event: Event,
+}
+
+impl Route {
+    /// The route's id.
+    pub fn id(&self) -> &[u8] {
+        self.event.id().unwrap_or(b"")
+    }
+
+    /// The absolute destination URL; empty for an inactive (deleted or
+    /// poisoned) route.
+    pub fn destination(&self) -> &[u8] {
+        self.event.payload()
+    }
+
+    /// True when the route forwards events: a destination and not expired.
+    pub fn is_active(&self, now: f64) -> bool {
+        !self.destination().is_empty() && !self.event.is_expired(now)
+    }
+}
+
+/// The event store. Cheap to share between threads (`Arc<Store>`); every
+/// method takes `&self`.
+///
+/// ```
+/// use kn_journal::{Event, Selection, Store, Topic};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path()).unwrap();
+/// let chat = Topic::parse("/what/chat").unwrap();
+/// let mut e = Event::new();
+/// e.set("kn_id", "e1").set("kn_payload", "hello");
+/// let report = store.notify(&chat, e.clone()).unwrap();
+/// assert!(!report.duplicate);
+/// // Posting the same event again is a duplicate on an ordinary topic.
+/// assert!(store.notify(&chat, e).unwrap().duplicate);
+/// let got = store.events(&chat, &Selection::all()).unwrap().events;
+/// assert_eq!(got.len(), 1);
+/// assert_eq!(got[0].payload(), b"hello");
+/// ```
+pub struct Store {
+    config: Config,
+    names: RwLock<Vec<String>>,
+    remote: Arc<dyn Remote>,
+    hub: OnceLock<Arc<Hub>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.config.root).finish()
+    }
+}
+
+/// One unit of work of the forwarding engine.
+struct Job {
+    topic: Topic,
+    event: Event,
+    /// Set when the job is a delivery along a route: failure poisons it.
+    via: Option<(Topic, Vec<u8>)>,
+    /// Store first (false for announcements already stored).
+    store: bool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` with the default
+    /// configuration.
+    pub fn open(root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(Config::new(root.as_ref()))
+    }
+
+    /// Opens the store described by `config` (see [`Config::from_env`]).
+    pub fn open_with(config: Config) -> Result<Store> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&config.root)
+            .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
+        let names = read_names(&config.root)?;
+        let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
+        Ok(Store { config, names: RwLock::new(names), remote, hub: OnceLock::new() })
+    }
+
+    /// Replaces the HTTP implementation used for remote routes and content
+    /// transforms.
+    pub fn with_remote(mut self, remote: Arc<dyn Remote>) -> Store {
+        self.remote = remote;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.config.root
+    }
+
+    /// This server's URL: the configured one, else the first name in
+    /// `.names`, else `http://localhost/kn`.
+    pub fn server_url(&self) -> String {
+        if let Some(url) = &self.config.server_url {
+            return url.clone();
+        }
+        self.names.read().ok().and_then(|n| n.first().cloned()).unwrap_or_else(|| "http://localhost/kn".to_string())
+    }
+
+    /// Every URL this store knows itself by (the configured one and the
+    /// `.names` list).
+    pub fn server_names(&self) -> Vec<String> {
+        let own = self.server_url();
+        let mut names = vec![own.clone()];
+        if let Ok(list) = self.names.read() {
+            names.extend(list.iter().filter(|n| **n != own).cloned());
+        }
+        names
+    }
+
+    /// Records that the server is reachable at `url` (kept in `.names`), so
+    /// absolute URLs starting with it name local topics.
+    pub fn add_server_name(&self, url: &str) -> Result<()> {
+        if url.is_empty() || self.names.read().map(|n| n.iter().any(|x| x == url)).unwrap_or(false) {
+            return Ok(());
+        }
+        let path = self.config.root.join(NAMES_FILE);
+        let lock_path = self.config.root.join(log::LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(log::FILE_MODE)
+            .open(&lock_path)
+            .map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("cannot lock", &lock_path, e))?;
+        let current = read_names(&self.config.root)?;
+        if !current.iter().any(|x| x == url) {
+            let mut f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(log::FILE_MODE)
+                .open(&path)
+                .map_err(|e| Error::io("cannot open", &path, e))?;
+            f.write_all(format!("{url}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
+        }
+        let mut names = read_names(&self.config.root)?;
+        if !names.iter().any(|x| x == url) {
+            names.push(url.to_string());
+        }
+        if let Ok(mut n) = self.names.write() {
+            *n = names;
+        }
+        Ok(())
+    }
+
+    /// Resolves a topic name or absolute URL: a URL starting with one of
+    /// this server's names followed by `/` is a local topic (percent escapes
+    /// in it decoded); any other `http(s)://` URL is remote.
+    ///
+    /// ```
+    /// use kn_journal::{Config, Destination, Store, Topic};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let mut config = Config::new(dir.path());
+    /// config.server_url = Some("http://example.org/kn".into());
+    /// let store = Store::open_with(config).unwrap();
+    /// assert_eq!(store.resolve(b"what/chat").unwrap(), Destination::Local(Topic::parse("/what/chat").unwrap()));
+    /// assert_eq!(store.resolve(b"http://example.org/kn/a").unwrap(), Destination::Local(Topic::parse("/a").unwrap()));
+    /// assert!(matches!(store.resolve(b"http://example.org/knfoo").unwrap(), Destination::Remote(_)));
+    /// ```
+    pub fn resolve(&self, name: &[u8]) -> Result<Destination> {
+        let lower = name.to_ascii_lowercase();
+        if !(lower.starts_with(b"http://") || lower.starts_with(b"https://")) {
+            return Ok(Destination::Local(Topic::parse_bytes(name)?));
+        }
+        let text = std::str::from_utf8(name)
+            .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad URL '{}': not UTF-8", String::from_utf8_lossy(name))))?;
+        for own in self.server_names() {
+            if let Some(rest) = text.strip_prefix(own.as_str()) {
+                if rest.starts_with('/') {
+                    let path = rest.split(['?', '#']).next().unwrap_or("");
+                    return Ok(Destination::Local(Topic::parse_bytes(&percent_decode(path.as_bytes()))?));
+                }
+            }
+        }
+        Ok(Destination::Remote(text.to_string()))
+    }
+
+    /// The absolute URL of a local topic.
+    pub fn topic_url(&self, topic: &Topic) -> String {
+        format!("{}{}", self.server_url(), if topic.is_root() { "" } else { topic.as_str() })
+    }
+
+    fn dir(&self, topic: &Topic) -> PathBuf {
+        topic.dir(&self.config.root)
+    }
+
+    // ----- posting ---------------------------------------------------------
+
+    /// Posts `event` to `topic` as a client's notify (PROTOCOL.md 3.1 and
+    /// 4): refused on `kn_routes`/`kn_subtopics` (400) and on a stale
+    /// journal (404); otherwise stored and forwarded along every active
+    /// route. A duplicate on an ordinary topic is neither stored nor
+    /// forwarded (`report.duplicate`).
+    pub fn notify(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        if topic.is_reserved() {
+            return Err(Error::new(
+                ErrorKind::ReservedTopic,
+                format!("can't post to '{topic}': kn_routes and kn_subtopics topics are written by the server only"),
+            ));
+        }
+        self.post(topic, event)
+    }
+
+    /// Posts with forwarding like [`Store::notify`], but also to reserved
+    /// topics (for tools that restore routes, and the server itself).
+    pub fn post(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        if topic.is_journal() && self.is_stale(topic) {
+            return Err(self.stale_error(topic));
+        }
+        let event = self.normalise(event)?;
+        let id = event.id().unwrap_or(b"").to_vec();
+        let mut report = PostReport { id, ..PostReport::default() };
+        let stored = self.run(vec![Job { topic: topic.clone(), event, via: None, store: true }], &mut report)?;
+        report.duplicate = !stored;
+        Ok(report)
+    }
+
+    fn stale_error(&self, topic: &Topic) -> Error {
+        Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
+    }
+
+    /// Step 1 of PROTOCOL.md 4: absolute `kn_expires`, `kn_time_t`, a
+    /// `kn_id`; the store assigns the checkpoint.
+    fn normalise(&self, mut event: Event) -> Result<Event> {
+        let size = event.byte_size();
+        if size > self.config.max_event_bytes {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!("event of {size} bytes is larger than the maximum of {} bytes", self.config.max_event_bytes),
+            ));
+        }
+        let t = now();
+        if let Some(at) = event.expires_at(t)? {
+            event.set(KN_EXPIRES, format_time(at));
+        }
+        if !event.contains(KN_TIME_T) {
+            event.set(KN_TIME_T, format_time(t.floor()));
+        }
+        if event.id().map(|id| id.is_empty()).unwrap_or(true) {
+            event.set(KN_ID, fresh_id());
+        }
+        event.remove(KN_ROUTE_CHECKPOINT);
+        Ok(event)
+    }
+
+    /// The forwarding engine: a queue, not recursion, so chains of any
+    /// length run in constant stack. Returns whether the first job stored.
+    fn run(&self, jobs: Vec<Job>, report: &mut PostReport) -> Result<bool> {
+        let mut queue: VecDeque<Job> = jobs.into();
+        let mut first = true;
+        let mut first_stored = false;
+        let mut deliveries = 0usize;
+        let mut filters: HashMap<Vec<u8>, Option<regex::bytes::Regex>> = HashMap::new();
+        while let Some(job) = queue.pop_front() {
+            let is_first = std::mem::take(&mut first);
+            let outcome = self.run_job(&job, report, &mut queue);
+            let event = match outcome {
+                Ok(Some(event)) => event,
+                Ok(None) => continue,
+                Err(err) => {
+                    if is_first {
+                        return Err(err);
+                    }
+                    if let Some((source, route_id)) = &job.via {
+                        self.poison(source, route_id, &err.to_string(), report);
+                    }
+                    continue;
+                }
+            };
+            if is_first {
+                first_stored = true;
+            }
+            if event.is_expired(now()) {
+                continue; // stored for duplicate suppression, never delivered
+            }
+            for route in self.routes(&job.topic)? {
+                if deliveries >= self.config.max_forwards {
+                    return Err(Error::new(
+                        ErrorKind::TooLarge,
+                        format!("post to '{}' caused more than {} deliveries; stopped", job.topic, self.config.max_forwards),
+                    ));
+                }
+                deliveries += 1;
+                self.forward(&job.topic, &route, &event, &mut filters, &mut queue, report);
+            }
+        }
+        Ok(first_stored)
+    }
+
+    /// Stores one job's event (and announces new topics). `Ok(None)`: a
+    /// duplicate, nothing more to do.
+    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<Event>> {
+        if !job.store {
+            return Ok(Some(job.event.clone()));
+        }
+        if job.via.is_some() && job.topic.is_journal() && self.is_stale(&job.topic) {
+            return Err(self.stale_error(&job.topic));
+        }
+        let announcements = self.ensure_topic(&job.topic, report)?;
+        queue.extend(announcements);
+        let (seq, event) = match self.store_event(&job.topic, &job.event)? {
+            Some(x) => x,
+            None => return Ok(None),
+        };
+        report.writes.push(Write { topic: job.topic.clone(), id: event.id().unwrap_or(b"").to_vec(), checkpoint: seq });
+        Ok(Some(event))
+    }
+
+    /// Appends under the topic's lock. Returns the checkpoint and the event
+    /// as readers will see it, or `None` for a duplicate.
+    fn store_event(&self, topic: &Topic, event: &Event) -> Result<Option<(u64, Event)>> {
+        let dir = self.dir(topic);
+        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
+        let appended = writer.append(event, (now() * 1e6) as u64)?;
+        let Appended::Stored(seq) = appended else { return Ok(None) };
+        if writer.wants_compaction() {
+            // Best effort: the post is stored whatever happens here.
+            let _ = writer.compact(now());
+        }
+        let mut out = event.clone();
+        out.set(KN_ROUTE_CHECKPOINT, seq.to_string());
+        Ok(Some((seq, out)))
+    }
+
+    /// Creates `topic` and its missing ancestors, storing a `kn_subtopics`
+    /// announcement for each new one; returns forwarding jobs for them.
+    fn ensure_topic(&self, topic: &Topic, report: &mut PostReport) -> Result<Vec<Job>> {
+        let dir = self.dir(topic);
+        if dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut jobs = Vec::new();
+        let mut current = Topic::root();
+        for segment in topic.segments() {
+            let parent = current.clone();
+            current = parent.child(segment)?;
+            let path = self.dir(&current);
+            match fs::DirBuilder::new().mode(DIR_MODE).create(&path) {
+                Ok(()) => {
+                    if self.config.sync == SyncPolicy::Always {
+                        log::sync_dir(&self.dir(&parent))?;
+                    }
+                }
+                Err(e) if e.kind() == IoKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io("cannot create topic directory", &path, e)),
+            }
+            if segment == crate::topic::SUBTOPICS_SEGMENT {
+                continue;
+            }
+            let subtopics = parent.subtopics();
+            let mut announcement = Event::new();
+            announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
+            // The kn_subtopics directory itself is created (unannounced) here.
+            let sub_dir = self.dir(&subtopics);
+            if let Err(e) = fs::DirBuilder::new().mode(DIR_MODE).create(&sub_dir) {
+                if e.kind() != IoKind::AlreadyExists {
+                    return Err(Error::io("cannot create topic directory", &sub_dir, e));
+                }
+            }
+            if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
+                report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });
+                jobs.push(Job { topic: subtopics, event: stored, via: None, store: false });
+            }
+        }
+        Ok(jobs)
+    }
+
+    // ----- routes ----------------------------------------------------------
+
+    /// The routes of `topic` (active and inactive), oldest first.
+    pub fn all_routes(&self, topic: &Topic) -> Result<Vec<Route>> {
+        let routes = topic.routes();
+        if !self.dir(&routes).is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .select(&routes, &Selection::all(), true)?
+            .events
+            .into_iter()
+            .map(|event| Route { source: topic.clone(), event })
+            .collect())
+    }
+
+    /// The active routes of `topic`: a destination and not expired.
+    pub fn routes(&self, topic: &Topic) -> Result<Vec<Route>> {
+        let t = now();
+        Ok(self.all_routes(topic)?.into_iter().filter(|r| r.is_active(t)).collect())
+    }
+
+    /// Creates a static route from `from` to `to` (a topic name or absolute
+    /// URL) with the route's elements in `params` (`kn_id`, `kn_uri`,
+    /// `kn_expires`, `kn_content_filter`, `kn_content_transform`,
+    /// `do_max_age`, `do_max_n`). PROTOCOL.md 3.2 and 3.3: refused from a
+    /// journal (403); an identical repeat is ignored; a new route first
+    /// carries the selected existing events.
+    pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        if from.is_journal() {
+            return Err(Error::new(
+                ErrorKind::Forbidden,
+                format!("static routes from journal '{from}' are refused: without duplicate suppression they could loop forever"),
+            ));
+        }
+        let destination = self.route_destination(to)?;
+        let selection = Selection::from_params(&params)?;
+        if let Some(filter) = params.get("kn_content_filter") {
+            self.compile_filter(filter)?;
+        }
+        let mut event = params;
+        event.set(KN_PAYLOAD, destination);
+        let mut report = self.post_route_event(from, event)?;
+        if report.ignored || selection.is_empty() {
+            return Ok(report);
+        }
+        let route = Route { source: from.clone(), event: self.current_route(from, &report.id)? };
+        let mut post = PostReport::default();
+        let mut filters = HashMap::new();
+        for event in self.select(from, &selection, false)?.events {
+            let mut queue = VecDeque::new();
+            self.forward(from, &route, &event, &mut filters, &mut queue, &mut post);
+            self.run_queue(queue, &mut post);
+        }
+        report.writes.extend(post.writes);
+        report.poisoned.extend(post.poisoned);
+        Ok(report)
+    }
+
+    fn run_queue(&self, queue: VecDeque<Job>, report: &mut PostReport) {
+        if queue.is_empty() {
+            return;
+        }
+        // Deliveries: failures poison their routes inside `run`, so the
+        // only error left is the first job's, which is a delivery too.
+        let mut jobs: Vec<Job> = queue.into();
+        let first = jobs.remove(0);
+        let via = first.via.clone();
+        if let Err(err) = self.run(vec![first], report) {
+            if let Some((source, id)) = via {
+                self.poison(&source, &id, &err.to_string(), report);
+            }
+        }
+        if !jobs.is_empty() {
+            self.run_queue(jobs.into(), report);
+        }
+    }
+
+    fn current_route(&self, from: &Topic, id: &[u8]) -> Result<Event> {
+        self.all_routes(from)?
+            .into_iter()
+            .find(|r| r.id() == id)
+            .map(|r| r.event)
+            .ok_or_else(|| Error::new(ErrorKind::Io, format!("route '{}' of '{from}' vanished", String::from_utf8_lossy(id))))
+    }
+
+    /// Deletes route `id` of `from`: it is replaced by an inactive route
+    /// (empty destination), which watchers of `kn_routes` see; `expires`
+    /// lets the deletion itself be reclaimed.
+    pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
+        let mut event = Event::new();
+        event.set(KN_ID, id).set(KN_PAYLOAD, "");
+        if let Some(e) = expires {
+            event.set(KN_EXPIRES, e);
+        }
+        self.post_route_event(from, event)
+    }
+
+    fn post_route_event(&self, from: &Topic, mut event: Event) -> Result<RouteReport> {
+        if event.id().map(|i| i.is_empty()).unwrap_or(true) {
+            event.set(KN_ID, fresh_id());
+        }
+        let post = self.post(&from.routes(), event)?;
+        Ok(RouteReport { ignored: post.duplicate, id: post.id, writes: post.writes, poisoned: post.poisoned })
+    }
+
+    /// Checks a route destination (PROTOCOL.md 3.2) and makes it absolute.
+    fn route_destination(&self, to: &[u8]) -> Result<Vec<u8>> {
+        if let Some(&b) = to.iter().find(|&&b| b <= b' ' || b == 0x7f || matches!(b, b'"' | b'#' | b'<' | b'>')) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("bad route destination '{}': byte 0x{b:02X} is not allowed", String::from_utf8_lossy(to)),
+            ));
+        }
+        match self.resolve(to)? {
+            Destination::Local(topic) => {
+                if topic.is_reserved() {
+                    return Err(Error::new(ErrorKind::BadRequest, format!("bad route destination '{topic}': can't route into a reserved topic")));
+                }
+                Ok(self.topic_url(&topic).into_bytes())
+            }
+            Destination::Remote(url) => {
+                self.config.outbound.check(&url)?;
+                Ok(url.into_bytes())
+            }
+        }
+    }
+
+    fn compile_filter(&self, pattern: &[u8]) -> Result<regex::bytes::Regex> {
+        let text = String::from_utf8_lossy(pattern);
+        if pattern.len() > self.config.max_filter_bytes {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("kn_content_filter of {} bytes is longer than the maximum of {}", pattern.len(), self.config.max_filter_bytes),
+            ));
+        }
+        regex::bytes::RegexBuilder::new(&text)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("bad kn_content_filter '{text}': {e}")))
+    }
+
+    /// PROTOCOL.md 4.1: filter, transform, hop-by-hop elements, then queue
+    /// a local delivery or make a remote one.
+    fn forward(
+        &self,
+        source: &Topic,
+        route: &Route,
+        event: &Event,
+        filters: &mut HashMap<Vec<u8>, Option<regex::bytes::Regex>>,
+        queue: &mut VecDeque<Job>,
+        report: &mut PostReport,
+    ) {
+        let route_id = route.id().to_vec();
+        if let Some(pattern) = route.event.get("kn_content_filter") {
+            let regex = filters.entry(pattern.to_vec()).or_insert_with(|| self.compile_filter(pattern).ok());
+            match regex {
+                Some(r) if r.is_match(event.payload()) => {}
+                _ => return,
+            }
+        }
+        let mut out = event.clone();
+        if let Some(spec) = route.event.get("kn_content_transform") {
+            let allowed = remote::parse_content_transform(spec).and_then(|(url, _)| self.config.outbound.check(url));
+            if allowed.is_err() {
+                return;
+            }
+            match remote::content_transform(self.remote.as_ref(), spec, event.payload()) {
+                Ok(payload) => {
+                    out.set(KN_PAYLOAD, payload);
+                }
+                Err(_) => return, // the event does not travel this route
+            }
+        }
+        out.strip_hop_by_hop();
+        let location = match route.event.get("kn_uri") {
+            Some(uri) => uri.to_vec(),
+            None => format!("{}/kn_routes/{}", self.topic_url(source), String::from_utf8_lossy(&route_id)).into_bytes(),
+        };
+        out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, self.topic_url(source));
+        let via = Some((source.clone(), route_id.clone()));
+        match self.resolve(route.destination()) {
+            Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, via, store: true }),
+            Ok(Destination::Remote(url)) => {
+                let result = self.config.outbound.check(&url).and_then(|_| remote::deliver(self.remote.as_ref(), &url, &out));
+                if let Err(err) = result {
+                    self.poison(source, &route_id, &err.to_string(), report);
+                }
+            }
+            Err(err) => self.poison(source, &route_id, &err.to_string(), report),
+        }
+    }
+
+    /// PROTOCOL.md 4.1 step 5: replace the route, under the same id, by an
+    /// inactive one that expires in 300 s.
+    fn poison(&self, source: &Topic, route_id: &[u8], reason: &str, report: &mut PostReport) {
+        let mut event = Event::new();
+        event.set(KN_ID, route_id).set(KN_PAYLOAD, "").set(KN_EXPIRES, "+300");
+        if let Ok(event) = self.normalise(event) {
+            let routes = source.routes();
+            if let Ok(Some((seq, _))) = self.store_event(&routes, &event) {
+                report.writes.push(Write { topic: routes, id: route_id.to_vec(), checkpoint: seq });
+            }
+        }
+        report.poisoned.push(Poisoned { source: source.clone(), route_id: route_id.to_vec(), reason: reason.to_string() });
+    }
+
+    // ----- reading ---------------------------------------------------------
+
+    /// The selected unexpired events of `topic`, oldest first, each with its
+    /// `kn_route_checkpoint`. On an ordinary topic only the current event of
+    /// each `kn_id` counts, ordered by when it was last stored.
+    pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
+        self.select(topic, selection, false)
+    }
+
+    fn select(&self, topic: &Topic, selection: &Selection, include_expired: bool) -> Result<Selected> {
+        let dir = self.dir(topic);
+        let ordinary = !topic.is_journal();
+        let t = now();
+        let live = |r: &Record| include_expired || !r.event.is_expired(t);
+        if let Some(cp) = &selection.since_checkpoint {
+            let (after, resume) = self.resume_point(&dir, cp)?;
+            let mut records = log::read_after(&dir, after)?;
+            if ordinary {
+                records = latest_per_id(records);
+            }
+            let events = records.into_iter().filter(|r| live(r)).map(with_checkpoint).collect();
+            return Ok(Selected { events, resume });
+        }
+        if selection.is_empty() {
+            return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked });
+        }
+        let max_n = selection.max_n.unwrap_or(usize::MAX);
+        let cutoff = selection.max_age.map(|a| if a.is_finite() { (t - a) * 1e6 } else { f64::MIN }).unwrap_or(f64::MIN);
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut picked = Vec::new();
+        if max_n > 0 {
+            log::read_backwards(&dir, |r| {
+                if (r.stored_micros as f64) < cutoff {
+                    return false;
+                }
+                if ordinary && !seen.insert(r.event.id().unwrap_or(b"").to_vec()) {
+                    return true; // superseded by a newer record
+                }
+                if live(&r) {
+                    picked.push(r);
+                }
+                picked.len() < max_n
+            })?;
+        }
+        picked.reverse();
+        Ok(Selected { events: picked.into_iter().map(with_checkpoint).collect(), resume: Resume::NotAsked })
+    }
+
+    fn resume_point(&self, dir: &Path, checkpoint: &[u8]) -> Result<(u64, Resume)> {
+        let parsed = std::str::from_utf8(checkpoint).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let end = log::cursor_at_end(dir)?.last_seq();
+        match parsed {
+            Some(c) if c <= end && c > 0 => {
+                let first = log::list_segments(dir)?.first().copied().unwrap_or(1);
+                Ok((c, if first > c + 1 { Resume::Gap } else { Resume::Exact }))
+            }
+            _ => Ok((0, Resume::Unknown)),
+        }
+    }
+
+    /// Every topic of the store, sorted (the tree, walked with `walkdir`).
+    pub fn topics(&self) -> Result<Vec<Topic>> {
+        let root = &self.config.root;
+        let mut out = Vec::new();
+        for entry in walkdir::WalkDir::new(root).min_depth(1).follow_links(false).into_iter().filter_entry(|e| {
+            !e.file_name().to_string_lossy().starts_with('.')
+        }) {
+            let entry = entry.map_err(|e| Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display())))?;
+            if !entry.file_type().is_dir() {
+                continue;
+            }
+            let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+            if let Ok(t) = Topic::parse(&rel.to_string_lossy()) {
+                out.push(t);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Rewrites `topic`'s sealed segments without superseded records and
+    /// events expired longer than `expired_grace`; on a journal also applies
+    /// retention. Safe while others read and post.
+    pub fn compact(&self, topic: &Topic) -> Result<CompactReport> {
+        let dir = self.dir(topic);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::BadTopic, format!("no topic '{topic}' in the store")));
+        }
+        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
+        if topic.is_journal() {
+            writer.apply_retention()?;
+        }
+        writer.compact(now())
+    }
+
+    /// Checks every record of every topic: the count of valid records and
+    /// the bad ones found.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut report = VerifyReport::default();
+        let mut dirs = vec![self.config.root.clone()];
+        dirs.extend(self.topics()?.iter().map(|t| self.dir(t)));
+        for dir in dirs {
+            let (good, bad) = log::verify_dir(&dir)?;
+            report.records += good;
+            report.problems.extend(bad.into_iter().map(|(path, offset, stop)| VerifyProblem {
+                path,
+                offset,
+                reason: match stop {
+                    log::Stop::Incomplete => "incomplete record (torn tail)".to_string(),
+                    log::Stop::Corrupt(why) => why,
+                },
+            }));
+        }
+        Ok(report)
+    }
+
+    /// Truncates the torn tail of every topic (what the next writer would
+    /// do), making `verify` clean after a crash. Returns how many topics it
+    /// touched.
+    pub fn repair(&self) -> Result<usize> {
+        let mut touched = 0;
+        for t in std::iter::once(Topic::root()).chain(self.topics()?) {
+            let dir = self.dir(&t);
+            let (_, bad) = log::verify_dir(&dir)?;
+            if bad.is_empty() {
+                continue;
+            }
+            drop(Writer::open(&dir, &self.config, !t.is_journal())?);
+            touched += 1;
+        }
+        Ok(touched)
+    }
+
+    // ----- journals and tunnels -------------------------------------------
+
+    /// True when `journal` has no heartbeat or one older than
+    /// `heartbeat_stale` (100 s). Ordinary topics are never stale.
+    pub fn is_stale(&self, journal: &Topic) -> bool {
+        if !journal.is_journal() {
+            return false;
+        }
+        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        match fs::metadata(&path).and_then(|m| m.modified()) {
+            Ok(t) => SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > self.config.heartbeat_stale,
+            Err(_) => true,
+        }
+    }
+
+    /// Refreshes `journal`'s heartbeat (a tunnel reading it does so).
+    pub fn heartbeat(&self, journal: &Topic) -> Result<()> {
+        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        let f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .mode(log::FILE_MODE)
+            .open(&path)
+            .map_err(|e| Error::io("cannot open heartbeat", &path, e))?;
+        f.set_modified(SystemTime::now()).map_err(|e| Error::io("cannot touch heartbeat", &path, e))
+    }
+
+    /// Makes `journal` stale at once (a tunnel's `kn_expires` passed).
+    pub fn expire(&self, journal: &Topic) -> Result<()> {
+        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("cannot expire heartbeat", &path, e)),
+        }
+    }
+
+    fn hub(&self) -> &Arc<Hub> {
+        self.hub.get_or_init(|| Arc::new(Hub::new()))
+    }
+
+    /// Opens a tunnel on `topic` (PROTOCOL.md 3.4): creates the topic (the
+    /// report lists the announcements), refreshes a journal's heartbeat,
+    /// and returns the initially selected events. Then call
+    /// [`Tunnel::next`] / [`Tunnel::wait`] for events as they land.
+    pub fn tunnel(&self, topic: &Topic, selection: &Selection) -> Result<TunnelStart> {
+        let mut report = PostReport::default();
+        let jobs = self.ensure_topic(topic, &mut report)?;
+        // Routes on kn_subtopics fire for the announcements.
+        let mut forwarded = PostReport::default();
+        self.run(jobs, &mut forwarded)?;
+        report.writes.extend(forwarded.writes);
+        report.poisoned.extend(forwarded.poisoned);
+        if topic.is_journal() {
+            self.heartbeat(topic)?;
+        }
+        let dir = self.dir(topic);
+        let subscription = self.hub().subscribe(&dir);
+        let cursor = log::cursor_at_end(&dir)?;
+        let mut initial = self.select(topic, selection, false)?;
+        initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
+        let tunnel = Tunnel {
+            topic: topic.clone(),
+            dir,
+            cursor,
+            subscription,
+            last_beat: Instant::now(),
+            poll: self.config.poll_interval,
+        };
+        Ok(TunnelStart { tunnel, created: report, initial })
+    }
+}
+
+/// What [`Store::tunnel`] returns.
+pub struct TunnelStart {
+    /// The open tunnel.
+    pub tunnel: Tunnel,
+    /// The topics the tunnel created, with their announcements.
+    pub created: PostReport,
+    /// The initially selected events, oldest first.
+    pub initial: Selected,
+}
+
+/// A reader following a topic as events land. Wakeups come from the
+/// process-wide change notifier; without one, [`Tunnel::wait`] polls.
+pub struct Tunnel {
+    topic: Topic,
+    dir: PathBuf,
+    cursor: LogCursor,
+    subscription: Subscription,
+    last_beat: Instant,
+    poll: Duration,
+}
+
+/// Tunnels refresh their journal's heartbeat at least this often.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(20);
+
+impl Tunnel {
+    /// The topic followed.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// The checkpoint of the last event returned.
+    pub fn checkpoint(&self) -> u64 {
+        self.cursor.last_seq()
+    }
+
+    /// The events stored since the last call (never blocks), oldest first,
+    /// unexpired, with checkpoints. Refreshes a journal's heartbeat when due.
+    pub fn next(&mut self, store: &Store) -> Result<Vec<Event>> {
+        if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY {
+            store.heartbeat(&self.topic)?;
+            self.last_beat = Instant::now();
+        }
+        let t = now();
+        let records = log::read_new(&self.dir, &mut self.cursor)?;
+        Ok(records.into_iter().filter(|r| !r.event.is_expired(t)).map(with_checkpoint).collect())
+    }
+
+    /// Waits until new events are available or `timeout` passes, then
+    /// returns them (possibly none). Wakes within a millisecond of an
+    /// append by any process on a local disk; polls every
+    /// `poll_interval` otherwise.
+    pub fn wait(&mut self, store: &Store, timeout: Duration) -> Result<Vec<Event>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let listener = self.subscription.listen();
+            let events = self.next(store)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !events.is_empty() || left.is_zero() {
+                return Ok(events);
+            }
+            Subscription::wait(listener, left.min(self.poll));
+        }
+    }
+
+    /// An armed wakeup for async servers: `.await` it (it is a `Future`),
+    /// then call [`Tunnel::next`]. Arm it *before* calling `next` so that
+    /// no append slips in between.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.subscription.listen()
+    }
+
+    /// The longest an async server should wait on [`Tunnel::listen`] before
+    /// re-reading anyway (the polling fallback).
+    pub fn poll_interval(&self) -> Duration {
+        self.poll
+    }
+
+    /// False when this tunnel relies on polling alone.
+    pub fn is_notified(&self) -> bool {
+        self.subscription.is_notified()
+    }
+}
+
+/// What [`Store::verify`] found.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyReport {
+    /// Valid records.
+    pub records: usize,
+    /// Bad frames: where and why.
+    pub problems: Vec<VerifyProblem>,
+}
+
+/// One bad frame found by [`Store::verify`].
+#[derive(Clone, Debug)]
+pub struct VerifyProblem {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Offset of the bad frame.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn with_checkpoint(r: Record) -> Event {
+    let mut e = r.event;
+    e.set(KN_ROUTE_CHECKPOINT, r.seq.to_string());
+    e
+}
+
+fn checkpoint_of(e: &Event) -> u64 {
+    e.checkpoint().and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Keeps the last record of each `kn_id`, in the order of those records.
+fn latest_per_id(records: Vec<Record>) -> Vec<Record> {
+    let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
+    for r in &records {
+        last.insert(r.event.id().unwrap_or(b"").to_vec(), r.seq);
+    }
+    records.into_iter().filter(|r| last.get(r.event.id().unwrap_or(b"")) == Some(&r.seq)).collect()
+}
+
+fn read_names(root: &Path) -> Result<Vec<String>> {
+    let path = root.join(NAMES_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io("cannot read", &path, e)),
+    }
+}
+
+/// Decodes `%XX` escapes (a malformed one is kept as is: the topic check
+/// rejects the `%`).
+fn percent_decode(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(b) = hex {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
