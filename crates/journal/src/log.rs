@@ -319,7 +319,22 @@ pub(crate) struct Writer<'c> {
 }
 
 fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(create).mode(FILE_MODE).open(path)
+    match OpenOptions::new().read(true).write(true).open(path) {
+        Err(e) if create && e.kind() == IoKind::NotFound => {
+            let f = OpenOptions::new().read(true).write(true).create(true).mode(FILE_MODE).open(path)?;
+            group_writable(&f)?;
+            Ok(f)
+        }
+        other => other,
+    }
+}
+
+/// Gives a file the store's mode whatever the umask: group-writable, so
+/// that the web server and sensors of one group can all write, and never
+/// world-writable. Called only when a file is created.
+pub(crate) fn group_writable(f: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(fs::Permissions::from_mode(FILE_MODE))
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
@@ -564,6 +579,7 @@ impl<'c> Writer<'c> {
             .truncate(true)
             .mode(FILE_MODE)
             .open(&path)
+            .and_then(|f| group_writable(&f).map(|_| f))
             .map_err(|e| Error::io("cannot create segment", &path, e))?;
         if self.config.sync == SyncPolicy::Always {
             sync_dir(&self.dir)?;
@@ -680,6 +696,7 @@ impl<'c> Writer<'c> {
         }
         let write = || -> std::io::Result<()> {
             let f = OpenOptions::new().write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+            group_writable(&f)?;
             f.write_all_at(&bytes, 0)?;
             f.sync_all()
         };
@@ -790,6 +807,7 @@ fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<Fi
     let path = dir.join(HEAD_FILE);
     let write = || -> std::io::Result<File> {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+        group_writable(&f)?;
         f.write_all_at(&bytes, 0)?;
         fs::rename(&tmp, &path)?;
         Ok(f)

@@ -539,7 +539,7 @@ impl Store {
             let parent = current.clone();
             current = parent.child(segment)?;
             let path = self.dir(&current);
-            match fs::DirBuilder::new().mode(DIR_MODE).create(&path) {
+            match create_topic_dir(&path) {
                 Ok(()) => {
                     if self.config.sync == SyncPolicy::Always {
                         log::sync_dir(&self.dir(&parent))?;
@@ -556,7 +556,7 @@ impl Store {
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
             // The kn_subtopics directory itself is created (unannounced) here.
             let sub_dir = self.dir(&subtopics);
-            if let Err(e) = fs::DirBuilder::new().mode(DIR_MODE).create(&sub_dir) {
+            if let Err(e) = create_topic_dir(&sub_dir) {
                 if e.kind() != IoKind::AlreadyExists {
                     return Err(Error::io("cannot create topic directory", &sub_dir, e));
                 }
@@ -1103,6 +1103,15 @@ fn latest_per_id(records: Vec<Record>) -> Vec<Record> {
         last.insert(r.event.id().unwrap_or(b"").to_vec(), r.seq);
     }
     records.into_iter().filter(|r| last.get(r.event.id().unwrap_or(b"")) == Some(&r.seq)).collect()
+}
+
+/// Creates one topic directory with the store's mode (setgid, group
+/// writable, whatever the umask), so files inside keep the directory's
+/// group. Fails with `AlreadyExists` if another process was first.
+fn create_topic_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::DirBuilder::new().mode(DIR_MODE).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
 }
 
 fn read_names(root: &Path) -> Result<Vec<String>> {
