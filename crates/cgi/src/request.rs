@@ -1,0 +1,428 @@
+//! A PubSub request: CGI/1.1 (RFC 3875) environment variables and body, or
+//! the pieces of a plain HTTP request, reduced to what the protocol needs.
+//!
+//! Written by hand, because the protocol has quirks no CGI crate has: POST
+//! bodies are form data whatever their `Content-Type` (PROTOCOL.md 3.8),
+//! both `&` and `;` separate pairs, and values are raw bytes.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use kn_journal::Event;
+
+use crate::form::{self, Params};
+use crate::{Error, ErrorKind};
+
+/// The parameters that steer a request and never become event elements
+/// (PROTOCOL.md section 3).
+pub const CONTROL_PARAMETERS: [&str; 7] =
+    ["do_method", "kn_from", "kn_to", "kn_debug", "kn_status_from", "kn_status_to", "kn_response_format"];
+
+/// The HTTP method of a request. Only `GET` and `POST` are served; every
+/// other method, `HEAD` included, is answered `501`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `GET`.
+    Get,
+    /// `POST`: the body is read and parsed as form data.
+    Post,
+    /// `HEAD`: answered `501` with headers only.
+    Head,
+    /// Any other method, as sent.
+    Other(String),
+}
+
+impl Method {
+    /// Recognises a method name (case-sensitive, as HTTP is).
+    pub fn parse(name: &str) -> Method {
+        match name {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "HEAD" => Method::Head,
+            other => Method::Other(other.to_owned()),
+        }
+    }
+
+    /// The method's name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Head => "HEAD",
+            Method::Other(name) => name,
+        }
+    }
+
+    /// True for the methods `pubsub.cgi` answers (`GET`, `POST`); the
+    /// others get [`Response::not_implemented`](crate::Response::not_implemented).
+    pub fn is_supported(&self) -> bool {
+        matches!(self, Method::Get | Method::Post)
+    }
+}
+
+/// Limits on what a request may bring.
+///
+/// ```
+/// use kn_cgi::Limits;
+/// assert_eq!(Limits::default().max_body(), 16 << 20);
+/// assert_eq!(Limits::new().with_max_body(10).max_body(), 10);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    max_body: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_body: 16 << 20 }
+    }
+}
+
+impl Limits {
+    /// The default limits (a 16 MiB body).
+    pub fn new() -> Limits {
+        Limits::default()
+    }
+
+    /// Sets the largest request body accepted, in bytes; a larger
+    /// `CONTENT_LENGTH` fails with [`ErrorKind::TooLarge`] before any of
+    /// the body is read.
+    pub fn with_max_body(mut self, bytes: u64) -> Limits {
+        self.max_body = bytes;
+        self
+    }
+
+    /// The largest request body accepted, in bytes.
+    pub fn max_body(&self) -> u64 {
+        self.max_body
+    }
+}
+
+/// The pieces of a plain HTTP request, for serving the protocol from an
+/// in-process HTTP server mounted at `script_name`
+/// ([`Request::from_http`]).
+#[derive(Clone, Debug, Default)]
+pub struct HttpRequest {
+    /// The method, e.g. `GET`.
+    pub method: String,
+    /// The path after the mount point, still percent-encoded as on the
+    /// request line, e.g. `/what/chat` (empty when none).
+    pub path_info: Vec<u8>,
+    /// The query string without its `?`.
+    pub query: Vec<u8>,
+    /// The request headers as `(name, value)`, names in any case.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The complete body.
+    pub body: Vec<u8>,
+    /// The mount point, e.g. `/kn`: the path of the "script".
+    pub script_name: String,
+    /// The server's own name, for requests without `Host`.
+    pub server_name: String,
+    /// The port the server listens on.
+    pub server_port: u16,
+    /// True when the connection is TLS.
+    pub https: bool,
+    /// The authenticated user, if the server authenticates.
+    pub remote_user: Option<String>,
+}
+
+/// A parsed PubSub request.
+///
+/// Parameters come from the query string, then (for `POST`) from the body,
+/// in that order, so the first value of a name sent in both places is the
+/// query string's.
+#[derive(Clone, Debug)]
+pub struct Request {
+    method: Method,
+    params: Params,
+    path_info: Vec<u8>,
+    script_name: String,
+    server_url: String,
+    remote_user: Option<String>,
+    last_event_id: Option<Vec<u8>>,
+}
+
+impl Request {
+    /// Reads a CGI/1.1 request from environment variables `vars` and the
+    /// request body on `body`.
+    ///
+    /// For `POST`, exactly `CONTENT_LENGTH` bytes are read from `body` and
+    /// parsed as form data, whatever `CONTENT_TYPE` says. Methods other
+    /// than `GET` and `POST` get no parameters at all (neither query nor
+    /// body is looked at), so that they are always answered `501`.
+    ///
+    /// Errors: [`ErrorKind::TooLarge`] when `CONTENT_LENGTH` exceeds
+    /// `limits` (nothing read), [`ErrorKind::BadForm`] for a malformed
+    /// `%` escape, [`ErrorKind::BadRequest`] for a bad `CONTENT_LENGTH` or a
+    /// short body, [`ErrorKind::Io`] when reading fails.
+    pub fn from_cgi_env<I, K, V, R>(vars: I, body: R, limits: &Limits) -> Result<Request, Error>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+        R: Read,
+    {
+        let env = Env(vars.into_iter().map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec())).collect());
+        let method = Method::parse(&env.text("REQUEST_METHOD").unwrap_or_else(|| "GET".to_owned()));
+        let params = match method {
+            Method::Get => query_params(&env)?,
+            Method::Post => {
+                let mut params = query_params(&env)?;
+                params.extend(body_params(&env, body, limits)?);
+                params
+            }
+            Method::Head | Method::Other(_) => Params::new(),
+        };
+        let script_name = env.text("SCRIPT_NAME").unwrap_or_default();
+        Ok(Request {
+            server_url: server_url(&env, &script_name),
+            method,
+            params,
+            path_info: env.get("PATH_INFO").unwrap_or_default().to_vec(),
+            script_name,
+            remote_user: env.text("REMOTE_USER").filter(|u| !u.is_empty()),
+            last_event_id: env.get("HTTP_LAST_EVENT_ID").map(<[u8]>::to_vec),
+        })
+    }
+
+    /// Reads the request of this CGI process: its environment and stdin.
+    pub fn from_process(limits: &Limits) -> Result<Request, Error> {
+        Request::from_cgi_env(std::env::vars_os().map(|(k, v)| (os_bytes(k), os_bytes(v))), std::io::stdin().lock(), limits)
+    }
+
+    /// Builds the request from a plain HTTP request, with exactly the
+    /// semantics of the same request passed through a web server to
+    /// [`Request::from_cgi_env`]: headers become `HTTP_*` variables, the
+    /// path is percent-decoded into `PATH_INFO`.
+    ///
+    /// ```
+    /// use kn_cgi::{HttpRequest, Limits, Request};
+    ///
+    /// let http = HttpRequest {
+    ///     method: "GET".into(),
+    ///     path_info: b"/who/%CE%BA/kn_journal".to_vec(),
+    ///     query: b"kn_response_format=simple".to_vec(),
+    ///     headers: vec![("Host".into(), b"example.org:8080".to_vec())],
+    ///     script_name: "/kn".into(),
+    ///     server_name: "0.0.0.0".into(),
+    ///     server_port: 8080,
+    ///     ..HttpRequest::default()
+    /// };
+    /// let request = Request::from_http(http, &Limits::default()).unwrap();
+    /// assert_eq!(request.path_info(), "/who/κ/kn_journal".as_bytes());
+    /// assert_eq!(request.server_url(), "http://example.org:8080/kn");
+    /// ```
+    pub fn from_http(http: HttpRequest, limits: &Limits) -> Result<Request, Error> {
+        let mut vars: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"REQUEST_METHOD".to_vec(), http.method.into_bytes()),
+            (b"QUERY_STRING".to_vec(), http.query),
+            (b"SCRIPT_NAME".to_vec(), http.script_name.into_bytes()),
+            (b"SERVER_NAME".to_vec(), http.server_name.into_bytes()),
+            (b"SERVER_PORT".to_vec(), http.server_port.to_string().into_bytes()),
+            (b"CONTENT_LENGTH".to_vec(), http.body.len().to_string().into_bytes()),
+        ];
+        if !http.path_info.is_empty() {
+            vars.push((b"PATH_INFO".to_vec(), form::decode_path(&http.path_info)?));
+        }
+        if http.https {
+            vars.push((b"HTTPS".to_vec(), b"on".to_vec()));
+        }
+        if let Some(user) = http.remote_user {
+            vars.push((b"REMOTE_USER".to_vec(), user.into_bytes()));
+        }
+        for (name, value) in http.headers {
+            vars.push((header_variable(&name).into_bytes(), value));
+        }
+        Request::from_cgi_env(vars, http.body.as_slice(), limits)
+    }
+
+    /// The HTTP method.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Every parameter, in order (query string first, then body).
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The first value of parameter `name`.
+    pub fn param(&self, name: impl AsRef<[u8]>) -> Option<&[u8]> {
+        self.params.get(name)
+    }
+
+    /// Every value of parameter `name`, in order.
+    pub fn params_all<'a>(&'a self, name: impl AsRef<[u8]> + 'a) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.params.get_all(name)
+    }
+
+    /// True when the request carries no parameter at all (then, without
+    /// `do_method`, it is a request for `help`).
+    pub fn has_params(&self) -> bool {
+        !self.params.is_empty()
+    }
+
+    /// The path after the script, decoded (`PATH_INFO`): the default topic.
+    /// Empty when there is none.
+    pub fn path_info(&self) -> &[u8] {
+        &self.path_info
+    }
+
+    /// The script's own path (`SCRIPT_NAME`), e.g. `/kn`.
+    pub fn script_name(&self) -> &str {
+        &self.script_name
+    }
+
+    /// The absolute URL of the script, e.g. `http://127.0.0.1:8080/kn`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// The user the web server authenticated (`REMOTE_USER`), if any.
+    pub fn remote_user(&self) -> Option<&str> {
+        self.remote_user.as_deref()
+    }
+
+    /// The `Last-Event-ID` header of an `EventSource` reconnect.
+    pub fn last_event_id(&self) -> Option<&[u8]> {
+        self.last_event_id.as_deref()
+    }
+
+    /// The event elements the request carries: the first value of every
+    /// parameter that is not one of [`CONTROL_PARAMETERS`].
+    ///
+    /// ```
+    /// use kn_cgi::{form::Params, Limits, Request};
+    /// use std::collections::HashMap;
+    ///
+    /// let env = HashMap::from([("QUERY_STRING", "kn_to=/a;kn_payload=x;dup=1;dup=2")]);
+    /// let event = Request::from_cgi_env(&env, std::io::empty(), &Limits::default()).unwrap().elements();
+    /// assert_eq!(event.get("dup"), Some(&b"1"[..]));
+    /// assert_eq!(event.payload(), b"x");
+    /// assert!(!event.contains("kn_to"));
+    /// ```
+    pub fn elements(&self) -> Event {
+        let is_control = |name: &[u8]| CONTROL_PARAMETERS.iter().any(|c| c.as_bytes() == name);
+        Event::from_pairs(self.params.first_values().into_iter().filter(|(name, _)| !is_control(name)))
+    }
+}
+
+/// The environment of one CGI request.
+struct Env(HashMap<Vec<u8>, Vec<u8>>);
+
+impl Env {
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.get(name.as_bytes()).map(Vec::as_slice)
+    }
+
+    fn text(&self, name: &str) -> Option<String> {
+        self.get(name).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+fn query_params(env: &Env) -> Result<Params, Error> {
+    Params::parse(env.get("QUERY_STRING").unwrap_or_default()).map_err(|e| in_context(e, "in the query string"))
+}
+
+fn body_params(env: &Env, body: impl Read, limits: &Limits) -> Result<Params, Error> {
+    let length = content_length(env, limits)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
+    body.take(length).read_to_end(&mut bytes).map_err(|e| Error::io("reading the request body", e))?;
+    if (bytes.len() as u64) < length {
+        return Err(Error::new(
+            ErrorKind::BadRequest,
+            format!("the request body ended after {} of its {length} bytes (CONTENT_LENGTH)", bytes.len()),
+        ));
+    }
+    Params::parse(&bytes).map_err(|e| in_context(e, "in the request body"))
+}
+
+/// `CONTENT_LENGTH`, checked against the limit before anything is read.
+fn content_length(env: &Env, limits: &Limits) -> Result<u64, Error> {
+    let raw = env.get("CONTENT_LENGTH").unwrap_or_default();
+    let text = std::str::from_utf8(raw).unwrap_or("").trim();
+    if raw.is_empty() {
+        return Ok(0);
+    }
+    let length: u64 = match text.parse() {
+        Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("bad CONTENT_LENGTH '{}': expected a byte count", crate::show(raw, 40)),
+            ))
+        }
+    };
+    if length > limits.max_body {
+        return Err(Error::new(
+            ErrorKind::TooLarge,
+            format!("the request body of {length} bytes is larger than the limit of {} bytes", limits.max_body),
+        ));
+    }
+    Ok(length)
+}
+
+fn in_context(err: Error, context: &str) -> Error {
+    Error::new(err.kind(), format!("{} ({context})", err.message()))
+}
+
+/// The absolute URL of the script: `http[s]://host[:port]<SCRIPT_NAME>`,
+/// from `HTTP_HOST` when it is a plausible host, else from `SERVER_NAME`
+/// and `SERVER_PORT` (an HTTP/1.0 request without `Host`). The default port
+/// of the scheme is never written.
+fn server_url(env: &Env, script_name: &str) -> String {
+    let https = is_https(env);
+    let (scheme, default_port) = if https { ("https", "443") } else { ("http", "80") };
+    let authority = match env.get("HTTP_HOST").filter(|h| is_plausible_host(h)) {
+        Some(host) => String::from_utf8_lossy(host).into_owned(),
+        None => server_authority(env),
+    };
+    let authority = match authority.strip_suffix(default_port).and_then(|a| a.strip_suffix(':')) {
+        Some(bare) if !bare.is_empty() => bare.to_owned(),
+        _ => authority,
+    };
+    format!("{scheme}://{authority}{script_name}")
+}
+
+fn is_https(env: &Env) -> bool {
+    let on = |v: &[u8]| !v.is_empty() && !v.eq_ignore_ascii_case(b"off") && v != b"0";
+    env.get("HTTPS").is_some_and(on) || env.get("REQUEST_SCHEME").is_some_and(|s| s.eq_ignore_ascii_case(b"https"))
+}
+
+/// `SERVER_NAME[:SERVER_PORT]`, bracketing a bare IPv6 address.
+fn server_authority(env: &Env) -> String {
+    let name = env.text("SERVER_NAME").filter(|n| is_plausible_host(n.as_bytes())).unwrap_or_else(|| "localhost".to_owned());
+    let name = if name.contains(':') && !name.starts_with('[') { format!("[{name}]") } else { name };
+    match env.text("SERVER_PORT") {
+        Some(port) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => format!("{name}:{port}"),
+        _ => name,
+    }
+}
+
+/// A `Host` is client-supplied: accept only what a host name, an IP
+/// literal and a port are made of, so it cannot smuggle a path or a quote
+/// into the server URL.
+fn is_plausible_host(host: &[u8]) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'))
+}
+
+/// `Content-Type` → `CONTENT_TYPE`, `X-Foo` → `HTTP_X_FOO` (RFC 3875 4.1.18).
+fn header_variable(name: &str) -> String {
+    let upper = name.to_ascii_uppercase().replace('-', "_");
+    match upper.as_str() {
+        "CONTENT_TYPE" => upper,
+        _ => format!("HTTP_{upper}"),
+    }
+}
+
+#[cfg(unix)]
+fn os_bytes(s: std::ffi::OsString) -> Vec<u8> {
+    std::os::unix::ffi::OsStringExt::into_vec(s)
+}
+
+#[cfg(not(unix))]
+fn os_bytes(s: std::ffi::OsString) -> Vec<u8> {
+    s.to_string_lossy().into_owned().into_bytes()
+}
