@@ -49,16 +49,22 @@
 
 use std::fmt;
 
+pub mod assets;
+pub mod cgi;
+pub mod cli;
 pub mod form;
 pub mod format;
+pub mod handler;
 pub mod request;
 pub mod response;
+pub mod selftest;
 
 pub use form::Params;
 pub use format::{status_event, Format, Page};
 pub use kn_journal::fresh_id;
 pub use kn_journal::Event;
 pub use request::{HttpRequest, Limits, Method, Request};
+pub use handler::{Handler, Options, Reply, TunnelReply};
 pub use response::{Head, Response, Status, TunnelWriter};
 
 /// What kind of failure an [`Error`] is; [`ErrorKind::status`] is the

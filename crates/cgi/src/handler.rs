@@ -1,0 +1,574 @@
+//! The request handler: one [`Request`] in, one [`Reply`] out. It parses
+//! what the request asks for, calls `kn-journal`, and formats the answer;
+//! every PubSub rule lives in the journal.
+//!
+//! The same handler runs as a CGI process (one request, then exit) and
+//! inside `pubsub-cgi serve` (many requests, shared [`Store`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use kn_journal::{
+    parse_expires, Destination, ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
+};
+
+use crate::form::Params;
+use crate::format::{js, status_event, Format, Page};
+use crate::request::Request;
+use crate::response::{Head, Response, Status};
+
+/// What a handled request answers.
+pub enum Reply {
+    /// A complete response, to be written with one write.
+    Done(Response),
+    /// A tunnel: a streaming response that follows a topic.
+    Tunnel(Box<TunnelReply>),
+}
+
+/// Settings of the handler.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often an idle tunnel writes a keep-alive: often enough that a web
+    /// server's output timeout never fires and a vanished client is noticed
+    /// (by the failed write) within seconds.
+    pub keep_alive: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { keep_alive: Duration::from_secs(1) }
+    }
+}
+
+/// The PubSub request handler.
+pub struct Handler {
+    store: Arc<Store>,
+    options: Options,
+}
+
+/// Why a request failed: a status and a human-readable payload.
+struct Failure {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Failure {
+        Failure { code, reason, message: message.into() }
+    }
+
+    /// A journal error, with the reason phrase the original used for the
+    /// step that failed where it had one.
+    fn journal(err: kn_journal::Error, bad_name_reason: &'static str) -> Failure {
+        let (code, reason) = match err.kind() {
+            JournalKind::BadTopic => (400, bad_name_reason),
+            JournalKind::BadRequest => (400, "Bad request"),
+            kind => kind.status(),
+        };
+        Failure::new(code, reason, err.message())
+    }
+}
+
+type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
+
+/// The parameters that are never event elements (PROTOCOL.md 3).
+const CONTROL: &[&[u8]] =
+    &[b"do_method", b"kn_from", b"kn_to", b"kn_debug", b"kn_status_from", b"kn_status_to", b"kn_response_format"];
+
+fn elements_of(params: &Params) -> Event {
+    Event::from_pairs(params.first_values().into_iter().filter(|(n, _)| !CONTROL.contains(n)))
+}
+
+impl Handler {
+    /// A handler over `store`.
+    pub fn new(store: Arc<Store>, options: Options) -> Handler {
+        Handler { store, options }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, request: &Request) -> Reply {
+        if !request.method().is_supported() {
+            let head_only = request.method().as_str() == "HEAD";
+            return Reply::Done(Response::not_implemented(head_only));
+        }
+        // Absolute URLs naming this server are local topics; remember every
+        // URL we are reached by (the original's `.names`).
+        let _ = self.store.add_server_name(request.server_url());
+        let params = request.params();
+        let page = Page::new(request.server_url());
+        let format = match Format::from_param(params.get("kn_response_format")) {
+            Ok(f) => f,
+            Err(err) => {
+                let status = status_event(403, "Unsupported kn_response_format value", err.message(), params.get("kn_status_from"));
+                return self.done(Format::Js, &page, vec![status]);
+            }
+        };
+        let method = match params.get("do_method") {
+            Some(m) => String::from_utf8_lossy(m).into_owned(),
+            None if !request.has_params() => "help".to_string(),
+            None if request.method().as_str() == "POST" => "notify".to_string(),
+            None => "route".to_string(),
+        };
+        let status_from = params.get("kn_status_from");
+        match method.as_str() {
+            "notify" | "route" | "batch" | "replay" => {}
+            "whoami" => return Reply::Done(self.whoami(request)),
+            "lib" | "libform" | "lib2form" => return Reply::Done(self.lib(request, &method)),
+            "blank" => return Reply::Done(self.blank(request)),
+            "help" => return Reply::Done(self.help(request)),
+            "test" => return Reply::Done(self.test(request)),
+            other => {
+                let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{other}'"), status_from);
+                return self.reply_statuses(request, format, &page, vec![status]);
+            }
+        }
+        if method == "route" && is_tunnel_request(params) {
+            return match self.tunnel(request, params, request.path_info(), format) {
+                Ok(t) => Reply::Tunnel(Box::new(t)),
+                Err(f) => self.reply_statuses(request, format, &page, vec![failure_event(f, status_from)]),
+            };
+        }
+        let statuses_to = self.status_topic(params);
+        let mut statuses = Vec::new();
+        if method == "batch" {
+            let batch = status_event(200, "Processing batch", "", status_from);
+            self.emit(&statuses_to, &mut statuses, batch);
+            for (i, entry) in params.get_all("kn_batch").enumerate() {
+                let event = match Params::parse(entry) {
+                    Ok(sub) => {
+                        let sub_from = sub.get("kn_status_from").map(<[u8]>::to_vec);
+                        let outcome = self.batch_entry(&sub);
+                        outcome_event(outcome, sub_from.as_deref())
+                    }
+                    Err(err) => status_event(400, "Bad batch entry", format!("kn_batch entry {}: {}", i + 1, err.message()), None),
+                };
+                self.emit(&statuses_to, &mut statuses, event);
+            }
+        } else {
+            let outcome = self.single(&method, params, request.path_info());
+            self.emit(&statuses_to, &mut statuses, outcome_event(outcome, status_from));
+        }
+        match statuses_to {
+            Some(_) => Reply::Done(Response::forwarded()),
+            None => self.done(format, &page, statuses),
+        }
+    }
+
+    /// One notify, static route, route deletion or replay.
+    fn single(&self, method: &str, params: &Params, path_info: &[u8]) -> Outcome {
+        match method {
+            "notify" => self.notify(params, path_info),
+            "route" => self.route(params, path_info),
+            "replay" => Err(Failure::new(
+                501,
+                "Not Implemented",
+                "do_method=replay needs the replay sensor (kn-sensors), which is not installed on this server",
+            )),
+            _ => Err(Failure::new(400, "can't batch that", format!("can't batch do_method '{method}'"))),
+        }
+    }
+
+    fn batch_entry(&self, sub: &Params) -> Outcome {
+        let method = sub.get("do_method").map(|m| String::from_utf8_lossy(m).into_owned()).unwrap_or_default();
+        match method.as_str() {
+            "notify" | "replay" => self.single(&method, sub, b""),
+            "route" if !is_tunnel_request(sub) => self.single(&method, sub, b""),
+            _ => Err(Failure::new(400, "can't batch that", format!("can't batch do_method '{method}'"))),
+        }
+    }
+
+    /// The topic named by `param` (a name or absolute URL), else path info.
+    fn topic_param(&self, params: &Params, param: &str, path_info: &[u8], what: &'static str) -> Result<Topic, Failure> {
+        let name = match params.get(param) {
+            Some(n) => n,
+            None if !path_info.is_empty() => path_info,
+            None => return Err(Failure::new(400, what, format!("no topic: give {param} or a path after the script"))),
+        };
+        match self.store.resolve(name) {
+            Ok(Destination::Local(topic)) => Ok(topic),
+            Ok(Destination::Remote(url)) => {
+                Err(Failure::new(403, "Proxying not supported", format!("'{url}' is not a topic of this server; proxying is not supported")))
+            }
+            Err(err) => Err(Failure::journal(err, what)),
+        }
+    }
+
+    fn notify(&self, params: &Params, path_info: &[u8]) -> Outcome {
+        let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
+        let report = self.store.notify(&topic, elements_of(params)).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
+        Ok((200, "Notified", wrote_lines(&report.writes)))
+    }
+
+    fn route(&self, params: &Params, path_info: &[u8]) -> Outcome {
+        let from = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
+        let to = params.get("kn_to").unwrap_or_default();
+        let mut elements = elements_of(params);
+        elements.remove(KN_PAYLOAD);
+        let report = if to.is_empty() {
+            let Some(id) = params.get("kn_id").filter(|id| !id.is_empty()) else {
+                return Err(Failure::new(400, "Bad request", "deleting a route (empty kn_to) needs the route's kn_id"));
+            };
+            self.store.delete_route(&from, id, params.get("kn_expires"))
+        } else {
+            self.store.route(&from, to, elements)
+        };
+        let report = report.map_err(|e| Failure::journal(e, "bad route destination"))?;
+        if report.ignored {
+            return Ok((200, "Ignored route", b"was a duplicate\n".to_vec()));
+        }
+        Ok((200, "Routed", wrote_lines(&report.writes)))
+    }
+
+    /// Where status events go instead of the response (`kn_status_to`).
+    fn status_topic(&self, params: &Params) -> Option<Option<Topic>> {
+        let name = params.get("kn_status_to")?;
+        Some(match self.store.resolve(name) {
+            Ok(Destination::Local(t)) => Some(t),
+            _ => None,
+        })
+    }
+
+    /// Records a status event: posted to the `kn_status_to` topic when there
+    /// is one (a stale journal silently drops it, as the original did),
+    /// else kept for the response.
+    fn emit(&self, to: &Option<Option<Topic>>, statuses: &mut Vec<Event>, event: Event) {
+        match to {
+            Some(Some(topic)) => {
+                let _ = self.store.notify(topic, event);
+            }
+            Some(None) => {}
+            None => statuses.push(event),
+        }
+    }
+
+    fn reply_statuses(&self, request: &Request, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {
+        let to = self.status_topic(request.params());
+        if to.is_some() {
+            let mut none = Vec::new();
+            for s in statuses {
+                self.emit(&to, &mut none, s);
+            }
+            return Reply::Done(Response::forwarded());
+        }
+        self.done(format, page, statuses)
+    }
+
+    fn done(&self, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {
+        match Response::events(format, page, &statuses) {
+            Ok(r) => Reply::Done(r),
+            Err(_) => Reply::Done(Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new())),
+        }
+    }
+
+    // ----- tunnels ----------------------------------------------------------
+
+    fn tunnel(&self, request: &Request, params: &Params, path_info: &[u8], format: Format) -> Result<TunnelReply, Failure> {
+        let topic = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
+        let mut selection = Selection::from_params(&elements_of(params)).map_err(|e| Failure::journal(e, "Bad request"))?;
+        if format == Format::Sse {
+            // EventSource resumes with a Last-Event-ID header; its first
+            // connection can only carry a query parameter.
+            if let Some(id) = request.last_event_id().or(params.get("last_event_id")) {
+                selection.since_checkpoint = Some(id.to_vec());
+            }
+        }
+        let deadline = match params.get("kn_expires") {
+            Some(v) => {
+                let t = kn_journal::now();
+                let at = parse_expires(v, t).map_err(|e| Failure::journal(e, "Bad request"))?;
+                at.map(|at| Instant::now() + Duration::from_secs_f64((at - t).max(0.0)))
+            }
+            None => None,
+        };
+        let start = self.store.tunnel(&topic, &selection).map_err(|e| Failure::journal(e, "bad route source topic name"))?;
+        let mut payload = wrote_lines(&start.created.writes);
+        payload.extend_from_slice(format!("Watching for events in topic '{topic}'.").as_bytes());
+        let status = status_event(200, "Watching topic", payload, params.get("kn_status_from"));
+        let page = Page::new(request.server_url()).for_tunnel();
+        let mut head = Head::new(Some(Status::new(200, "Watching topic")), format.content_type());
+        if format == Format::Sse {
+            head = head.with("Cache-Control", "no-cache").with("X-Accel-Buffering", "no");
+        }
+        let mut first = format.prologue(&page, &status);
+        format.write_event(&mut first, &status);
+        first.extend_from_slice(format.padding());
+        let mut initial = Vec::new();
+        if format == Format::Sse && matches!(start.initial.resume, Resume::Gap | Resume::Unknown) && selection.since_checkpoint.is_some() {
+            let gap = status_event(
+                205,
+                "Reset Content",
+                "the requested resume point is no longer retained: events may have been missed; showing everything retained",
+                params.get("kn_status_from"),
+            );
+            format.write_event(&mut initial, &gap);
+        }
+        for e in &start.initial.events {
+            format.write_event(&mut initial, e);
+        }
+        if !initial.is_empty() {
+            initial.extend_from_slice(format.padding());
+        }
+        Ok(TunnelReply {
+            head,
+            first,
+            initial,
+            tunnel: start.tunnel,
+            format,
+            deadline,
+            keep_alive: self.options.keep_alive,
+        })
+    }
+
+    // ----- the other methods ------------------------------------------------
+
+    fn whoami(&self, request: &Request) -> Response {
+        let user = request.remote_user().unwrap_or("anonymous");
+        let display = request.remote_user().unwrap_or("Anonymous User");
+        let mut body = Vec::new();
+        body.extend_from_slice(b"window.kn_userid = '");
+        js_single_quoted(user.as_bytes(), &mut body);
+        body.extend_from_slice(b"';window.kn_displayname = '");
+        js_single_quoted(display.as_bytes(), &mut body);
+        body.extend_from_slice(b"';\r\n");
+        body.extend_from_slice(&self.prologue_script());
+        body.extend_from_slice(b"\r\nif (! window.kn_server) window.kn_server = '");
+        js_single_quoted(request.script_name().as_bytes(), &mut body);
+        body.extend_from_slice(b"';");
+        Response::new(cacheable(Head::new(None, "application/x-javascript; charset=utf-8")), body)
+    }
+
+    /// The optional site prologue: `kn_apps/kn_lib/prologue.js` beside the
+    /// event store, as the original laid it out.
+    fn prologue_script(&self) -> Vec<u8> {
+        let path = self.store.root().join("../kn_apps/kn_lib/prologue.js");
+        std::fs::read(path).unwrap_or_default()
+    }
+
+    fn lib(&self, request: &Request, method: &str) -> Response {
+        let mut response = self.whoami(request);
+        response.body.extend_from_slice(b"\n");
+        response.body.extend_from_slice(crate::assets::CLIENT_JS.as_bytes());
+        if method != "lib" {
+            response.body.extend_from_slice(crate::assets::FORM_JS.as_bytes());
+            let two_way = if method == "lib2form" { "true" } else { "false" };
+            response.body.extend_from_slice(format!("\nkn__formInit({two_way});\n").as_bytes());
+        }
+        response
+    }
+
+    fn blank(&self, request: &Request) -> Response {
+        let mut body = js::start_html(
+            b"This Space Intentionally Left Blank\n",
+            &format!(
+                "{}<script type=\"text/javascript\"><!--\nif (parent.kn_redrawCallback) parent.kn_redrawCallback(window);\n// --></script>\n",
+                js::whoami_script(request.server_url())
+            ),
+            "<body>\n",
+        );
+        body.extend_from_slice(b"</body>\n</html>\n");
+        Response::new(cacheable(Head::new(None, "text/html; charset=utf-8")), body)
+    }
+
+    fn help(&self, request: &Request) -> Response {
+        let url = request.server_url();
+        let mut esc = Vec::new();
+        js::html_escape(url.as_bytes(), &mut esc);
+        let url = String::from_utf8_lossy(&esc);
+        let body = crate::assets::HELP_HTML.replace("{SERVER}", &url);
+        Response::new(Head::new(None, "text/html; charset=utf-8"), body.into_bytes())
+    }
+
+    /// `do_method=test`: the server's self-checks; `FAIL` appears only if
+    /// one failed.
+    fn test(&self, request: &Request) -> Response {
+        let mut body = js::start_html(b"PubSub server self-test", "", "<body>\n");
+        for (name, result) in crate::selftest::run(&self.store, request) {
+            let mut line = Vec::new();
+            js::html_escape(name.as_bytes(), &mut line);
+            body.extend_from_slice(b"<h1>");
+            body.extend_from_slice(&line);
+            body.extend_from_slice(b"</h1><p> ");
+            match result {
+                Ok(()) => body.extend_from_slice(b"Success.\n"),
+                Err(why) => {
+                    body.extend_from_slice(b"FAIL: ");
+                    js::html_escape(why.as_bytes(), &mut body);
+                    body.extend_from_slice(b"\n");
+                }
+            }
+        }
+        body.extend_from_slice(b"</body>\n</html>\n");
+        Response::new(Head::new(None, "text/html; charset=utf-8"), body)
+    }
+}
+
+fn is_tunnel_request(params: &Params) -> bool {
+    match params.get("kn_to") {
+        None => true,
+        Some(to) => to.len() >= 11 && to[..11].eq_ignore_ascii_case(b"javascript:"),
+    }
+}
+
+fn outcome_event(outcome: Outcome, status_from: Option<&[u8]>) -> Event {
+    match outcome {
+        Ok((code, reason, payload)) => status_event(code, reason, payload, status_from),
+        Err(f) => failure_event(f, status_from),
+    }
+}
+
+fn failure_event(f: Failure, status_from: Option<&[u8]>) -> Event {
+    status_event(f.code, f.reason, f.message, status_from)
+}
+
+/// `Wrote to '<topic>' (<id>)` lines, as the original's status payloads.
+fn wrote_lines(writes: &[Write]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for w in writes {
+        out.extend_from_slice(format!("Wrote to '{}' (", w.topic).as_bytes());
+        out.extend_from_slice(&w.id);
+        out.extend_from_slice(b")\n");
+    }
+    out
+}
+
+/// A JavaScript single-quoted string body: the js escapes plus `'`.
+fn js_single_quoted(text: &[u8], out: &mut Vec<u8>) {
+    for &b in text {
+        if b == b'\'' {
+            out.extend_from_slice(b"\\x27");
+        } else {
+            js::escape_string(&[b], out);
+        }
+    }
+}
+
+/// Cacheable for a day, as the original's whoami and blank.
+fn cacheable(head: Head) -> Head {
+    let now = SystemTime::now();
+    let tomorrow = now + Duration::from_secs(86_400);
+    let mut head = head;
+    head.headers.insert(0, ("Expires".to_string(), httpdate::fmt_http_date(tomorrow)));
+    head.headers.insert(1, ("Date".to_string(), httpdate::fmt_http_date(now)));
+    head
+}
+
+/// A tunnel being served: the first bytes (status event and padding), the
+/// initial burst, then events as they land. [`TunnelReply::run`] drives it
+/// in a CGI process; an async server uses the step methods.
+pub struct TunnelReply {
+    /// Status and headers (no length: the body streams).
+    pub head: Head,
+    first: Vec<u8>,
+    initial: Vec<u8>,
+    tunnel: Tunnel,
+    format: Format,
+    deadline: Option<Instant>,
+    keep_alive: Duration,
+}
+
+impl TunnelReply {
+    /// The page prologue, the `200 Watching topic` status event and the
+    /// padding: what must reach the client at once.
+    pub fn take_first(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.first)
+    }
+
+    /// The initially selected events and their padding (empty if none).
+    pub fn take_initial(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.initial)
+    }
+
+    /// New events since the last call, encoded with their padding; `None`
+    /// when nothing is new. Never blocks for long (a file read).
+    pub fn next_chunk(&mut self, store: &Store) -> kn_journal::Result<Option<Vec<u8>>> {
+        let events = self.tunnel.next(store)?;
+        Ok(self.encode(&events))
+    }
+
+    fn encode(&self, events: &[Event]) -> Option<Vec<u8>> {
+        if events.is_empty() {
+            return None;
+        }
+        let mut out = Vec::new();
+        for e in events {
+            self.format.write_event(&mut out, e);
+        }
+        out.extend_from_slice(self.format.padding());
+        Some(out)
+    }
+
+    /// An armed wakeup (a `Future`) for async servers: arm, call
+    /// [`TunnelReply::next_chunk`], then await it.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.tunnel.listen()
+    }
+
+    /// The longest to wait for a wakeup before re-reading anyway.
+    pub fn poll_interval(&self) -> Duration {
+        self.tunnel.poll_interval()
+    }
+
+    /// What to write when idle, and how often.
+    pub fn keep_alive(&self) -> (&'static [u8], Duration) {
+        (self.format.keep_alive(), self.keep_alive)
+    }
+
+    /// When the tunnel's `kn_expires` closes it.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Ends a tunnel whose `kn_expires` passed: the journal becomes stale
+    /// at once; returns the closing bytes of the page.
+    pub fn finish(&self, store: &Store) -> Vec<u8> {
+        if self.tunnel.topic().is_journal() {
+            let _ = store.expire(self.tunnel.topic());
+        }
+        self.format.trailer().to_vec()
+    }
+
+    /// Serves the tunnel on a blocking writer until the client goes away
+    /// (a write fails) or `kn_expires` passes. Wakes on appends by any
+    /// process (no polling loop where change notification works).
+    pub fn run(mut self, store: &Store, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut bytes = self.head.to_cgi_bytes(None);
+        bytes.extend_from_slice(&self.take_first());
+        write_flush(out, &bytes)?;
+        let initial = self.take_initial();
+        if !initial.is_empty() {
+            write_flush(out, &initial)?;
+        }
+        let (keep_alive, every) = self.keep_alive();
+        let mut last_write = Instant::now();
+        loop {
+            let now = Instant::now();
+            if let Some(deadline) = self.deadline {
+                if now >= deadline {
+                    let trailer = self.finish(store);
+                    return write_flush(out, &trailer);
+                }
+            }
+            let until_keep_alive = every.saturating_sub(now.duration_since(last_write));
+            let wait = self.deadline.map(|d| d.saturating_duration_since(now)).unwrap_or(until_keep_alive).min(until_keep_alive);
+            let events = self.tunnel.wait(store, wait).map_err(std::io::Error::other)?;
+            if let Some(chunk) = self.encode(&events) {
+                write_flush(out, &chunk)?;
+                last_write = Instant::now();
+            } else if last_write.elapsed() >= every {
+                write_flush(out, keep_alive)?;
+                last_write = Instant::now();
+            }
+        }
+    }
+}
+
+fn write_flush(out: &mut impl std::io::Write, bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(bytes)?;
+    out.flush()
+}
