@@ -1,30 +1,119 @@
-//! The command line of `pubsub-cgi` when it is not run as a CGI.
+//! The command line of `pubsub-cgi` when it is not run as a CGI (a web
+//! server sets `GATEWAY_INTERFACE`, and then `main` never comes here).
 
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-pubsub-cgi: the knpubsub PubSub server
+use clap::{Args, Parser, Subcommand};
 
-USAGE:
-    pubsub.cgi                  run under a web server (CGI/1.1); the store is
-                                $KN_EVENTS, else ../kn_events beside the script
-    pubsub-cgi --help           this text
+use crate::serve::{serve, ServeConfig, MOUNT};
 
-A web server sets GATEWAY_INTERFACE; then every argument is ignored.
-See docs/DEPLOY.md for Apache, lighttpd and nginx.
-";
+const CGI_MODE: &str = "\
+CGI mode:
+    Install the binary as `pubsub.cgi` under a web server and mount it at /kn
+    (the JavaScript library's default). When the web server sets
+    GATEWAY_INTERFACE the program is a CGI/1.1 program: it serves the one
+    request in its environment and ignores every argument. The store is
+    $KN_EVENTS (e.g. Apache's `SetEnv KN_EVENTS /srv/kn_events`), else
+    ../kn_events beside the script's directory.
+
+Environment:
+    KN_EVENTS           the event store (both modes)
+    KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
+                        store settings (see crates/journal)
+
+Deployment notes: README.md.";
+
+/// `pubsub-cgi`: the knpubsub PubSub server.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pubsub-cgi",
+    version,
+    about = "knpubsub: the PubSub server, as a CGI program or as its own HTTP server",
+    after_help = CGI_MODE,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the PubSub protocol at /kn over HTTP/1.1, and static files
+    /// for every other path, until Ctrl-C.
+    ///
+    /// One persistent process with thousands of open tunnels; put it
+    /// behind Apache's mod_proxy or nginx, or use it directly.
+    Serve(ServeArgs),
+}
+
+/// The options of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// The event store [default: $KN_EVENTS, else ./kn_events].
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Serve static files from DIR for paths outside /kn (`/` is
+    /// DIR/index.html) [default: ./www if it exists].
+    #[arg(long = "static", value_name = "DIR")]
+    pub static_dir: Option<PathBuf>,
+    /// This server's URL as clients reach it, used for routes and
+    /// kn_routed_from [default: http://ADDR/kn].
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+}
+
+impl ServeArgs {
+    fn config(self) -> Result<ServeConfig, String> {
+        let listen = resolve(&self.listen)?;
+        let root = self
+            .root
+            .or_else(|| std::env::var_os("KN_EVENTS").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("kn_events"));
+        let static_dir = self.static_dir.or_else(|| Some(PathBuf::from("www")).filter(|d| d.is_dir()));
+        if let Some(url) = &self.public_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
+                return Err(format!("bad --public-url '{url}': give the absolute URL of {MOUNT}, e.g. http://example.org{MOUNT}"));
+            }
+        }
+        let mut config = ServeConfig::new(listen, root);
+        config.static_dir = static_dir;
+        config.public_url = self.public_url;
+        Ok(config)
+    }
+}
+
+fn resolve(listen: &str) -> Result<SocketAddr, String> {
+    let mut addrs = listen.to_socket_addrs().map_err(|e| format!("bad --listen address '{listen}': {e}"))?;
+    addrs.next().ok_or_else(|| format!("bad --listen address '{listen}': it resolves to nothing"))
+}
 
 /// Runs the command line.
 pub fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        None | Some("--help") | Some("-h") | Some("help") => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some(other) => {
-            eprintln!("pubsub-cgi: unknown command '{other}'\n\n{USAGE}");
-            ExitCode::from(2)
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match args.config() {
+                Ok(c) => c,
+                Err(message) => {
+                    eprintln!("pubsub-cgi serve: {message}");
+                    return ExitCode::from(2);
+                }
+            };
+            match serve(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("pubsub-cgi serve: {err}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -58,6 +58,7 @@ pub mod handler;
 pub mod request;
 pub mod response;
 pub mod selftest;
+pub mod serve;
 
 pub use form::Params;
 pub use format::{status_event, Format, Page};

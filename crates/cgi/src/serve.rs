@@ -1,0 +1,531 @@
+//! `pubsub-cgi serve`: the built-in HTTP/1.1 server.
+//!
+//! It mounts the very same [`Handler`] a CGI process runs at `/kn`, in one
+//! persistent process sharing one [`Store`] (the speed mod_perl gave the
+//! original), and serves static files from a directory for every other
+//! path. Put it behind a web server's reverse proxy (Apache `mod_proxy`,
+//! nginx `proxy_pass`) or use it directly.
+//!
+//! One-shot requests (notify, route, batch, ...) run on tokio's blocking
+//! pool: they do small file I/O, but a route to a remote server can block
+//! up to the remote timeout. A tunnel is a task awaiting a wakeup (a
+//! `Future`): no thread and no process per idle tunnel, so thousands of
+//! browsers can each hold one open.
+//!
+//! ```no_run
+//! use kn_cgi::serve::{serve, ServeConfig};
+//!
+//! let config = ServeConfig::new("127.0.0.1:8080".parse().unwrap(), "kn_events");
+//! serve(config).unwrap(); // until Ctrl-C
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::StatusCode;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use kn_journal::{Config, Store};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::format::{status_event, Format, Page};
+use crate::handler::{Handler, Options, Reply, TunnelReply};
+use crate::request::{HttpRequest, Limits, Request};
+use crate::response::Response;
+use crate::{Error, ErrorKind, Params};
+
+/// Where the protocol is mounted: the path the JavaScript library expects
+/// by default (PROTOCOL.md 3.8).
+pub const MOUNT: &str = "/kn";
+
+/// How many tunnel pieces may wait for a slow client before the tunnel
+/// itself waits: enough to never stall on a burst, small enough that a
+/// stuck client holds little memory.
+const TUNNEL_QUEUE: usize = 8;
+
+/// Threads of the blocking pool that run one-shot requests. Bounded so that
+/// a burst of requests (a thousand browsers reconnecting at once) cannot
+/// become a thousand threads; enough that a few slow remote routes do not
+/// stall every other request.
+const BLOCKING_THREADS: usize = 32;
+
+/// How `serve` runs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// The event store's root directory.
+    pub root: PathBuf,
+    /// The directory of static files served for paths outside `/kn`.
+    pub static_dir: Option<PathBuf>,
+    /// This server's URL (routes and `kn_routed_from` use it); `None` means
+    /// `http://<listen address>/kn`.
+    pub public_url: Option<String>,
+    /// The handler's settings.
+    pub options: Options,
+}
+
+impl ServeConfig {
+    /// Serves the store at `root` on `listen`, no static files.
+    pub fn new(listen: SocketAddr, root: impl Into<PathBuf>) -> ServeConfig {
+        ServeConfig { listen, root: root.into(), static_dir: None, public_url: None, options: Options::default() }
+    }
+}
+
+/// Runs the server until Ctrl-C (SIGINT) or SIGTERM. Prints one line
+/// when ready: `knpubsub serving http://ADDR/kn (store DIR)`.
+///
+/// Errors: the store cannot be opened, the address cannot be bound.
+pub fn serve(config: ServeConfig) -> Result<(), Error> {
+    raise_open_files_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_name("kn-serve")
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    let result = runtime.block_on(run(config));
+    // Open tunnels never finish by themselves: give one-shot requests a
+    // moment, then drop the rest (each tunnel's Drop ends its watch).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn run(config: ServeConfig) -> Result<(), Error> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
+    let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
+    let server = Arc::new(Server::new(config, local)?);
+    println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    // Tunnel pieces are small and must leave at once.
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(connection(server.clone(), stream));
+                }
+                Err(err) => {
+                    // Out of file descriptors, most likely: let some close.
+                    eprintln!("pubsub-cgi serve: accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = &mut shutdown => return Ok(()),
+        }
+    }
+}
+
+async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream) {
+    let service = service_fn(move |request| {
+        let server = server.clone();
+        async move { Ok::<_, Infallible>(server.respond(request).await) }
+    });
+    // A failed connection (the client went away) concerns no one else.
+    let _ = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// A server holding thousands of tunnels needs as many descriptors: raise
+/// the soft limit to the hard one, as servers commonly do.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// What every request shares.
+struct Server {
+    handler: Handler,
+    store: Arc<Store>,
+    limits: Limits,
+    /// Canonical, so that a resolved file can be checked to lie inside.
+    static_dir: Option<PathBuf>,
+    local: SocketAddr,
+}
+
+impl Server {
+    fn new(config: ServeConfig, local: SocketAddr) -> Result<Server, Error> {
+        let mut store_config = Config::new(&config.root).with_env()?;
+        store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
+        let limits = Limits::new().with_max_body((store_config.max_event_bytes as u64).saturating_mul(3).max(1 << 20));
+        let store = Arc::new(Store::open_with(store_config)?);
+        let static_dir = match config.static_dir {
+            Some(dir) => Some(
+                dir.canonicalize().map_err(|e| Error::io(&format!("cannot open static directory '{}'", dir.display()), e))?,
+            ),
+            None => None,
+        };
+        Ok(Server { handler: Handler::new(store.clone(), config.options), store, limits, static_dir, local })
+    }
+
+    async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+        let path = request.uri().path();
+        if path == MOUNT || path.starts_with("/kn/") {
+            let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
+            return self.pubsub(request, path_info).await;
+        }
+        self.static_file(request).await
+    }
+
+    // ----- the protocol at /kn ---------------------------------------------
+
+    async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>) -> hyper::Response<Body> {
+        let (parts, incoming) = request.into_parts();
+        let query = parts.uri.query().unwrap_or("").as_bytes().to_vec();
+        let head_request = parts.method == hyper::Method::HEAD;
+        let max = self.limits.max_body();
+        // Refuse an announced oversized body before reading any of it; the
+        // connection is closed rather than drained.
+        if let Some(length) = content_length(&parts.headers) {
+            if length > max {
+                return self.failure(&query, &Error::new(ErrorKind::TooLarge, too_large(length, max)));
+            }
+        }
+        let body = match Limited::new(incoming, usize::try_from(max).unwrap_or(usize::MAX)).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+                return self.failure(&query, &Error::new(ErrorKind::TooLarge, format!("the request body is larger than the limit of {max} bytes")));
+            }
+            Err(err) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, format!("cannot read the request body: {err}"))),
+        };
+        let http = HttpRequest {
+            method: parts.method.as_str().to_owned(),
+            path_info,
+            query: query.clone(),
+            headers: parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
+            body: body.into(),
+            script_name: MOUNT.to_owned(),
+            server_name: self.local.ip().to_string(),
+            server_port: self.local.port(),
+            ..HttpRequest::default()
+        };
+        let server = self.clone();
+        let handled = tokio::task::spawn_blocking(move || {
+            let request = Request::from_http(http, &server.limits)?;
+            Ok::<_, Error>(server.handler.handle(&request))
+        })
+        .await;
+        match handled {
+            Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
+            Ok(Ok(Reply::Tunnel(tunnel))) => self.stream(tunnel),
+            Ok(Err(err)) => self.failure(&query, &err),
+            Err(join) => self.failure(&query, &Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))),
+        }
+    }
+
+    /// A request that never reached the handler, answered like the CGI
+    /// does: a status event in the requested format (else `js`).
+    fn failure(&self, query: &[u8], err: &Error) -> hyper::Response<Body> {
+        let (code, reason) = err.status();
+        let params = Params::parse(query).unwrap_or_default();
+        let format = Format::from_param(params.get("kn_response_format")).unwrap_or(Format::Js);
+        let status = status_event(code, reason, err.message(), params.get("kn_status_from"));
+        let page = Page::new(format!("http://{}{MOUNT}", self.local));
+        let response = match Response::events(format, &page, &[status]) {
+            Ok(r) => r,
+            Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
+        };
+        let mut reply = one_shot(response, false);
+        if err.kind() == ErrorKind::TooLarge {
+            reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        reply
+    }
+
+    /// Starts streaming a tunnel: the status event and the initial events
+    /// go out with the head; a task follows the topic from then on.
+    fn stream(self: &Arc<Self>, mut tunnel: Box<TunnelReply>) -> hyper::Response<Body> {
+        let (tx, rx) = mpsc::channel(TUNNEL_QUEUE);
+        // A fresh channel has room for both.
+        let _ = tx.try_send(Bytes::from(tunnel.take_first()));
+        let initial = tunnel.take_initial();
+        if !initial.is_empty() {
+            let _ = tx.try_send(Bytes::from(initial));
+        }
+        let mut reply = with_head(&tunnel.head, Body::Stream(rx));
+        // Proxies must pass each piece on at once.
+        reply.headers_mut().insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
+        tokio::spawn(follow(self.store.clone(), tunnel, tx));
+        reply
+    }
+
+    // ----- static files ----------------------------------------------------
+
+    async fn static_file(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+        let head_request = request.method() == hyper::Method::HEAD;
+        if request.method() != hyper::Method::GET && !head_request {
+            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n");
+            reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return reply;
+        }
+        let Some(root) = self.static_dir.clone() else {
+            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
+        };
+        let relative = match static_path(request.uri().path()) {
+            Ok(r) => r,
+            Err(code) => return plain(code, if code == StatusCode::BAD_REQUEST { "400 Bad Request\n" } else { "404 Not Found\n" }),
+        };
+        let Some(content_type) = content_type(&relative) else {
+            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
+        };
+        let read = tokio::task::spawn_blocking(move || read_inside(&root, &relative)).await;
+        let Ok(Some(body)) = read else {
+            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
+        };
+        let length = body.len();
+        let body = if head_request { Body::empty() } else { Body::full(body) };
+        let mut reply = hyper::Response::new(body);
+        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+        reply
+    }
+}
+
+/// Follows a tunnel until the client goes away or `kn_expires` passes:
+/// arm a wakeup, read what is new, send it; when nothing is, await the
+/// wakeup, the keep-alive timer or the deadline.
+async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sender<Bytes>) {
+    let (keep_alive, every) = tunnel.keep_alive();
+    let poll = tunnel.poll_interval();
+    let deadline = tunnel.deadline().map(Instant::from_std);
+    let mut last_write = Instant::now();
+    loop {
+        let listener = tunnel.listen();
+        match tunnel.next_chunk(&store) {
+            Ok(Some(chunk)) => {
+                if tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+                last_write = Instant::now();
+                continue;
+            }
+            Ok(None) => {}
+            // The topic's files are unreadable: end the response; the
+            // client reconnects and gets a status saying why.
+            Err(_) => return,
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            let _ = tx.send(Bytes::from(tunnel.finish(&store))).await;
+            return;
+        }
+        let keep_alive_at = last_write + every;
+        if now >= keep_alive_at {
+            if tx.send(Bytes::from_static(keep_alive)).await.is_err() {
+                return;
+            }
+            last_write = now;
+            continue;
+        }
+        // Wakeups are hints and may not come (no inotify on this file
+        // system): re-read every poll interval anyway.
+        let mut wake = keep_alive_at.min(now + poll);
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        tokio::select! {
+            _ = listener => {}
+            _ = tokio::time::sleep_until(wake) => {}
+            // The connection is gone: drop the tunnel (and its watch) now.
+            _ = tx.closed() => return,
+        }
+    }
+}
+
+fn content_length(headers: &hyper::HeaderMap) -> Option<u64> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+fn too_large(length: u64, max: u64) -> String {
+    format!("the request body of {length} bytes is larger than the limit of {max} bytes")
+}
+
+/// A one-shot response: status code and the protocol's reason phrase,
+/// headers, `Content-Length`, body (none for `HEAD`).
+fn one_shot(response: Response, head_request: bool) -> hyper::Response<Body> {
+    let length = response.body.len();
+    let send_body = !response.head_only && !head_request;
+    let code = response.code();
+    let body = if send_body { Body::full(response.body) } else { Body::empty() };
+    let mut reply = with_head(&response.head, body);
+    if code != 204 && (send_body || head_request) {
+        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    reply
+}
+
+fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> {
+    let mut reply = hyper::Response::new(body);
+    let code = head.code();
+    *reply.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Some(status) = &head.status {
+        // The status line says what the status event says, as under a web
+        // server (`200 Notified`, not `200 OK`).
+        let canonical = reply.status().canonical_reason().unwrap_or("");
+        if status.reason != canonical {
+            if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(status.reason.as_bytes()) {
+                reply.extensions_mut().insert(phrase);
+            }
+        }
+    }
+    for (name, value) in &head.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+            reply.headers_mut().append(name, value);
+        }
+    }
+    reply
+}
+
+fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
+    let mut reply = hyper::Response::new(Body::full(text.as_bytes().to_vec()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
+    reply
+}
+
+/// The file a static path names, relative to the static directory:
+/// percent-decoded, `index.html` for a directory; `..` segments (plain or
+/// percent-encoded), backslashes and NULs are refused (400).
+fn static_path(path: &str) -> Result<PathBuf, StatusCode> {
+    let decoded = crate::form::decode_path(path.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let decoded = String::from_utf8(decoded).map_err(|_| StatusCode::NOT_FOUND)?;
+    if decoded.split('/').any(|segment| segment == "..") || decoded.contains(['\\', '\0']) {
+        return Err(StatusCode::BAD_REQUEST);
+    }
+    let mut relative: PathBuf = decoded.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
+    if decoded.ends_with('/') || relative.as_os_str().is_empty() {
+        relative.push("index.html");
+    }
+    Ok(relative)
+}
+
+fn content_type(path: &Path) -> Option<&'static str> {
+    Some(match path.extension()?.to_str()? {
+        "html" | "htm" => "text/html; charset=utf-8",
+        "js" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "png" => "image/png",
+        "svg" => "image/svg+xml",
+        "json" => "application/json",
+        "txt" => "text/plain; charset=utf-8",
+        _ => return None,
+    })
+}
+
+/// Reads `root/relative` if it is a file that really lies inside `root`
+/// (a symbolic link out of it is not served).
+fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
+    let path = root.join(relative).canonicalize().ok()?;
+    if !path.starts_with(root) || !path.is_file() {
+        return None;
+    }
+    std::fs::read(path).ok()
+}
+
+/// A response body: complete, or the pieces of a tunnel as they come.
+pub enum Body {
+    /// A complete body (taken when sent).
+    Full(Option<Bytes>),
+    /// A tunnel's pieces; the tunnel's task holds the sender, and the body
+    /// ends when it is dropped.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl Body {
+    fn full(bytes: Vec<u8>) -> Body {
+        Body::Full(Some(Bytes::from(bytes)))
+    }
+
+    fn empty() -> Body {
+        Body::Full(None)
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) => SizeHint::with_exact(0),
+            Body::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_paths_refuse_traversal() {
+        assert_eq!(static_path("/../etc/passwd"), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(static_path("/a/%2e%2E/b"), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(static_path("/a/..%2Fb"), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(static_path("/a%5c..%5cb"), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(static_path("/%zz"), Err(StatusCode::BAD_REQUEST));
+    }
+
+    #[test]
+    fn static_paths_name_files_and_index() {
+        assert_eq!(static_path("/"), Ok(PathBuf::from("index.html")));
+        assert_eq!(static_path("/docs/"), Ok(PathBuf::from("docs/index.html")));
+        assert_eq!(static_path("//a/./b%20c.js"), Ok(PathBuf::from("a/b c.js")));
+    }
+
+    #[test]
+    fn content_types_by_extension_only() {
+        assert_eq!(content_type(Path::new("a.html")), Some("text/html; charset=utf-8"));
+        assert_eq!(content_type(Path::new("a.svg")), Some("image/svg+xml"));
+        assert_eq!(content_type(Path::new("a.exe")), None);
+        assert_eq!(content_type(Path::new("Makefile")), None);
+    }
+}
