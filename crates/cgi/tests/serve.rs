@@ -1,0 +1,551 @@
+//! `pubsub-cgi serve` end to end: the real binary on a loopback port, spoken
+//! to over raw HTTP/1.1 on `TcpStream`s, so every byte on the wire is seen.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `pubsub-cgi serve` with its own store and static directory.
+struct Server {
+    child: Child,
+    addr: String,
+    _stdout: BufReader<ChildStdout>,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let www = dir.path().join("www");
+        std::fs::create_dir_all(www.join("js")).unwrap();
+        std::fs::write(www.join("index.html"), "<h1>knpubsub test index</h1>\n").unwrap();
+        std::fs::write(www.join("js/app.js"), "var kn_test = 1;\n").unwrap();
+        std::fs::write(www.join("notes.exe"), "MZ").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "outside the static dir\n").unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(dir.path().join("events"))
+            .arg("--static")
+            .arg(&www)
+            .env_remove("KN_EVENTS")
+            .env_remove("GATEWAY_INTERFACE")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start pubsub-cgi serve");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        // knpubsub serving http://127.0.0.1:PORT/kn (store DIR)
+        let addr = line
+            .strip_prefix("knpubsub serving http://")
+            .and_then(|rest| rest.split_once("/kn (store "))
+            .map(|(addr, _)| addr.to_string())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+        Server { child, addr, _stdout: stdout, dir }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn connect(&self) -> Conn {
+        let stream = TcpStream::connect(&self.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn { reader: BufReader::new(stream), host: self.addr.clone() }
+    }
+
+    /// One request on a fresh connection.
+    fn request(&self, method: &str, target: &str, body: &[u8]) -> Reply {
+        let mut conn = self.connect();
+        conn.send(method, target, body);
+        conn.reply(method == "HEAD")
+    }
+
+    fn post(&self, body: &str) -> Reply {
+        self.request("POST", "/kn", body.as_bytes())
+    }
+
+    /// Opens a tunnel and waits for its `200 Watching topic` status event.
+    fn tunnel(&self, target: &str) -> Tunnel {
+        let mut tunnel = self.open_tunnel(target);
+        assert!(tunnel.wait_for(b"status: 200 Watching topic", Duration::from_secs(10)), "no status: {}", tunnel.text());
+        tunnel
+    }
+
+    fn open_tunnel(&self, target: &str) -> Tunnel {
+        let mut conn = self.connect();
+        conn.send("GET", target, b"");
+        Tunnel { stream: conn.reader.into_inner(), seen: Vec::new() }
+    }
+
+    fn status(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    fn threads(&self) -> u64 {
+        self.status("Threads:")
+    }
+
+    fn rss_kib(&self) -> u64 {
+        self.status("VmRSS:")
+    }
+
+    /// Open descriptors of the server process.
+    fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).unwrap().count()
+    }
+
+    /// Directories the server's inotify instance watches (one per topic
+    /// followed by at least one tunnel).
+    fn inotify_watches(&self) -> usize {
+        let mut watches = 0;
+        for entry in std::fs::read_dir(format!("/proc/{}/fd", self.pid())).unwrap().flatten() {
+            let is_inotify = std::fs::read_link(entry.path()).map(|l| l.to_string_lossy().contains("inotify")).unwrap_or(false);
+            if is_inotify {
+                let info = std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", self.pid(), entry.file_name().to_string_lossy()))
+                    .unwrap_or_default();
+                watches += info.lines().filter(|l| l.starts_with("inotify wd:")).count();
+            }
+        }
+        watches
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client connection that may carry several requests (keep-alive).
+struct Conn {
+    reader: BufReader<TcpStream>,
+    host: String,
+}
+
+impl Conn {
+    fn send(&mut self, method: &str, target: &str, body: &[u8]) {
+        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.host).into_bytes();
+        if !body.is_empty() || method == "POST" {
+            request.extend_from_slice(
+                format!("Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n", body.len()).as_bytes(),
+            );
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(body);
+        self.reader.get_mut().write_all(&request).unwrap();
+    }
+
+    /// Reads one response with a `Content-Length` (or none, for 204/HEAD).
+    fn reply(&mut self, head_only: bool) -> Reply {
+        let mut status_line = String::new();
+        self.reader.read_line(&mut status_line).unwrap();
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
+        }
+        let mut reply = Reply { status_line: status_line.trim_end().to_string(), headers, body: Vec::new() };
+        if !head_only {
+            if let Some(n) = reply.header("content-length") {
+                let mut body = vec![0; n.parse().unwrap()];
+                self.reader.read_exact(&mut body).unwrap();
+                reply.body = body;
+            }
+        }
+        reply
+    }
+}
+
+struct Reply {
+    status_line: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The raw bytes of a streaming response, read as they come.
+struct Tunnel {
+    stream: TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Tunnel {
+    /// Reads until `needle` has been seen (anywhere since the start) or
+    /// `limit` passes.
+    fn wait_for(&mut self, needle: &[u8], limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        let mut buf = [0u8; 16384];
+        loop {
+            if contains(&self.seen, needle) {
+                return true;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.stream.set_read_timeout(Some(left.min(Duration::from_millis(200)))).unwrap();
+            match self.stream.read(&mut buf) {
+                Ok(0) => return contains(&self.seen, needle),
+                Ok(n) => self.seen.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => panic!("tunnel read failed: {e}"),
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen[..self.seen.len().min(2000)]).into_owned()
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Lets this process (and the server it starts) hold `n` descriptors.
+fn raise_open_files(n: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < n {
+            limit.rlim_cur = n.max(limit.rlim_cur);
+            limit.rlim_max = limit.rlim_max.max(n);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0, "cannot raise RLIMIT_NOFILE to {n}");
+        }
+    }
+}
+
+// ----- one-shot requests -----------------------------------------------------
+
+#[test]
+fn notify_is_200_notified_with_content_length_on_a_kept_alive_connection() {
+    let server = Server::start();
+    let mut conn = server.connect();
+    for i in 0..2 {
+        conn.send("POST", "/kn", format!("kn_to=/what/chat&kn_payload=hello{i}&kn_response_format=simple").as_bytes());
+        let reply = conn.reply(false);
+        assert_eq!(reply.status_line, "HTTP/1.1 200 Notified", "request {i}");
+        assert_eq!(reply.header("content-length").map(|n| n.parse::<usize>().unwrap()), Some(reply.body.len()));
+        assert_eq!(reply.header("content-type"), Some("text/plain; charset=utf-8"));
+        assert!(reply.text().contains("status: 200 Notified"), "{}", reply.text());
+        assert!(reply.text().contains("Wrote to '/what/chat'"), "{}", reply.text());
+        assert_ne!(reply.header("connection"), Some("close"));
+    }
+}
+
+#[test]
+fn path_info_names_the_topic_and_the_server_url_comes_from_host() {
+    let server = Server::start();
+    let reply = server.request("POST", "/kn/who/%CE%BA/chat", b"kn_payload=x&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+    assert!(reply.text().contains("Wrote to '/who/\u{3ba}/chat'"), "{}", reply.text());
+    let whoami = server.request("GET", "/kn?do_method=whoami", b"");
+    assert!(whoami.text().contains("window.kn_server = '/kn'"), "{}", whoami.text());
+}
+
+#[test]
+fn errors_keep_the_protocol_status_line() {
+    let server = Server::start();
+    let reply = server.request("GET", "/kn?do_method=nonesuch&kn_response_format=simple", b"");
+    assert_eq!(reply.status_line, "HTTP/1.1 403 Unknown do_method");
+    let reply = server.post("kn_payload=no+topic&kn_response_format=simple");
+    assert!(reply.status_line.starts_with("HTTP/1.1 400 "), "{}", reply.status_line);
+    let head = server.request("HEAD", "/kn", b"");
+    assert_eq!(head.status_line, "HTTP/1.1 501 Not Implemented");
+}
+
+#[test]
+fn batch_answers_the_batch_status_then_each_entry() {
+    let server = Server::start();
+    let one = urlencode("do_method=notify;kn_to=/what/a;kn_payload=1;kn_status_from=first");
+    let two = urlencode("do_method=notify;kn_to=/what/b;kn_payload=2;kn_status_from=second");
+    let bad = urlencode("do_method=whoami");
+    let reply = server.post(&format!("do_method=batch&kn_response_format=simple&kn_batch={one}&kn_batch={two}&kn_batch={bad}"));
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Processing batch");
+    let text = reply.text();
+    let batch = text.find("status: 200 Processing batch").unwrap();
+    let first = text.find("kn_route_location: first").unwrap();
+    let second = text.find("kn_route_location: second").unwrap();
+    assert!(batch < first && first < second, "{text}");
+    assert_eq!(text.matches("status: 200 Notified").count(), 2, "{text}");
+    assert!(text.contains("status: 400 can't batch that"), "{text}");
+}
+
+#[test]
+fn kn_status_to_is_204_and_the_status_reaches_that_journal() {
+    let server = Server::start();
+    let mut journal = server.tunnel("/kn/who/s/s/1/kn_journal?kn_response_format=simple");
+    let mut conn = server.connect();
+    conn.send("POST", "/kn", b"kn_to=/what/chat&kn_payload=x&kn_status_to=/who/s/s/1/kn_journal&kn_status_from=mine");
+    let reply = conn.reply(false);
+    assert_eq!(reply.status_line, "HTTP/1.1 204 Content forwarded");
+    assert!(reply.body.is_empty());
+    assert!(journal.wait_for(b"kn_route_location: mine", Duration::from_secs(5)), "{}", journal.text());
+    // The connection is still usable after a 204.
+    conn.send("POST", "/kn", b"kn_to=/what/chat&kn_payload=y&kn_response_format=simple");
+    assert_eq!(conn.reply(false).status_line, "HTTP/1.1 200 Notified");
+}
+
+#[test]
+fn a_body_over_the_limit_is_refused_with_413_before_it_is_read() {
+    // KN_MAX_EVENT_BYTES=1000 makes the body limit its floor, 1 MiB.
+    let server = Server::start_with(&[("KN_MAX_EVENT_BYTES", "1000")]);
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "POST /kn?kn_response_format=simple HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 50000000\r\n\r\nkn_to=/a&kn_payload=",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // Only the head and a few bytes were sent: the answer must not wait
+    // for the other 50 MB.
+    let mut conn = Conn { reader: BufReader::new(stream), host: server.addr.clone() };
+    let reply = conn.reply(false);
+    assert_eq!(reply.status_line, "HTTP/1.1 413 Request too large");
+    assert_eq!(reply.header("connection"), Some("close"));
+    assert!(reply.text().contains("50000000"), "{}", reply.text());
+    // A chunked body (no length announced) is cut off at the limit too.
+    let mut conn = server.connect();
+    let mut request = format!(
+        "POST /kn?kn_response_format=simple HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        server.addr
+    )
+    .into_bytes();
+    let chunk = vec![b'a'; 256 * 1024];
+    for _ in 0..5 {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(&chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    // The server may close before reading it all; a failed write is fine.
+    let _ = conn.reader.get_mut().write_all(&request);
+    assert_eq!(conn.reply(false).status_line, "HTTP/1.1 413 Request too large");
+}
+
+// ----- static files ----------------------------------------------------------
+
+#[test]
+fn static_files_are_served_with_their_type_and_slash_is_the_index() {
+    let server = Server::start();
+    let index = server.request("GET", "/", b"");
+    assert_eq!(index.status_line, "HTTP/1.1 200 OK");
+    assert_eq!(index.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(index.text(), "<h1>knpubsub test index</h1>\n");
+    let js = server.request("GET", "/js/app.js", b"");
+    assert_eq!(js.header("content-type"), Some("text/javascript; charset=utf-8"));
+    assert_eq!(js.text(), "var kn_test = 1;\n");
+    let head = server.request("HEAD", "/js/app.js", b"");
+    assert_eq!(head.status_line, "HTTP/1.1 200 OK");
+    assert_eq!(head.header("content-length"), Some("17"));
+    assert_eq!(server.request("GET", "/notes.exe", b"").status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(server.request("GET", "/missing.html", b"").status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(server.request("GET", "/knx", b"").status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(server.request("POST", "/index.html", b"a=b").status_line, "HTTP/1.1 405 Method Not Allowed");
+}
+
+#[test]
+fn static_paths_cannot_leave_the_static_directory() {
+    let server = Server::start();
+    assert!(server.path().join("secret.txt").exists());
+    for target in ["/../secret.txt", "/js/../../secret.txt", "/%2e%2e/secret.txt", "/js/%2E%2E%2F%2E%2E%2Fsecret.txt", "/..%5csecret.txt"] {
+        let reply = server.request("GET", target, b"");
+        assert!(
+            reply.status_line == "HTTP/1.1 400 Bad Request" || reply.status_line == "HTTP/1.1 404 Not Found",
+            "{target}: {}",
+            reply.status_line
+        );
+        assert!(!reply.text().contains("outside the static dir"), "{target}");
+    }
+    // A symbolic link out of the directory is not followed either.
+    std::os::unix::fs::symlink(server.path().join("secret.txt"), server.path().join("www/link.txt")).unwrap();
+    assert_eq!(server.request("GET", "/link.txt", b"").status_line, "HTTP/1.1 404 Not Found");
+}
+
+// ----- tunnels ---------------------------------------------------------------
+
+#[test]
+fn a_routed_event_reaches_a_tunnel_through_serve_within_100_ms() {
+    let server = Server::start();
+    let mut tunnel = server.tunnel("/kn/who/anna/s/42/kn_journal?kn_response_format=simple&kn_status_from=tunnel");
+    let head = String::from_utf8_lossy(&tunnel.seen).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200 Watching topic\r\n"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+    let route = server.post("do_method=route&kn_from=/what/chat&kn_to=/who/anna/s/42/kn_journal&kn_uri=/what/chat&kn_response_format=simple");
+    assert_eq!(route.status_line, "HTTP/1.1 200 Routed", "{}", route.text());
+    let mut worst = Duration::ZERO;
+    for i in 0..5 {
+        let payload = format!("routed-{i}-{}", std::process::id());
+        let sent = Instant::now();
+        let reply = server.post(&format!("kn_to=/what/chat&kn_payload={payload}&kn_response_format=simple"));
+        assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+        assert!(tunnel.wait_for(payload.as_bytes(), Duration::from_secs(2)), "event {i} never arrived: {}", tunnel.text());
+        let latency = sent.elapsed();
+        println!("post → tunnel latency through serve: {latency:?}");
+        worst = worst.max(latency);
+    }
+    assert!(worst < Duration::from_millis(100), "worst latency {worst:?}");
+}
+
+#[test]
+fn a_tunnel_streams_keep_alives_while_idle() {
+    let server = Server::start();
+    let mut tunnel = server.tunnel("/kn/what/idle?kn_response_format=simple");
+    let before = tunnel.seen.len();
+    std::thread::sleep(Duration::from_millis(2500));
+    // Read what arrived: at least two keep-alive spaces (each in a chunk).
+    tunnel.wait_for(b"no such bytes", Duration::from_millis(200));
+    assert!(tunnel.seen.len() >= before + 2, "no keep-alive in 2.5 s");
+}
+
+#[test]
+fn kn_expires_closes_the_tunnel_and_the_response_ends() {
+    let server = Server::start();
+    let mut tunnel = server.tunnel("/kn/who/e/s/1/kn_journal?kn_response_format=simple&kn_expires=%2B1");
+    // The chunked body's last chunk arrives once the deadline passes.
+    assert!(tunnel.wait_for(b"0\r\n\r\n", Duration::from_secs(5)), "{}", tunnel.text());
+    let reply = server.post("kn_to=/who/e/s/1/kn_journal&kn_payload=late&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 404 Expired", "{}", reply.text());
+}
+
+#[test]
+fn a_client_that_goes_away_frees_its_tunnel_and_the_server_stays_healthy() {
+    let server = Server::start();
+    let base_fds = server.fds();
+    let base_watches = server.inotify_watches();
+    let tunnels: Vec<Tunnel> =
+        (0..30).map(|i| server.tunnel(&format!("/kn/who/gone{i}/s/1/kn_journal?kn_response_format=simple"))).collect();
+    assert!(server.inotify_watches() >= base_watches + 30, "watches: {}", server.inotify_watches());
+    assert!(server.fds() >= base_fds + 30);
+    drop(tunnels);
+    // The next keep-alive write fails (within about two keep-alive
+    // periods): the connection closes, the tunnel task ends, its watch goes.
+    let freed = wait_until(Duration::from_secs(10), || server.inotify_watches() <= base_watches && server.fds() <= base_fds + 2);
+    assert!(freed, "watches {} (base {base_watches}), fds {} (base {base_fds})", server.inotify_watches(), server.fds());
+    let reply = server.post("kn_to=/what/chat&kn_payload=still+here&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+    let mut tunnel = server.tunnel("/kn/who/gone0/s/1/kn_journal?kn_response_format=simple");
+    server.post("kn_to=/who/gone0/s/1/kn_journal&kn_payload=again&kn_response_format=simple");
+    assert!(tunnel.wait_for(b"again", Duration::from_secs(2)), "{}", tunnel.text());
+}
+
+/// No thread and no process per idle tunnel: a thousand tunnels on a
+/// thousand distinct journals are tasks of a handful of threads, all
+/// watched by the one inotify instance, and an event routed to fifty of
+/// them reaches each.
+#[test]
+fn a_thousand_idle_tunnels_are_tasks_not_threads() {
+    const TUNNELS: usize = 1000;
+    const ROUTED: usize = 50;
+    raise_open_files(8192);
+    let started = Instant::now();
+    let server = Server::start();
+    let base_threads = server.threads();
+    let base_rss = server.rss_kib();
+    // Send all the requests first: the server sees them at once.
+    let mut tunnels: Vec<Tunnel> =
+        (0..TUNNELS).map(|i| server.open_tunnel(&format!("/kn/who/u{i}/s/1/kn_journal?kn_response_format=simple"))).collect();
+    for (i, t) in tunnels.iter_mut().enumerate() {
+        assert!(t.wait_for(b"status: 200 Watching topic", Duration::from_secs(20)), "tunnel {i}: {}", t.text());
+    }
+    let opened = started.elapsed();
+    let threads = server.threads();
+    let rss = server.rss_kib();
+    let watches = server.inotify_watches();
+    println!(
+        "{TUNNELS} tunnels open after {opened:?}: {threads} threads (idle server {base_threads}), \
+         RSS {} MiB (idle server {} MiB), {watches} inotify watches",
+        rss / 1024,
+        base_rss / 1024
+    );
+    assert!(threads < 50, "{threads} threads for {TUNNELS} tunnels");
+    assert!(watches >= TUNNELS, "{watches} inotify watches for {TUNNELS} distinct topics");
+    assert!(rss < 512 * 1024, "RSS {rss} KiB");
+
+    // Route /load/topic to every 20th journal, post once, and see the event
+    // arrive on each of them.
+    for i in (0..TUNNELS).step_by(TUNNELS / ROUTED) {
+        let reply = server.post(&format!("do_method=route&kn_from=/load/topic&kn_to=/who/u{i}/s/1/kn_journal&kn_response_format=simple"));
+        assert_eq!(reply.status_line, "HTTP/1.1 200 Routed", "{}", reply.text());
+    }
+    let sent = Instant::now();
+    let reply = server.post("kn_to=/load/topic&kn_payload=to-the-fifty&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+    for i in (0..TUNNELS).step_by(TUNNELS / ROUTED) {
+        assert!(tunnels[i].wait_for(b"to-the-fifty", Duration::from_secs(5)), "tunnel {i}: {}", tunnels[i].text());
+    }
+    println!("one post routed to {ROUTED} of the tunnels reached all of them in {:?}", sent.elapsed());
+    // The others got nothing but keep-alives.
+    assert!(!contains(&tunnels[1].seen, b"to-the-fifty"));
+    // Idle tunnels cost little: sample the server's CPU time over a second.
+    let cpu = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", server.pid())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    println!("{TUNNELS} idle tunnels used {} ticks of CPU in 1 s (100 ticks = one core)", cpu() - before);
+    assert!(server.threads() < 50);
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn the_store_is_the_given_root() {
+    let server = Server::start();
+    server.post("kn_to=/what/here&kn_payload=x");
+    assert!(server.path().join("events").is_dir());
+    let topic_dir: PathBuf = server.path().join("events");
+    assert!(std::fs::read_dir(topic_dir).unwrap().count() > 0);
+}
