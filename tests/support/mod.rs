@@ -556,9 +556,12 @@ impl Apache {
             conf_path = dir.create("httpd.conf", conf);
             let mut cmd = Command::new(APACHE);
             cmd.arg("-f").arg(&conf_path).arg("-DFOREGROUND");
-            // SIGWINCH is Apache's graceful-stop; GracefulShutdownTimeout
-            // bounds it, and Server::stop kills whatever is left.
-            (cmd, dir.join("logs/error.log"), libc::SIGWINCH)
+            // SIGTERM is Apache's "stop": children are told to exit at
+            // once. Not graceful-stop (SIGWINCH): that waits out
+            // GracefulShutdownTimeout for the idle keep-alive connections
+            // the test client pools, adding seconds to every test.
+            // Server::stop then kills whatever is left in the group.
+            (cmd, dir.join("logs/error.log"), libc::SIGTERM)
         });
         Apache { server, conf: conf_path }
     }
@@ -913,6 +916,13 @@ impl Stream {
                 return find(&self.received, needle).is_some();
             }
         }
+    }
+
+    /// Reads once: whatever arrives first within `limit`. False on timeout
+    /// or end of stream. For clients that parse as bytes arrive and time
+    /// each arrival (tunnel latency).
+    pub fn read_once(&mut self, limit: Duration) -> bool {
+        !self.eof && self.read_some(Instant::now() + limit)
     }
 
     /// Reads until the server closes the connection or `limit` passes; true

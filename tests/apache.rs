@@ -1,0 +1,354 @@
+//! `pubsub.cgi` end to end under a real Apache 2.4 (`mpm_event` +
+//! `mod_cgid`, as Debian ships it), mounted at `/kn` with `ScriptAlias`:
+//! the protocol as old clients see it through a web server, plus what only
+//! a real deployment can show (streaming through Apache, hung-up clients,
+//! the search-string rule, outbound routes, limits).
+//!
+//! Each test starts its own Apache on its own port with its own store, so
+//! the tests run in parallel. They skip (with a message) when Apache is
+//! not installed, except under `CI`.
+
+mod e2e;
+mod support;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use e2e::{notify, post_simple, route, routes_of, KnServer, Tunnel, PATIENCE};
+use support::{Apache, Dir};
+
+/// Apache serving `pubsub.cgi` at `/kn` over a fresh store, with `extra`
+/// appended to its configuration. Apache stops before the directory goes.
+struct Site {
+    apache: Apache,
+    _dir: Dir,
+}
+
+impl std::ops::Deref for Site {
+    type Target = Apache;
+    fn deref(&self) -> &Apache {
+        &self.apache
+    }
+}
+
+fn site(name: &str, extra: &str) -> Option<Site> {
+    if !support::available(support::APACHE) {
+        return None;
+    }
+    let dir = Dir::new(name);
+    let store = dir.store("kn_events");
+    let apache = Apache::start(&support::pubsub_cgi(), &store, extra);
+    Some(Site { apache, _dir: dir })
+}
+
+#[test]
+fn apache_notify_answers_200_notified_in_simple_and_js() {
+    let Some(s) = site("apache_notify", "") else { return };
+    e2e::notify_answers_200_notified(&*s);
+
+    // The status line carries the status event's reason phrase.
+    let (line, text) = e2e::raw_post(&s.url(), &e2e::host_and_path(&s.url()).0, "kn_to=/what/chat&kn_payload=x&kn_id=e3");
+    assert_eq!(line, "HTTP/1.1 200 Notified", "{text}");
+    let (line, text) = e2e::raw_post(
+        &s.url(),
+        &e2e::host_and_path(&s.url()).0,
+        "kn_to=/what/chat&kn_payload=x&kn_id=e4&kn_response_format=simple",
+    );
+    assert_eq!(line, "HTTP/1.1 200 Notified", "{text}");
+    assert!(text.contains("Content-Type: text/plain; charset=utf-8\r\n"), "{text}");
+}
+
+#[test]
+fn apache_route_answers_200_routed() {
+    let Some(s) = site("apache_route", "") else { return };
+    e2e::route_answers_200_routed(&*s);
+}
+
+/// The functional requirement behind the tunnel design: no polling delay.
+/// The store's fallback poll is set to 10 s so that only change
+/// notification can deliver within the limit.
+#[test]
+fn apache_tunnel_receives_the_status_at_once_and_events_within_100ms() {
+    let Some(s) = site("apache_tunnel", "SetEnv KN_POLL_MS 10000\n") else { return };
+    let latencies = e2e::tunnel_receives_routed_events_at_once(&*s);
+    let median = latencies[1];
+    eprintln!("apache tunnel latencies (notify sent -> event on the tunnel): {latencies:?}, median {median:?}");
+    assert!(median < Duration::from_millis(100), "tunnel latency {latencies:?}: the median is over 100 ms");
+}
+
+#[test]
+fn apache_routing_loop_terminates_and_the_notify_answers() {
+    let Some(s) = site("apache_loop", "") else { return };
+    route(&*s, "/loop/a", "/loop/b", "ab", "");
+    route(&*s, "/loop/b", "/loop/a", "ba", "");
+    let started = Instant::now();
+    let status = notify(&*s, "/loop/a", "x1", "round and round");
+    let took = started.elapsed();
+    eprintln!("notify into an A<->B loop answered in {took:?}");
+    assert!(took < PATIENCE, "{took:?}");
+    let payload = status.payload_text();
+    assert!(payload.contains("Wrote to '/loop/a' (x1)"), "{payload}");
+    assert!(payload.contains("Wrote to '/loop/b'"), "{payload}");
+    // And again with a new event: the loop did not wedge anything.
+    notify(&*s, "/loop/b", "x2", "and back");
+}
+
+#[test]
+fn apache_batch_frames_arrive_on_the_tunnel_in_order() {
+    let Some(s) = site("apache_batch", "") else { return };
+    e2e::batch_frames_arrive_in_order(&*s);
+}
+
+#[test]
+fn apache_status_to_answers_204() {
+    let Some(s) = site("apache_status_to", "") else { return };
+    e2e::status_to_answers_204(&*s);
+    // Exactly "204 Content forwarded" on the wire, with no body.
+    let (line, text) = e2e::raw_post(
+        &s.url(),
+        &e2e::host_and_path(&s.url()).0,
+        "kn_to=/what/chat&kn_payload=x&kn_status_to=/who/a/s/1/kn_journal",
+    );
+    assert_eq!(line, "HTTP/1.1 204 Content forwarded", "{text}");
+    assert!(text.ends_with("\r\n\r\n"), "a 204 has no body: {text:?}");
+}
+
+#[test]
+fn apache_path_info_names_the_topic() {
+    let Some(s) = site("apache_path_info", "") else { return };
+    e2e::path_info_names_the_topic(&*s);
+}
+
+/// `kn_to`/`kn_from` may be absolute URLs of this server: any URL it has
+/// been reached by (remembered in `.names`); others are refused as
+/// proxying.
+#[test]
+fn apache_absolute_urls_are_local_once_the_server_was_reached_by_them() {
+    let Some(s) = site("apache_absolute", "") else { return };
+    let chat = format!("{}/what/chat", s.url());
+    let status = notify(&*s, &chat, "a1", "absolute");
+    assert!(status.payload_text().contains("Wrote to '/what/chat' (a1)"), "{status:?}");
+    route(&*s, &chat, &format!("{}/who/a/s/1/kn_journal", s.url()), "ra", "");
+
+    // Another name for the same server: foreign until a request arrives by it.
+    let port = s.port();
+    let alias = format!("http://kn-alias.test:{port}/kn/what/chat");
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
+    assert_eq!(resp.status, 403, "{status:?}");
+    assert_eq!(status.status(), "403 Proxying not supported");
+    let (line, text) = e2e::raw(
+        &s.url(),
+        format!("GET /kn?do_method=whoami HTTP/1.0\r\nHost: kn-alias.test:{port}\r\n\r\n").as_bytes(),
+    );
+    assert!(line.contains(" 200 "), "{text}");
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
+    assert_eq!(resp.status, 200, "{status:?}\n{}", s.error_log());
+    assert!(status.payload_text().contains("Wrote to '/what/chat' (a2)"), "{status:?}");
+
+    // `.../knfoo` is not the topic `/foo` of `.../kn`.
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", &format!("{}foo", s.url())), ("kn_payload", "x")]);
+    assert_eq!(resp.status, 403, "{status:?}");
+}
+
+/// A journal no tunnel reads is stale: a notify to it is `404 Expired`, and
+/// a route into it is poisoned by the first event that travels it.
+#[test]
+fn apache_stale_journal_expires_and_poisons_its_routes() {
+    let Some(s) = site("apache_stale", "") else { return };
+    let (resp, status) =
+        post_simple(&s.url(), &[("kn_to", "/who/z/s/1/kn_journal"), ("kn_payload", "x"), ("kn_id", "s1")]);
+    assert_eq!(resp.status, 404, "{status:?}\n{}", s.error_log());
+    assert_eq!(status.status(), "404 Expired");
+
+    route(&*s, "/what/p", "/who/z/s/1/kn_journal", "rp", "http://example/p");
+    let before = routes_of(&*s, "/what/p");
+    let rp = before.iter().find(|(id, _, _)| id == "rp").unwrap_or_else(|| panic!("{before:?}"));
+    assert_eq!(rp.1, format!("{}/who/z/s/1/kn_journal", s.url()));
+
+    notify(&*s, "/what/p", "n1", "into a stale journal");
+    let after = routes_of(&*s, "/what/p");
+    let rp = after.iter().find(|(id, _, _)| id == "rp").unwrap_or_else(|| panic!("{after:?}"));
+    assert_eq!(rp.1, "", "route not poisoned: {after:?}");
+    assert!(rp.2.get("kn_expires").is_some(), "a poisoned route expires: {:?}", rp.2);
+}
+
+/// A route to a remote URL (allowed by `KN_OUTBOUND`) delivers each event
+/// as a form POST to that URL.
+#[test]
+fn apache_remote_route_posts_the_event_urlencoded() {
+    let (port, received) = e2e::recording_listener();
+    let extra = format!("SetEnv KN_OUTBOUND http://127.0.0.1:{port}/\n");
+    let Some(s) = site("apache_remote", &extra) else { return };
+    let remote = format!("http://127.0.0.1:{port}/kn/what/in");
+    route(&*s, "/what/out", &remote, "rr", "");
+    let status = notify(&*s, "/what/out", "ev1", "hello world & more");
+    assert!(!status.payload_text().is_empty(), "{status:?}");
+
+    let req = received.recv_timeout(PATIENCE).unwrap_or_else(|_| panic!("nothing reached the remote\n{}", s.error_log()));
+    assert_eq!(req.request_line, "POST /kn/what/in HTTP/1.1");
+    assert_eq!(req.header("content-type"), Some("application/x-www-form-urlencoded"));
+    let form = e2e::form_decode(&req.body);
+    let get = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("kn_payload"), Some("hello world & more"), "{form:?}");
+    assert_eq!(get("kn_id"), Some("ev1"), "{form:?}");
+    assert_eq!(get("do_method"), Some("notify"), "{form:?}");
+    assert_eq!(get("kn_routed_from"), Some(format!("{}/what/out", s.url()).as_str()), "{form:?}");
+    assert_eq!(get("kn_route_id"), Some("rr"), "{form:?}");
+    // The route still stands (the remote said 200).
+    let routes = routes_of(&*s, "/what/out");
+    assert!(routes.iter().any(|(id, to, _)| id == "rr" && *to == remote), "{routes:?}");
+}
+
+/// A remote route to a port where nothing listens: the notify still
+/// answers promptly, and the route is poisoned.
+#[test]
+fn apache_remote_route_to_a_dead_port_is_poisoned_and_the_notify_answers() {
+    let dead = support::free_port();
+    let extra = format!("SetEnv KN_OUTBOUND http://127.0.0.1:{dead}/\n");
+    let Some(s) = site("apache_dead_remote", &extra) else { return };
+    route(&*s, "/what/out", &format!("http://127.0.0.1:{dead}/kn/what/in"), "rd", "");
+    let started = Instant::now();
+    notify(&*s, "/what/out", "ev1", "nobody home");
+    let took = started.elapsed();
+    eprintln!("notify with a route to a dead port answered in {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let routes = routes_of(&*s, "/what/out");
+    let rd = routes.iter().find(|(id, _, _)| id == "rd").unwrap_or_else(|| panic!("{routes:?}"));
+    assert_eq!(rd.1, "", "route not poisoned: {routes:?}");
+}
+
+#[test]
+fn apache_tunnel_cgi_exits_when_the_client_disconnects() {
+    let Some(s) = site("apache_disconnect", "") else { return };
+    e2e::tunnel_cgi_exits_when_the_client_disconnects(&*s);
+}
+
+/// RFC 3875 4.4: Apache turns `?serve+--listen+ADDR` into argv. The CGI
+/// must answer as a CGI and never start a server.
+#[test]
+fn apache_search_string_is_not_a_command_line() {
+    let Some(s) = site("apache_search_string", "") else { return };
+    let port = support::free_port();
+    let resp = support::get(&format!("{}?serve+--listen+127.0.0.1:{port}", s.url()));
+    assert!((200..500).contains(&resp.status), "{} {}\n{}", resp.status, resp.text(), s.error_log());
+    assert!(resp.header("content-type").is_some_and(|t| t.starts_with("text/html")), "{:?}", resp.headers);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "something listens on {port}: the CGI obeyed its argv");
+    assert!(e2e::processes_under(s.dir().path()).is_empty(), "a pubsub.cgi process outlived the request");
+}
+
+#[test]
+fn apache_head_and_put_answer_501() {
+    let Some(s) = site("apache_501", "") else { return };
+    let (host, _) = e2e::host_and_path(&s.url());
+    let (line, text) = e2e::raw(&s.url(), format!("HEAD /kn?do_method=whoami HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes());
+    assert!(line.starts_with("HTTP/1.1 501"), "{text}");
+    assert!(text.ends_with("\r\n\r\n"), "HEAD got a body: {text:?}");
+    let (line, text) = e2e::raw(
+        &s.url(),
+        format!("PUT /kn/what/chat HTTP/1.0\r\nHost: {host}\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello").as_bytes(),
+    );
+    assert!(line.starts_with("HTTP/1.1 501"), "{text}");
+    // PUT did not post anything.
+    let routes = routes_of(&*s, "/what/chat");
+    assert!(routes.is_empty(), "{routes:?}");
+}
+
+/// `KN_MAX_EVENT_BYTES` bounds events (413 Event too large) and, with
+/// margin, request bodies (413 before the body is read).
+#[test]
+fn apache_oversized_event_and_body_answer_413() {
+    let Some(s) = site("apache_413", "SetEnv KN_MAX_EVENT_BYTES 1000\n") else { return };
+    let big = "x".repeat(5000);
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", "/what/chat"), ("kn_payload", &big)]);
+    assert_eq!(resp.status, 413, "{status:?}\n{}", s.error_log());
+    assert!(status.payload_text().contains("larger than the maximum"), "{status:?}");
+
+    // A body over the request limit (3 x the event limit, at least 1 MiB).
+    let huge = format!("kn_to=/what/chat&kn_payload={}", "y".repeat(3 << 20));
+    let resp = support::post(&s.url(), "application/x-www-form-urlencoded", huge.as_bytes());
+    assert_eq!(resp.status, 413, "{}\n{}", resp.text(), s.error_log());
+
+    // The server is fine afterwards.
+    notify(&*s, "/what/chat", "ok", "small");
+}
+
+/// Less free space than `KN_RESERVE_BYTES`: posts fail with `507`.
+#[test]
+fn apache_disk_full_answers_507() {
+    let Some(s) = site("apache_507", "SetEnv KN_RESERVE_BYTES 1000000000000000000\n") else { return };
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", "/what/chat"), ("kn_payload", "x")]);
+    assert_eq!(resp.status, 507, "{status:?}\n{}", s.error_log());
+    assert!(status.status().starts_with("507 "), "{status:?}");
+}
+
+/// `pubsub-cgi serve` behind Apache `mod_proxy` (`ProxyPass /kn ...
+/// flushpackets=on`): notify, and a tunnel that streams through the proxy.
+#[test]
+fn apache_proxy_to_pubsub_cgi_serve_notifies_and_streams_a_tunnel() {
+    if !support::available(support::APACHE) {
+        return;
+    }
+    let dir = Dir::new("apache_proxy_serve");
+    let store = dir.store("kn_events");
+    let port = support::free_port();
+    let Some(mut backend) = serve(&store, port) else {
+        panic!("pubsub-cgi serve is not available (see the ignore note)");
+    };
+    let proxy = Apache::start_proxy(&format!("http://127.0.0.1:{port}/kn"), "");
+    let s = Proxied(&proxy);
+
+    let status = notify(&s, "/what/chat", "p1", "through the proxy");
+    assert!(status.payload_text().contains("Wrote to '/what/chat' (p1)"), "{status:?}");
+    let mut tunnel = Tunnel::open(&e2e::tunnel_url(&s, "/who/a/s/1/kn_journal", "t", ""));
+    tunnel.expect_watching("t", || proxy.error_log());
+    route(&s, "/what/chat", "/who/a/s/1/kn_journal", "r1", "http://example/uri1");
+    let sent = Instant::now();
+    notify(&s, "/what/chat", "p2", "streamed");
+    let Some((at, event)) = tunnel.until("kn_id", "p2", PATIENCE) else {
+        panic!("p2 never came through the proxy: {:?}\n{}", tunnel.stream.text(), proxy.error_log());
+    };
+    eprintln!("through mod_proxy: event on the tunnel {:?} after the notify was sent", at - sent);
+    assert_eq!(event.payload_text(), "streamed");
+    // The backend saw the proxy's URL as its own: routed_from names /kn on the proxy.
+    assert!(event.get("kn_routed_from").is_some_and(|u| u.ends_with("/kn/what/chat")), "{event:?}");
+    drop(tunnel);
+    let _ = backend.kill();
+    let _ = backend.wait();
+}
+
+/// `pubsub-cgi serve --listen 127.0.0.1:PORT --root STORE`, once it listens.
+fn serve(store: &std::path::Path, port: u16) -> Option<std::process::Child> {
+    let child = std::process::Command::new(support::pubsub_cgi())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(store)
+        .env_remove("GATEWAY_INTERFACE")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut child = child;
+    let up = support::wait_for(Duration::from_secs(10), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok() || matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !up || matches!(child.try_wait(), Ok(Some(_))) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    Some(child)
+}
+
+/// The proxy, seen as a PubSub server at `/kn`.
+struct Proxied<'a>(&'a Apache);
+
+impl KnServer for Proxied<'_> {
+    fn url(&self) -> String {
+        self.0.url()
+    }
+    fn log(&self) -> String {
+        self.0.error_log()
+    }
+    fn dir_path(&self) -> &std::path::Path {
+        self.0.dir().path()
+    }
+}
