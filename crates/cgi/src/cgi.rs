@@ -73,11 +73,9 @@ pub fn main() -> ExitCode {
 
 /// Answers a request that could not even be parsed, in the `js` format.
 fn fail(out: &mut impl Write, code: u16, reason: &str, message: &str) -> ExitCode {
-    let url = format!(
-        "http://{}{}",
-        std::env::var("HTTP_HOST").or_else(|_| std::env::var("SERVER_NAME")).unwrap_or_else(|_| "localhost".into()),
-        std::env::var("SCRIPT_NAME").unwrap_or_default()
-    );
+    // The same server URL as every other page (port included), so the
+    // help link of a 4xx works.
+    let url = crate::request::process_server_url();
     let status = status_event(code, reason, message, None);
     if let Ok(response) = Response::events(Format::Js, &Page::new(url), &[status]) {
         let _ = response.write_to(out);

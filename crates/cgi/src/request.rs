@@ -307,6 +307,14 @@ impl Request {
     }
 }
 
+/// The absolute URL of the script of this CGI process, from its
+/// environment alone (as [`Request::server_url`]): for answering a request
+/// whose parameters or body could not be read.
+pub fn process_server_url() -> String {
+    let env = Env(std::env::vars_os().map(|(k, v)| (os_bytes(k), os_bytes(v))).collect());
+    server_url(&env, &env.text("SCRIPT_NAME").unwrap_or_default())
+}
+
 /// The environment of one CGI request.
 struct Env(HashMap<Vec<u8>, Vec<u8>>);
 
