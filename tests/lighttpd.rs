@@ -82,3 +82,16 @@ fn lighttpd_tunnel_cgi_exits_when_the_client_disconnects() {
     let Some(s) = site("lighttpd_disconnect", "") else { return };
     e2e::tunnel_cgi_exits_when_the_client_disconnects(&*s);
 }
+
+/// A body over the request limit is refused with `413` before it is read;
+/// under lighttpd (pipes, not mod_cgid's socket) the answer arrives.
+#[test]
+fn lighttpd_oversized_body_answers_413() {
+    let Some(s) = site("lighttpd_413_body", "setenv.add-environment += ( \"KN_MAX_EVENT_BYTES\" => \"1000\" )\n") else {
+        return;
+    };
+    let body = format!("kn_to=/what/chat&kn_payload={}", "y".repeat(3 << 20));
+    let resp = support::post(&s.url(), "application/x-www-form-urlencoded", body.as_bytes());
+    assert_eq!(resp.status, 413, "{}\n{}", resp.text(), s.error_log());
+    e2e::notify(&*s, "/what/chat", "ok", "small");
+}
