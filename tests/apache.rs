@@ -306,8 +306,10 @@ fn apache_disk_full_answers_507() {
     assert!(status.status().starts_with("507 "), "{status:?}");
 }
 
-/// `pubsub-cgi serve` behind Apache `mod_proxy` (`ProxyPass /kn ...
-/// flushpackets=on`): notify, and a tunnel that streams through the proxy.
+/// `pubsub-cgi serve` behind Apache `mod_proxy`, configured as
+/// docs/DEPLOY.md says (`ProxyPass /kn ... flushpackets=on`,
+/// `ProxyPreserveHost On`, `--public-url`): notify, a tunnel that streams
+/// through the proxy, and the public URL accepted as local.
 #[test]
 fn apache_proxy_to_pubsub_cgi_serve_notifies_and_streams_a_tunnel() {
     if !support::available(support::APACHE) {
@@ -316,16 +318,17 @@ fn apache_proxy_to_pubsub_cgi_serve_notifies_and_streams_a_tunnel() {
     let dir = Dir::new("apache_proxy_serve");
     let store = dir.store("kn_events");
     let port = support::free_port();
-    let Some(mut backend) = serve(&store, port) else {
-        panic!("pubsub-cgi serve is not available (see the ignore note)");
+    let proxy = Apache::start_proxy(&format!("http://127.0.0.1:{port}/kn"), "ProxyPreserveHost On\n");
+    let Some(_backend) = serve(&store, port, &proxy.url()) else {
+        panic!("pubsub-cgi serve did not start on port {port}");
     };
-    let proxy = Apache::start_proxy(&format!("http://127.0.0.1:{port}/kn"), "");
     let s = Proxied(&proxy);
 
     let status = notify(&s, "/what/chat", "p1", "through the proxy");
     assert!(status.payload_text().contains("Wrote to '/what/chat' (p1)"), "{status:?}");
     let mut tunnel = Tunnel::open(&e2e::tunnel_url(&s, "/who/a/s/1/kn_journal", "t", ""));
-    tunnel.expect_watching("t", || proxy.error_log());
+    let first = tunnel.expect_watching("t", || proxy.error_log());
+    eprintln!("through mod_proxy: tunnel status after {first:?}");
     route(&s, "/what/chat", "/who/a/s/1/kn_journal", "r1", "http://example/uri1");
     let sent = Instant::now();
     notify(&s, "/what/chat", "p2", "streamed");
@@ -334,23 +337,28 @@ fn apache_proxy_to_pubsub_cgi_serve_notifies_and_streams_a_tunnel() {
     };
     eprintln!("through mod_proxy: event on the tunnel {:?} after the notify was sent", at - sent);
     assert_eq!(event.payload_text(), "streamed");
-    // The backend saw the proxy's URL as its own: routed_from names /kn on the proxy.
-    assert!(event.get("kn_routed_from").is_some_and(|u| u.ends_with("/kn/what/chat")), "{event:?}");
-    drop(tunnel);
-    let _ = backend.kill();
-    let _ = backend.wait();
+    assert_eq!(event.get("kn_routed_from"), Some(format!("{}/what/chat", proxy.url())), "{event:?}");
+
+    // The JavaScript library names its journal by the public URL.
+    let journal = format!("{}/who/a/s/1/kn_journal", proxy.url());
+    let resp = support::post_form(
+        &proxy.url(),
+        &[("kn_to", "/what/chat"), ("kn_payload", "x"), ("kn_id", "p3"), ("kn_status_to", &journal), ("kn_status_from", "s3")],
+    );
+    assert_eq!(resp.status, 204, "{}", resp.text());
+    assert!(tunnel.until("kn_route_location", "s3", PATIENCE).is_some(), "{}", tunnel.stream.text());
 }
 
-/// `pubsub-cgi serve --listen 127.0.0.1:PORT --root STORE`, once it listens.
-fn serve(store: &std::path::Path, port: u16) -> Option<std::process::Child> {
-    let child = std::process::Command::new(support::pubsub_cgi())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+/// `pubsub-cgi serve --listen 127.0.0.1:PORT --root STORE --public-url
+/// URL`, once it listens.
+fn serve(store: &std::path::Path, port: u16, public_url: &str) -> Option<Backend> {
+    let mut child = std::process::Command::new(support::pubsub_cgi())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--public-url", public_url, "--root"])
         .arg(store)
         .env_remove("GATEWAY_INTERFACE")
         .stdin(std::process::Stdio::null())
         .spawn()
         .ok()?;
-    let mut child = child;
     let up = support::wait_for(Duration::from_secs(10), || {
         TcpStream::connect(("127.0.0.1", port)).is_ok() || matches!(child.try_wait(), Ok(Some(_)))
     });
@@ -359,7 +367,17 @@ fn serve(store: &std::path::Path, port: u16) -> Option<std::process::Child> {
         let _ = child.wait();
         return None;
     }
-    Some(child)
+    Some(Backend(child))
+}
+
+/// A `serve` process, killed when dropped (also when the test fails).
+struct Backend(std::process::Child);
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The proxy, seen as a PubSub server at `/kn`.
