@@ -457,7 +457,8 @@ pub mod js {
     const TUNNEL_BODY: &str = "<body onload=\"if(parent.kn_tunnelLoadCallback) parent.kn_tunnelLoadCallback(window)\">\n";
 
     /// The start of an HTML page as the original's CGI.pm wrote it, up to
-    /// and including the `<body>` line: `title` (entity-escaped here), then
+    /// and including the `<body>` line: `title` (entity-escaped here, line
+    /// breaks kept), then
     /// `head` (raw HTML) in the `<head>`, then `body_tag`.
     ///
     /// Unlike CGI.pm, the `<meta>` says `charset=utf-8`, agreeing with the
@@ -466,7 +467,14 @@ pub mod js {
         let mut out = Vec::with_capacity(600);
         out.extend_from_slice(DOCTYPE.as_bytes());
         out.extend_from_slice(b"<head>\n<title>");
-        html_escape(title, &mut out);
+        // CGI.pm left line breaks in a title as they are (the blank page's
+        // title ends with one).
+        for (i, line) in title.split(|&b| b == b'\n').enumerate() {
+            if i > 0 {
+                out.push(b'\n');
+            }
+            html_escape(line, &mut out);
+        }
         out.extend_from_slice(b"</title>\n");
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=utf-8\" />\n</head>\n");

@@ -363,15 +363,18 @@ impl Handler {
     }
 
     fn blank(&self, request: &Request) -> Response {
+        // The original's page, script and all: without a parent frame it
+        // paints a white body instead.
         let mut body = js::start_html(
             b"This Space Intentionally Left Blank\n",
             &format!(
-                "{}<script type=\"text/javascript\"><!--\nif (parent.kn_redrawCallback) parent.kn_redrawCallback(window);\n// --></script>\n",
-                js::whoami_script(request.server_url())
+                "{}<script type=\"text/javascript\">\n<!--\nif (parent.kn_redrawCallback) {{ parent.kn_redrawCallback(window); }}\n\
+                 else {{ document.write('<body bgcolor=\"white\"></body>'); }}\n// -->\n</script>\n\n",
+                js::whoami_script(request.server_url()).trim_end()
             ),
             "<body>\n",
         );
-        body.extend_from_slice(b"</body>\n</html>\n");
+        body.extend_from_slice(b"\n</body>\n</html>\n");
         Response::new(cacheable(Head::new(None, "text/html; charset=utf-8")), body)
     }
 
