@@ -64,7 +64,14 @@ pub fn main() -> ExitCode {
     let handler = Handler::new(store.clone(), Options::default());
     let result = match handler.handle(&request) {
         Reply::Done(response) => response.write_to(&mut out),
-        Reply::Tunnel(tunnel) => tunnel.run(&store, &mut out),
+        Reply::Tunnel(mut tunnel) => {
+            let _ = tunnel.run(&store, &mut out);
+            // The response of a tunnel ends only when this process exits
+            // (no Content-Length): leave at once, without waiting on
+            // destructors such as the change notifier's thread (stdout is
+            // unbuffered; every event was stored before it was sent).
+            std::process::exit(0);
+        }
     };
     // A failed write means the client went away: nothing left to do.
     let _ = result;

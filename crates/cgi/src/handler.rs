@@ -539,7 +539,7 @@ impl TunnelReply {
     /// Serves the tunnel on a blocking writer until the client goes away
     /// (a write fails) or `kn_expires` passes. Wakes on appends by any
     /// process (no polling loop where change notification works).
-    pub fn run(mut self, store: &Store, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    pub fn run(&mut self, store: &Store, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let mut bytes = self.head.to_cgi_bytes(None);
         bytes.extend_from_slice(&self.take_first());
         write_flush(out, &bytes)?;
