@@ -291,6 +291,18 @@ fn apache_a_reply_that_leaves_the_body_unread_still_arrives() {
     assert!(!status.payload_text().contains("Wrote"), "{status:?}");
 }
 
+/// The deployment guide's workaround: Apache's own `LimitRequestBody`
+/// refuses an oversized body with `413` before the CGI runs.
+#[test]
+fn apache_limit_request_body_refuses_oversized_bodies_before_the_cgi() {
+    let conf = "<Location /kn>\n    LimitRequestBody 2097152\n</Location>\n";
+    let Some(s) = site("apache_limit_request_body", conf) else { return };
+    let body = format!("kn_to=/what/chat&kn_payload={}", "y".repeat(3 << 20));
+    let (line, text) = post_tolerant(&s.url(), "POST", body.as_bytes());
+    assert!(line.starts_with("HTTP/1.1 413"), "status line {line:?}, response {:?}\n{}", text, s.error_log());
+    notify(&*s, "/what/chat", "ok", "under the limit");
+}
+
 /// Sends `body` raw with `method`, carrying on if the server stops reading it; returns
 /// the status line ("" when the connection was reset first) and the text.
 fn post_tolerant(url: &str, method: &str, body: &[u8]) -> (String, String) {
