@@ -126,20 +126,24 @@ fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Result<Scan> 
 /// Reads every record with `seq > after`, in order, skipping repeats (a
 /// crash during a segment merge may leave a record in two segments).
 pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
-    let segments = list_segments(dir)?;
-    let start = segments.iter().rposition(|&first| first <= after.saturating_add(1)).unwrap_or(0);
     let mut out = Vec::new();
     let mut last = after;
-    for &first in &segments[start..] {
-        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
-        for (_, r) in scan.records {
-            if r.seq > last {
-                last = r.seq;
-                out.push(r);
+    // A segment that vanished between listing and opening was merged into
+    // an earlier one by compaction: list again and go on from `last`.
+    'listing: loop {
+        let segments = list_segments(dir)?;
+        let start = segments.iter().rposition(|&first| first <= last.saturating_add(1)).unwrap_or(0);
+        for &first in &segments[start..] {
+            let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue 'listing };
+            for (_, r) in scan.records {
+                if r.seq > last {
+                    last = r.seq;
+                    out.push(r);
+                }
             }
         }
+        return Ok(out);
     }
-    Ok(out)
 }
 
 /// Visits records newest first until `visit` returns false. Costs the
@@ -210,11 +214,14 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                     }
                 }
                 cursor.offset = scan.end;
-                if scan.stop.is_some() || !out.is_empty() {
-                    // A tail not yet written completely, or new records:
-                    // report what we have, the rest comes on the next call.
+                if !out.is_empty() {
+                    // Report what we have; the rest comes on the next call.
                     return Ok(out);
                 }
+                // At the end of this segment, or at a frame not written
+                // completely: wait for more, unless a newer segment exists
+                // (then this one is sealed and a bad frame in it is
+                // corruption that `verify` reports: skip past it).
                 let segments = list_segments(dir)?;
                 match segments.iter().find(|&&f| f > cursor.segment) {
                     Some(&next) => {
@@ -403,6 +410,18 @@ impl<'c> Writer<'c> {
         if size < head.active_len || (ordinary && head.slots == 0) {
             return Ok(Err(lock));
         }
+        // A head shorter than its own table (cut by a crash) must be rebuilt.
+        let head_len = head_file.metadata().map(|m| m.len()).unwrap_or(0);
+        if head_len < HEAD_SIZE + head.slots * SLOT_SIZE {
+            return Ok(Err(lock));
+        }
+        // A roll always starts the new segment at `next_seq`: if that file
+        // exists while the head names an older one, the head lost writes (a
+        // power cut) and must be rebuilt from the log, or sequence numbers
+        // would be reused.
+        if head.next_seq != head.active && dir.join(segment_name(head.next_seq)).exists() {
+            return Ok(Err(lock));
+        }
         Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, _lock: lock, head_file, head, segment }))
     }
 
@@ -544,6 +563,11 @@ impl<'c> Writer<'c> {
         self.head.next_seq = seq + 1;
         self.head.active_len += frame.len() as u64;
         self.write_head()?;
+        if self.config.sync == SyncPolicy::Always {
+            // The head is derived data, but a stale index after a power cut
+            // could misjudge duplicates: keep it as durable as the log.
+            self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
+        }
         Ok(Appended::Stored(seq))
     }
 
@@ -572,11 +596,13 @@ impl<'c> Writer<'c> {
         self.head.active_len = 0;
         self.write_head()?;
         let path = self.dir.join(segment_name(first));
+        // `attach` has checked that no segment `first` exists; should one
+        // appear anyway, never truncate records: refuse, and the next
+        // writer rebuilds the head from the log.
         self.segment = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(FILE_MODE)
             .open(&path)
             .and_then(|f| group_writable(&f).map(|_| f))
@@ -705,8 +731,9 @@ impl<'c> Writer<'c> {
             return Err(Error::io("cannot write compacted segment", &tmp, e));
         }
         fs::rename(&tmp, &path).map_err(|e| Error::io("cannot install compacted segment", &path, e))?;
-        // Merged-away neighbours go only after the merged file is in place:
-        // a crash in between leaves records twice, which readers skip.
+        sync_dir(&self.dir)?;
+        // Merged-away neighbours go only after the merged file is durably in
+        // place: a crash in between leaves records twice, which readers skip.
         for &gone in &seg.absorbed {
             let p = self.dir.join(segment_name(gone));
             let _ = fs::remove_file(p);

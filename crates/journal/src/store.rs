@@ -556,10 +556,11 @@ impl Store {
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
             // The kn_subtopics directory itself is created (unannounced) here.
             let sub_dir = self.dir(&subtopics);
-            if let Err(e) = create_topic_dir(&sub_dir) {
-                if e.kind() != IoKind::AlreadyExists {
-                    return Err(Error::io("cannot create topic directory", &sub_dir, e));
-                }
+            match create_topic_dir(&sub_dir) {
+                Ok(()) if self.config.sync == SyncPolicy::Always => log::sync_dir(&self.dir(&parent))?,
+                Ok(()) => {}
+                Err(e) if e.kind() == IoKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("cannot create topic directory", &sub_dir, e)),
             }
             if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
                 report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });

@@ -10,7 +10,9 @@ use std::time::Duration;
 use event_listener::{Event as Signal, EventListener, Listener};
 use notify::{RecursiveMode, Watcher};
 
-type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>)>>>;
+/// Per watched directory: subscribers, their wakeup signal, and whether
+/// the directory is really watched (else subscribers poll).
+type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
 /// store on the first wait.
@@ -33,7 +35,7 @@ impl Hub {
                 if !is_segment {
                     continue;
                 }
-                if let Some((_, signal)) = path.parent().and_then(|dir| map.get(dir)) {
+                if let Some((_, signal, _)) = path.parent().and_then(|dir| map.get(dir)) {
                     signal.notify(usize::MAX);
                 }
             }
@@ -43,34 +45,49 @@ impl Hub {
     }
 
     /// Starts delivering wakeups for appends in `dir`.
+    ///
+    /// Lock order: `watcher`, then `topics`, never the other way round, and
+    /// `topics` is never held while calling into the watcher: the
+    /// notifier's thread takes `topics` in its callback, and `watch` /
+    /// `unwatch` wait for that thread.
     pub(crate) fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
-        let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(dir.to_path_buf()).or_insert_with(|| (0, Arc::new(Signal::new())));
-        entry.0 += 1;
-        let signal = entry.1.clone();
-        let mut watching = false;
-        if entry.0 == 1 {
-            if let Ok(mut guard) = self.watcher.lock() {
-                if let Some(w) = guard.as_mut() {
-                    watching = w.watch(dir, RecursiveMode::NonRecursive).is_ok();
+        let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let (first, signal) = {
+            let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| (0, Arc::new(Signal::new()), false));
+            entry.0 += 1;
+            (entry.0 == 1, entry.1.clone())
+        };
+        let watching = match watcher.as_mut() {
+            Some(w) if first => {
+                let ok = w.watch(dir, RecursiveMode::NonRecursive).is_ok();
+                let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(entry) = map.get_mut(dir) {
+                    entry.2 = ok;
                 }
+                ok
             }
-        } else {
-            watching = self.watcher.lock().map(|g| g.is_some()).unwrap_or(false);
-        }
+            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.2).unwrap_or(false)).unwrap_or(false),
+            None => false,
+        };
         Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
     }
 
     fn unsubscribe(&self, dir: &Path) {
-        let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(entry) = map.get_mut(dir) else { return };
-        entry.0 -= 1;
-        if entry.0 == 0 {
-            map.remove(dir);
-            if let Ok(mut guard) = self.watcher.lock() {
-                if let Some(w) = guard.as_mut() {
-                    let _ = w.unwatch(dir);
-                }
+        let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let last = {
+            let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(entry) = map.get_mut(dir) else { return };
+            entry.0 -= 1;
+            let last = entry.0 == 0;
+            if last {
+                map.remove(dir);
+            }
+            last
+        };
+        if last {
+            if let Some(w) = watcher.as_mut() {
+                let _ = w.unwatch(dir);
             }
         }
     }
@@ -107,5 +124,53 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.unsubscribe(&self.dir);
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// One thread keeps subscribing to new directories while another keeps
+    /// appending to a watched one: the notifier's callback and `subscribe`
+    /// must never wait on each other (a deadlock once did exactly this).
+    #[test]
+    fn subscribing_while_appends_are_delivered_never_deadlocks() {
+        let root = tempfile::tempdir().unwrap();
+        let hub = Arc::new(Hub::new());
+        let busy = root.path().join("busy");
+        std::fs::create_dir(&busy).unwrap();
+        let watched = hub.subscribe(&busy);
+        let (done, finished) = mpsc::channel();
+        let writer_dir = busy.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer_stop = stop.clone();
+        let writer = std::thread::spawn(move || {
+            let path = writer_dir.join(crate::log::segment_name(1));
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+            while !writer_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.write_all(b"x").unwrap();
+            }
+        });
+        let subscriber_hub = hub.clone();
+        let subscriber_root = root.path().to_path_buf();
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_millis(1500);
+            let mut i = 0;
+            while Instant::now() < end {
+                let dir = subscriber_root.join(format!("t{i}"));
+                std::fs::create_dir(&dir).unwrap();
+                drop(subscriber_hub.subscribe(&dir));
+                i += 1;
+            }
+            let _ = done.send(i);
+        });
+        let rounds = finished.recv_timeout(Duration::from_secs(20));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(rounds.is_ok(), "subscribe and the notifier's callback deadlocked");
+        writer.join().unwrap();
+        drop(watched);
     }
 }
