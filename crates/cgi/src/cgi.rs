@@ -52,18 +52,30 @@ pub fn main() -> ExitCode {
         Ok(r) => r,
         Err(err) => {
             let (code, reason) = err.status();
-            return fail(&mut out, code, reason, err.message());
+            let exit = fail(&mut out, code, reason, err.message());
+            drain_unread_body();
+            return exit;
         }
     };
     let mut config = config;
-    config.server_url = Some(request.server_url().to_string());
+    if config.server_url.is_none() {
+        // KN_SERVER_URL, when set, names the server; else the URL this
+        // request reached us by.
+        config.server_url = Some(request.server_url().to_string());
+    }
     let store = match Store::open_with(config) {
         Ok(s) => Arc::new(s),
         Err(err) => return fail(&mut out, 500, "Event store unavailable", err.message()),
     };
     let handler = Handler::new(store.clone(), Options::default());
     let result = match handler.handle(&request) {
-        Reply::Done(response) => response.write_to(&mut out),
+        Reply::Done(response) => {
+            let written = response.write_to(&mut out);
+            if !request.method().is_supported() {
+                drain_unread_body();
+            }
+            written
+        }
         Reply::Tunnel(mut tunnel) => {
             let _ = tunnel.run(&store, &mut out);
             // The response of a tunnel ends only when this process exits
@@ -76,6 +88,25 @@ pub fn main() -> ExitCode {
     // A failed write means the client went away: nothing left to do.
     let _ = result;
     ExitCode::SUCCESS
+}
+
+/// Reads and discards the request body a reply left unread (a body over
+/// the limit, or the body of a PUT), for at most two seconds and at most
+/// `CONTENT_LENGTH` bytes. Under Apache's mod_cgid the CGI's stdin and
+/// stdout are one socket: exiting with request bytes unread resets it and
+/// the reply already written is lost. Nothing read is kept in memory.
+fn drain_unread_body() {
+    use std::io::Read;
+    let length: u64 = std::env::var("CONTENT_LENGTH").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    if length == 0 {
+        return;
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock().take(length), &mut std::io::sink());
+        let _ = done.send(());
+    });
+    let _ = finished.recv_timeout(std::time::Duration::from_secs(2));
 }
 
 /// Answers a request that could not even be parsed, in the `js` format.

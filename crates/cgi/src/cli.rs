@@ -23,7 +23,7 @@ Environment:
     KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
                         store settings (see crates/journal)
 
-Deployment notes: README.md.";
+Deployment guide: docs/DEPLOY.md.";
 
 /// `pubsub-cgi`: the knpubsub PubSub server.
 #[derive(Debug, Parser)]

@@ -327,10 +327,26 @@ pub(crate) struct Writer<'c> {
 
 fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
     match OpenOptions::new().read(true).write(true).open(path) {
-        Err(e) if create && e.kind() == IoKind::NotFound => {
-            let f = OpenOptions::new().read(true).write(true).create(true).mode(FILE_MODE).open(path)?;
-            group_writable(&f)?;
-            Ok(f)
+        Err(e) if create && e.kind() == IoKind::NotFound => open_shared(path, false),
+        other => other,
+    }
+}
+
+/// Opens `path` for reading and writing (appending if `append`), creating
+/// it group-writable if it does not exist. The mode is set only on
+/// creation: changing the mode of another user's file is not allowed.
+pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).append(append);
+    match options.open(path) {
+        Err(e) if e.kind() == IoKind::NotFound => {
+            let mut create = options.clone();
+            match create.create_new(true).mode(FILE_MODE).open(path) {
+                Ok(f) => group_writable(&f).map(|_| f),
+                // Another process created it first: it set the mode.
+                Err(e) if e.kind() == IoKind::AlreadyExists => options.open(path),
+                Err(e) => Err(e),
+            }
         }
         other => other,
     }

@@ -2,9 +2,9 @@
 //! reading (PROTOCOL.md sections 1, 2 and 4).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{ErrorKind as IoKind, Write as _};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -265,11 +265,17 @@ impl Store {
 
     /// Opens the store described by `config` (see [`Config::from_env`]).
     pub fn open_with(config: Config) -> Result<Store> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(&config.root)
-            .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
+        if !config.root.is_dir() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(&config.root)
+                .and_then(|_| {
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&config.root, fs::Permissions::from_mode(DIR_MODE))
+                })
+                .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
+        }
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
         Ok(Store { config, names: RwLock::new(names), remote, hub: OnceLock::new() })
@@ -320,21 +326,11 @@ impl Store {
         }
         let path = self.config.root.join(NAMES_FILE);
         let lock_path = self.config.root.join(log::LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(log::FILE_MODE)
-            .open(&lock_path)
-            .map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
+        let lock = log::open_shared(&lock_path, false).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock", &lock_path, e))?;
         let current = read_names(&self.config.root)?;
         if !current.iter().any(|x| x == url) {
-            let mut f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(log::FILE_MODE)
-                .open(&path)
-                .map_err(|e| Error::io("cannot open", &path, e))?;
+            let mut f = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
             f.write_all(format!("{url}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
         }
         let mut names = read_names(&self.config.root)?;
@@ -928,14 +924,15 @@ impl Store {
     /// Refreshes `journal`'s heartbeat (a tunnel reading it does so).
     pub fn heartbeat(&self, journal: &Topic) -> Result<()> {
         let path = self.dir(journal).join(HEARTBEAT_FILE);
-        let f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .mode(log::FILE_MODE)
-            .open(&path)
-            .map_err(|e| Error::io("cannot open heartbeat", &path, e))?;
-        f.set_modified(SystemTime::now()).map_err(|e| Error::io("cannot touch heartbeat", &path, e))
+        let beat = || -> std::io::Result<()> {
+            let f = log::open_shared(&path, false)?;
+            // A write sets the modification time to now with write
+            // permission alone; setting a time explicitly (utimensat with a
+            // value) is allowed only to the file's owner, and the web server
+            // and sensors of one group are different users.
+            std::os::unix::fs::FileExt::write_all_at(&f, b"\n", 0)
+        };
+        beat().map_err(|e| Error::io("cannot refresh heartbeat", &path, e))
     }
 
     /// Makes `journal` stale at once (a tunnel's `kn_expires` passed).
