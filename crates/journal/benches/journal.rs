@@ -1,1 +1,259 @@
-fn main() {}
+//! Benchmarks of the journal (see BENCHMARKS.md for figures and goals).
+//!
+//! * `post/topic/{0,10k,1M}` and `post/journal/{0,10k,1M}`: one post
+//!   (`sync=none`, new `kn_id` each time, duplicate check included) on a
+//!   topic already holding that many events.
+//! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
+//!   local journals.
+//! * wake-up latency (printed, not criterion): a post in this process to a
+//!   reader blocked in `Tunnel::wait` in another process, p50/p99.
+//! * bytes on disk per 100-byte event (printed), journal and topic.
+//!
+//! `cargo bench -p kn-journal` runs everything; a filter argument selects
+//! criterion benches by name and the printed measurements by `wake` or
+//! `bytes`. The waiting reader is this binary run again with
+//! `KN_BENCH_ROLE=waiter`.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use criterion::{BenchmarkId, Criterion};
+use kn_journal::{Config, Event, Selection, Store, Topic};
+
+fn topic(name: &str) -> Topic {
+    Topic::parse(name).expect("valid topic name")
+}
+
+/// A benchmark event: `kn_id`, a 100-byte payload (`kn_time_t` is added by
+/// the store).
+fn event(id: &str) -> Event {
+    let mut e = Event::new();
+    e.set("kn_id", id).set("kn_payload", [b'x'; 100].to_vec());
+    e
+}
+
+fn config(root: &Path) -> Config {
+    let mut c = Config::new(root);
+    // The 1M-event journals must keep everything they are given.
+    c.journal_max_bytes = u64::MAX;
+    c
+}
+
+/// Creates `journal` with a fresh heartbeat. (Not through a tunnel: only
+/// the log is measured here.)
+fn open_journal(store: &Store, journal: &Topic) {
+    let dir = journal.segments().fold(store.root().to_path_buf(), |d, s| d.join(s));
+    std::fs::create_dir_all(&dir).expect("create journal directory");
+    store.heartbeat(journal).expect("heartbeat");
+}
+
+/// Fills `t` with `n` events of distinct 8-digit ids.
+fn fill(store: &Store, t: &Topic, n: usize) {
+    let started = Instant::now();
+    for i in 0..n {
+        if t.is_journal() && i % 50_000 == 0 {
+            store.heartbeat(t).expect("heartbeat");
+        }
+        store.notify(t, event(&format!("{i:08}"))).expect("fill post");
+    }
+    if n >= 100_000 {
+        eprintln!("built {t} with {n} events in {:.1} s", started.elapsed().as_secs_f64());
+    }
+}
+
+fn post_latency(c: &mut Criterion, full: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let sizes: &[(usize, &str)] = if full { &[(0, "0"), (10_000, "10k"), (1_000_000, "1M")] } else { &[(0, "0"), (100, "100")] };
+    for kind in ["topic", "journal"] {
+        let mut group = c.benchmark_group(format!("post/{kind}"));
+        for &(n, label) in sizes {
+            let t = if kind == "journal" { topic(&format!("/bench/j{label}/kn_journal")) } else { topic(&format!("/bench/t{label}")) };
+            if t.is_journal() {
+                open_journal(&store, &t);
+            }
+            fill(&store, &t, n);
+            if t.is_journal() {
+                store.heartbeat(&t).expect("heartbeat");
+            }
+            let mut next = 0u64;
+            group.bench_function(BenchmarkId::from_parameter(label), |b| {
+                b.iter(|| {
+                    next += 1;
+                    store.notify(&t, event(&format!("m{next:08}"))).expect("post")
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+fn fanout(c: &mut Criterion, full: bool) {
+    let routes = if full { 1000 } else { 10 };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let source = topic("/bench/fan");
+    let mut journals = Vec::new();
+    for i in 0..routes {
+        let j = topic(&format!("/bench/fan_to/j{i}/kn_journal"));
+        open_journal(&store, &j);
+        let mut params = Event::new();
+        params.set("kn_id", format!("r{i}"));
+        store.route(&source, j.as_str().as_bytes(), params).expect("create route");
+        journals.push(j);
+    }
+    for j in &journals {
+        store.heartbeat(j).expect("heartbeat");
+    }
+    let mut group = c.benchmark_group("fanout");
+    group.sample_size(10);
+    let mut next = 0u64;
+    group.bench_function(format!("{routes}_journal_routes"), |b| {
+        b.iter(|| {
+            next += 1;
+            let report = store.notify(&source, event(&format!("f{next:08}"))).expect("post");
+            assert_eq!(report.writes.len(), routes + 1, "every route delivered");
+            report
+        })
+    });
+    group.finish();
+}
+
+fn micros_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+/// The waiting reader (another process): prints `READY`, then for each
+/// event the microseconds between the post's start (its payload) and its
+/// arrival here.
+fn waiter() {
+    let root = std::env::var("KN_BENCH_ROOT").expect("KN_BENCH_ROOT");
+    let store = Store::open(root).expect("open store");
+    let t = topic("/bench/wake");
+    let mut tunnel = store.tunnel(&t, &Selection::default()).expect("tunnel").tunnel;
+    let mut out = std::io::stdout().lock();
+    let notified = if tunnel.is_notified() { "notified" } else { "polling" };
+    writeln!(out, "READY {notified}").and_then(|_| out.flush()).expect("stdout");
+    loop {
+        let events = tunnel.wait(&store, Duration::from_secs(10)).expect("wait");
+        let now = micros_now();
+        if events.is_empty() {
+            // Idle for 10 s: the bench is over or gone. Exit without
+            // dropping the tunnel.
+            std::process::exit(0);
+        }
+        for e in events {
+            let sent: u64 = String::from_utf8_lossy(e.payload()).parse().unwrap_or(now);
+            writeln!(out, "{}", now.saturating_sub(sent)).and_then(|_| out.flush()).expect("stdout");
+        }
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn wake_latency(full: bool) {
+    let rounds = if full { 200 } else { 10 };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open store");
+    let t = topic("/bench/wake");
+    let exe = std::env::current_exe().expect("bench binary");
+    let mut child = Command::new(exe)
+        .env("KN_BENCH_ROLE", "waiter")
+        .env("KN_BENCH_ROOT", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+    assert!(ready.starts_with("READY"), "waiter said {ready:?}");
+    let mut latencies = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        // Let the reader go back to sleep in wait() first.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut e = Event::new();
+        e.set("kn_id", format!("w{i}")).set("kn_payload", micros_now().to_string());
+        store.notify(&t, e).expect("post");
+        let line = lines.next().and_then(|l| l.ok()).expect("the waiter reports");
+        latencies.push(line.trim().parse::<u64>().expect("micros"));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    latencies.sort_unstable();
+    println!(
+        "wake-up latency, post -> Tunnel::wait in another process ({}; {rounds} round trips): p50 {} us, p99 {} us, max {} us",
+        ready.trim_start_matches("READY "),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        latencies[latencies.len() - 1]
+    );
+}
+
+fn bytes_on_disk(full: bool) {
+    let n = if full { 10_000 } else { 100 };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    for t in [topic("/bench/bytes/kn_journal"), topic("/bench/bytes_topic")] {
+        if t.is_journal() {
+            open_journal(&store, &t);
+        }
+        fill(&store, &t, n);
+        let tdir = t.segments().fold(store.root().to_path_buf(), |d, s| d.join(s));
+        let (mut segments, mut head, mut files) = (0u64, 0u64, 0);
+        for entry in std::fs::read_dir(&tdir).expect("list topic") {
+            let entry = entry.expect("entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let len = entry.metadata().expect("stat").len();
+            if name.starts_with(".seg-") {
+                segments += len;
+                files += 1;
+            } else if name == ".head" {
+                head += len;
+            }
+        }
+        println!(
+            "bytes on disk per 100-byte event on {}: {:.1} ({} events; {files} segment files {segments} B = {:.1}/event, .head {head} B = {:.1}/event)",
+            if t.is_journal() { "a journal" } else { "an ordinary topic" },
+            (segments + head) as f64 / n as f64,
+            n,
+            segments as f64 / n as f64,
+            head as f64 / n as f64,
+        );
+    }
+}
+
+fn main() {
+    if std::env::var("KN_BENCH_ROLE").as_deref() == Ok("waiter") {
+        waiter();
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes --bench; without it (cargo test --benches) run a
+    // quick smoke version of everything.
+    let full = args.iter().any(|a| a == "--bench");
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let wanted = |name: &str| filter.as_deref().map(|f| name.contains(f)).unwrap_or(true);
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    if wanted("post/topic") || wanted("post/journal") {
+        post_latency(&mut c, full);
+    }
+    if wanted("fanout/1000_journal_routes") {
+        fanout(&mut c, full);
+    }
+    c.final_summary();
+    if wanted("wake") {
+        wake_latency(full);
+    }
+    if wanted("bytes") {
+        bytes_on_disk(full);
+    }
+}
