@@ -51,6 +51,12 @@ impl Hub {
     /// notifier's thread takes `topics` in its callback, and `watch` /
     /// `unwatch` wait for that thread.
     pub(crate) fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
+        // The notifier reports absolute paths (it joins a relative one to
+        // the current directory), so a relative `dir` (the default root is
+        // `./kn_events`) would never match them: key and watch by the
+        // absolute path.
+        let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir = absolute.as_path();
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let (first, signal) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
