@@ -27,6 +27,12 @@ impl Hub {
         let seen = topics.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
+            // Readers open and close segments too: counting those as
+            // appends would wake every waiting reader, whose re-read opens
+            // the segment again, and so on forever (a busy loop).
+            if matches!(event.kind, notify::EventKind::Access(_) | notify::EventKind::Modify(notify::event::ModifyKind::Metadata(_))) {
+                return;
+            }
             let Ok(map) = seen.lock() else { return };
             for path in &event.paths {
                 // Only appends matter: segment files. Heartbeats and the
