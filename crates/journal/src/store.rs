@@ -377,7 +377,10 @@ impl Store {
 
     /// The absolute URL of a local topic.
     pub fn topic_url(&self, topic: &Topic) -> String {
-        format!("{}{}", self.server_url(), if topic.is_root() { "" } else { topic.as_str() })
+        // The root topic is `<server-url>/`: the bare server URL is not a
+        // local topic name (`resolve` wants the `/`), so a route to `/`
+        // would have been taken for a remote destination.
+        format!("{}{}", self.server_url(), topic.as_str())
     }
 
     fn dir(&self, topic: &Topic) -> PathBuf {
@@ -743,7 +746,7 @@ impl Store {
         out.strip_hop_by_hop();
         let location = match route.event.get("kn_uri") {
             Some(uri) => uri.to_vec(),
-            None => format!("{}/kn_routes/{}", self.topic_url(source), String::from_utf8_lossy(&route_id)).into_bytes(),
+            None => format!("{}/{}", self.topic_url(&source.routes()), String::from_utf8_lossy(&route_id)).into_bytes(),
         };
         out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, self.topic_url(source));
         let via = Some((source.clone(), route_id.clone()));
