@@ -622,6 +622,11 @@ impl Store {
             let mut queue = VecDeque::new();
             self.forward(from, &route, &event, &mut filters, &mut queue, &mut post);
             self.run_queue(queue, &mut post);
+            // A failed delivery poisoned the route: it carries nothing more
+            // (and a silent remote must not cost one timeout per event).
+            if post.poisoned.iter().any(|p| p.source == *from && p.route_id == report.id) {
+                break;
+            }
         }
         report.writes.extend(post.writes);
         report.poisoned.extend(post.poisoned);
