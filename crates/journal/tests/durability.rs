@@ -65,13 +65,10 @@ fn topic_dir(root: &Path, t: &Topic) -> PathBuf {
 }
 
 /// Creates a journal and gives it a fresh heartbeat, so posts are accepted.
-///
-/// Not through `Store::tunnel`: dropping a tunnel while inotify events are
-/// being delivered deadlocks (watch.rs holds the topic map while calling
-/// `unwatch`, and the notify callback waits for that map), which is
-/// reported separately; these tests are about the log.
+/// The tunnel is dropped at once, while the notifier may still be busy
+/// (this once deadlocked; fixed in c59f8e8).
 fn open_journal(store: &Store, journal: &Topic) {
-    fs::create_dir_all(topic_dir(store.root(), journal)).expect("create journal directory");
+    store.tunnel(journal, &Selection::default()).expect("open a tunnel on the journal");
     store.heartbeat(journal).expect("heartbeat");
 }
 
@@ -428,7 +425,7 @@ fn posts_fail_with_disk_full_before_the_file_system_is_full() {
     let payload = vec![b'x'; 1000];
     let mut acked: Vec<(Topic, String)> = Vec::new();
     let err = loop {
-        let t = if acked.len() % 2 == 0 { &plain } else { &journal };
+        let t = if acked.len().is_multiple_of(2) { &plain } else { &journal };
         let id = format!("f{}", acked.len());
         match store.notify(t, event(&id, payload.clone())) {
             Ok(_) => acked.push((t.clone(), id)),
@@ -506,8 +503,10 @@ fn a_write_hitting_enospc_leaves_no_partial_record() {
     // just room for one more big record, and let a thread steal pages as
     // soon as the store starts writing it. Whether the thread wins is a
     // race; rounds repeat until a few ENOSPCs happened inside the write.
-    const ROUNDS: usize = 40;
-    const BIG: usize = 300_000;
+    // A big record keeps the store inside its write long enough for the
+    // thread to notice, even on a loaded machine.
+    const ROUNDS: usize = 100;
+    const BIG: usize = 1_500_000;
     let big = |i: usize| vec![b'a' + (i % 26) as u8; BIG];
     let (mut mid_write, mut store_won, mut rounds) = (0, 0, 0);
     let mut example = String::new();
@@ -566,7 +565,7 @@ fn a_write_hitting_enospc_leaves_no_partial_record() {
         fs::remove_file(fs.path().join("filler")).expect("delete filler");
         store.notify(&t, event("big3", big(3))).unwrap_or_else(|e| panic!("round {round}: post once space is back: {e}"));
         assert_verify_clean(&store, &format!("round {round}: after space came back"));
-        if mid_write >= 5 {
+        if mid_write >= 3 {
             break;
         }
     }
