@@ -604,6 +604,12 @@ impl Store {
                 format!("static routes from journal '{from}' are refused: without duplicate suppression they could loop forever"),
             ));
         }
+        if to.is_empty() {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("empty route destination from '{from}': use delete_route to delete a route"),
+            ));
+        }
         let destination = self.route_destination(to)?;
         let selection = Selection::from_params(&params)?;
         if let Some(filter) = params.get("kn_content_filter") {
@@ -834,8 +840,12 @@ impl Store {
         let end = log::cursor_at_end(dir)?.last_seq();
         match parsed {
             Some(c) if c <= end && c > 0 => {
+                // Only journal retention deletes events a client has not
+                // seen; compaction of an ordinary topic removes superseded
+                // and expired ones, which are no gap.
                 let first = log::list_segments(dir)?.first().copied().unwrap_or(1);
-                Ok((c, if first > c + 1 { Resume::Gap } else { Resume::Exact }))
+                let journal = dir.file_name().map(|n| n == crate::topic::JOURNAL_SEGMENT).unwrap_or(false);
+                Ok((c, if journal && first > c + 1 { Resume::Gap } else { Resume::Exact }))
             }
             _ => Ok((0, Resume::Unknown)),
         }
