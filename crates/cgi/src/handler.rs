@@ -517,6 +517,12 @@ impl TunnelReply {
         self.tunnel.poll_interval()
     }
 
+    /// True when wakeups come from change notification; false when the
+    /// tunnel must poll every [`TunnelReply::poll_interval`].
+    pub fn is_notified(&self) -> bool {
+        self.tunnel.is_notified()
+    }
+
     /// What to write when idle, and how often.
     pub fn keep_alive(&self) -> (&'static [u8], Duration) {
         (self.format.keep_alive(), self.keep_alive)
