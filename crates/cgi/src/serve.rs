@@ -6,11 +6,13 @@
 //! path. Put it behind a web server's reverse proxy (Apache `mod_proxy`,
 //! nginx `proxy_pass`) or use it directly.
 //!
-//! One-shot requests (notify, route, batch, ...) run on tokio's blocking
-//! pool: they do small file I/O, but a route to a remote server can block
-//! up to the remote timeout. A tunnel is a task awaiting a wakeup (a
-//! `Future`): no thread and no process per idle tunnel, so thousands of
-//! browsers can each hold one open.
+//! A request (notify, route, batch, ...) is some 50 µs of page-cache file
+//! I/O, handled on the async worker itself; but when remote URLs may be
+//! requested (a remote route waits up to the remote timeout) or posts
+//! `fdatasync`, requests go to tokio's bounded blocking pool instead. A
+//! tunnel is a task awaiting a wakeup (a `Future`): no thread and no
+//! process per idle tunnel, so thousands of browsers can each hold one
+//! open.
 //!
 //! ```no_run
 //! use kn_cgi::serve::{serve, ServeConfig};
@@ -35,7 +37,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use kn_journal::{Config, Store};
+use kn_journal::{Config, OutboundPolicy, Store, SyncPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -60,6 +62,9 @@ const TUNNEL_QUEUE: usize = 8;
 /// become a thousand threads; enough that a few slow remote routes do not
 /// stall every other request.
 const BLOCKING_THREADS: usize = 32;
+
+/// Static files up to this size are read on the async worker.
+const INLINE_FILE_BYTES: u64 = 256 << 10;
 
 /// How `serve` runs.
 #[derive(Clone, Debug)]
@@ -176,6 +181,17 @@ struct Server {
     /// Canonical, so that a resolved file can be checked to lie inside.
     static_dir: Option<PathBuf>,
     local: SocketAddr,
+    /// Handle requests on the async worker itself (see [`handles_inline`]).
+    inline: bool,
+}
+
+/// True when no request can block for long: no remote URL may be
+/// requested (remote routes and content transforms wait up to the remote
+/// timeout) and posts do not `fdatasync`. Then a request is some 50 µs of
+/// page-cache file I/O, cheaper run in place than handed to the blocking
+/// pool (a thread hand-off each way costs about half as much again).
+fn handles_inline(config: &Config) -> bool {
+    matches!(config.outbound, OutboundPolicy::DenyAll) && matches!(config.sync, SyncPolicy::None)
 }
 
 impl Server {
@@ -183,6 +199,7 @@ impl Server {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::new().with_max_body((store_config.max_event_bytes as u64).saturating_mul(3).max(1 << 20));
+        let inline = handles_inline(&store_config);
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
@@ -190,7 +207,7 @@ impl Server {
             ),
             None => None,
         };
-        Ok(Server { handler: Handler::new(store.clone(), config.options), store, limits, static_dir, local })
+        Ok(Server { handler: Handler::new(store.clone(), config.options), store, limits, static_dir, local, inline })
     }
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
@@ -235,11 +252,11 @@ impl Server {
             ..HttpRequest::default()
         };
         let server = self.clone();
-        let handled = tokio::task::spawn_blocking(move || {
+        let work = move || {
             let request = Request::from_http(http, &server.limits)?;
             Ok::<_, Error>(server.handler.handle(&request))
-        })
-        .await;
+        };
+        let handled = if self.inline { Ok(work()) } else { tokio::task::spawn_blocking(work).await };
         match handled {
             Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
             Ok(Ok(Reply::Tunnel(tunnel))) => self.stream(tunnel),
@@ -303,8 +320,17 @@ impl Server {
         let Some(content_type) = content_type(&relative) else {
             return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
         };
-        let read = tokio::task::spawn_blocking(move || read_inside(&root, &relative)).await;
-        let Ok(Some(body)) = read else {
+        let Some((path, size)) = find_inside(&root, &relative) else {
+            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
+        };
+        // Small files come from the page cache at once; a large one is read
+        // on the blocking pool so that it holds up no other request.
+        let read = if size <= INLINE_FILE_BYTES {
+            std::fs::read(&path).ok()
+        } else {
+            tokio::task::spawn_blocking(move || std::fs::read(path).ok()).await.ok().flatten()
+        };
+        let Some(body) = read else {
             return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
         };
         let length = body.len();
@@ -321,7 +347,10 @@ impl Server {
 /// wakeup, the keep-alive timer or the deadline.
 async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sender<Bytes>) {
     let (keep_alive, every) = tunnel.keep_alive();
-    let poll = tunnel.poll_interval();
+    // With change notification, a wakeup comes with every append; a lost
+    // one (an inotify queue overflow) is caught by the re-read at the next
+    // keep-alive. Without it, re-read every poll interval.
+    let poll = if tunnel.is_notified() { every } else { tunnel.poll_interval() };
     let deadline = tunnel.deadline().map(Instant::from_std);
     let mut last_write = Instant::now();
     loop {
@@ -352,8 +381,6 @@ async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sende
             last_write = now;
             continue;
         }
-        // Wakeups are hints and may not come (no inotify on this file
-        // system): re-read every poll interval anyway.
         let mut wake = keep_alive_at.min(now + poll);
         if let Some(d) = deadline {
             wake = wake.min(d);
@@ -448,14 +475,15 @@ fn content_type(path: &Path) -> Option<&'static str> {
     })
 }
 
-/// Reads `root/relative` if it is a file that really lies inside `root`
-/// (a symbolic link out of it is not served).
-fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
+/// The path and size of `root/relative` if it is a file that really lies
+/// inside `root` (a symbolic link out of it is not served).
+fn find_inside(root: &Path, relative: &Path) -> Option<(PathBuf, u64)> {
     let path = root.join(relative).canonicalize().ok()?;
-    if !path.starts_with(root) || !path.is_file() {
+    let meta = std::fs::metadata(&path).ok()?;
+    if !path.starts_with(root) || !meta.is_file() {
         return None;
     }
-    std::fs::read(path).ok()
+    Some((path, meta.len()))
 }
 
 /// A response body: complete, or the pieces of a tunnel as they come.

@@ -489,11 +489,22 @@ fn a_client_that_goes_away_frees_its_tunnel_and_the_server_stays_healthy() {
 /// them reaches each.
 #[test]
 fn a_thousand_idle_tunnels_are_tasks_not_threads() {
+    thousand_tunnels(&[]);
+}
+
+/// The same when requests run on the blocking pool (remote URLs allowed,
+/// so a request may wait on the network): the pool is bounded.
+#[test]
+fn a_thousand_tunnels_opened_on_the_blocking_pool_are_tasks_not_threads() {
+    thousand_tunnels(&[("KN_OUTBOUND", "allow")]);
+}
+
+fn thousand_tunnels(env: &[(&str, &str)]) {
     const TUNNELS: usize = 1000;
     const ROUTED: usize = 50;
     raise_open_files(8192);
     let started = Instant::now();
-    let server = Server::start();
+    let server = Server::start_with(env);
     let base_threads = server.threads();
     let base_rss = server.rss_kib();
     // Send all the requests first: the server sees them at once.
@@ -507,7 +518,7 @@ fn a_thousand_idle_tunnels_are_tasks_not_threads() {
     let rss = server.rss_kib();
     let watches = server.inotify_watches();
     println!(
-        "{TUNNELS} tunnels open after {opened:?}: {threads} threads (idle server {base_threads}), \
+        "{env:?}: {TUNNELS} tunnels open after {opened:?}: {threads} threads (idle server {base_threads}), \
          RSS {} MiB (idle server {} MiB), {watches} inotify watches",
         rss / 1024,
         base_rss / 1024
