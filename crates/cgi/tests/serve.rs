@@ -563,3 +563,33 @@ fn the_store_is_the_given_root() {
     let topic_dir: PathBuf = server.path().join("events");
     assert!(std::fs::read_dir(topic_dir).unwrap().count() > 0);
 }
+
+#[test]
+fn ctrl_c_stops_the_server_even_with_tunnels_open() {
+    let mut server = Server::start();
+    let _tunnel = server.tunnel("/kn/who/c/s/1/kn_journal?kn_response_format=simple");
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGINT) }, 0);
+    let end = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < end, "still running 5 s after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn an_http_1_0_request_without_host_is_served() {
+    let server = Server::start();
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"GET /kn?do_method=notify;kn_to=/what/old;kn_payload=1.0;kn_response_format=simple HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.0 200 Notified\r\n"), "{reply}");
+    assert!(reply.contains("Wrote to '/what/old'"), "{reply}");
+}
