@@ -50,6 +50,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `remote_timeout` | 5 s (connect 2 s) | `KN_REMOTE_TIMEOUT_MS` |
 /// | `max_forwards` | 100,000 deliveries per post | `KN_MAX_FORWARDS` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
+/// | `open_topics` | 1024 topics whose files stay open between posts | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -85,6 +86,11 @@ pub struct Config {
     pub max_forwards: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
+    /// How many topics a process keeps open between posts (three file
+    /// descriptors each), so that posting again costs no `open`. The store
+    /// raises the process's soft open-file limit to make room, within the
+    /// hard limit. 0 disables it.
+    pub open_topics: usize,
 }
 
 impl Config {
@@ -106,6 +112,7 @@ impl Config {
             remote_timeout: Duration::from_secs(5),
             max_forwards: 100_000,
             max_filter_bytes: 4096,
+            open_topics: 1024,
         }
     }
 
@@ -159,6 +166,9 @@ impl Config {
         }
         if let Some(v) = var("KN_REMOTE_TIMEOUT_MS")? {
             self.remote_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_OPEN_TOPICS")? {
+            self.open_topics = v;
         }
         if let Some(v) = var("KN_MAX_FORWARDS")? {
             self.max_forwards = v;

@@ -314,15 +314,37 @@ pub(crate) enum Appended {
 }
 
 /// Exclusive access to append to one topic. Holding it holds the topic's
-/// lock; dropping it releases the lock.
+/// lock; dropping it releases the lock. [`Writer::release`] unlocks and
+/// hands back the open files, so that a long-lived process can append to
+/// the topic again without opening anything ([`TopicFiles`]).
 pub(crate) struct Writer<'c> {
     dir: PathBuf,
     config: &'c Config,
     ordinary: bool,
-    _lock: File,
+    lock: File,
     head_file: File,
     head: Head,
     segment: File,
+}
+
+/// A topic's open files, kept by a process between appends (unlocked).
+/// Reused only after re-locking and re-reading the head: another process
+/// may have appended, rolled, or replaced the head meanwhile (a replaced
+/// head is invalidated first, see [`write_head_file`]).
+pub(crate) struct TopicFiles {
+    lock: File,
+    head_file: File,
+    segment: File,
+    segment_first: u64,
+}
+
+/// Free space as last queried, so that the free-space check of every
+/// append does not need a `statvfs` each time: it is queried again after
+/// 100 ms, or as soon as the bytes written since approach half of the
+/// headroom above the reserve.
+#[derive(Default)]
+pub(crate) struct SpaceGauge {
+    state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
 }
 
 fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
@@ -368,6 +390,19 @@ impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
     pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
+        Writer::open_cached(dir, config, ordinary, None)
+    }
+
+    /// Like [`Writer::open`], reusing `files` kept from an earlier append
+    /// when they still match the topic's state.
+    pub(crate) fn open_cached(dir: &Path, config: &'c Config, ordinary: bool, files: Option<TopicFiles>) -> Result<Writer<'c>> {
+        if let Some(files) = files {
+            if let Some(mut w) = Writer::reuse(dir, config, ordinary, files)? {
+                if w.recover_tail()? {
+                    return Ok(w);
+                }
+            }
+        }
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
@@ -395,8 +430,37 @@ impl<'c> Writer<'c> {
                 }
             }
         };
-        w.recover_tail()?;
+        if !w.recover_tail()? {
+            return Err(Error::new(ErrorKind::Corrupt, format!("the active segment of '{}' vanished", dir.display())));
+        }
         Ok(w)
+    }
+
+    /// Locks with kept files; `None` (files closed, lock released) when the
+    /// head was replaced or the active segment changed: open afresh.
+    fn reuse(dir: &Path, config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        let lock_path = dir.join(LOCK_FILE);
+        files.lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        let mut buf = [0u8; HEAD_SIZE as usize];
+        let head = files.head_file.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
+        match head {
+            Some(head) if head.active == files.segment_first && (!ordinary || head.slots > 0) => Ok(Some(Writer {
+                dir: dir.to_path_buf(),
+                config,
+                ordinary,
+                lock: files.lock,
+                head_file: files.head_file,
+                head,
+                segment: files.segment,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Unlocks the topic and returns its open files for a later append.
+    pub(crate) fn release(self) -> TopicFiles {
+        let _ = self.lock.unlock();
+        TopicFiles { lock: self.lock, head_file: self.head_file, segment: self.segment, segment_first: self.head.active }
     }
 
     /// Opens the active segment named by `head`. `Err(lock)` hands the lock
@@ -438,16 +502,22 @@ impl<'c> Writer<'c> {
         if head.next_seq != head.active && dir.join(segment_name(head.next_seq)).exists() {
             return Ok(Err(lock));
         }
-        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, _lock: lock, head_file, head, segment }))
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment }))
     }
 
     /// Adopts whole records that a writer appended but did not record in
     /// the head (it was killed), and truncates a torn tail.
-    fn recover_tail(&mut self) -> Result<()> {
+    /// Returns false when the open segment was deleted (its name must be
+    /// opened again).
+    fn recover_tail(&mut self) -> Result<bool> {
         let path = self.dir.join(segment_name(self.head.active));
-        let size = self.segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?.len();
+        let meta = self.segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?;
+        if meta.nlink() == 0 {
+            return Ok(false);
+        }
+        let size = meta.len();
         if size == self.head.active_len {
-            return Ok(());
+            return Ok(true);
         }
         let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
         for (_, r) in &scan.records {
@@ -460,7 +530,8 @@ impl<'c> Writer<'c> {
             self.segment.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
         }
         self.head.active_len = scan.end;
-        self.write_head()
+        self.write_head()?;
+        Ok(true)
     }
 
     fn write_head(&mut self) -> Result<()> {
@@ -540,27 +611,30 @@ impl<'c> Writer<'c> {
         Ok(())
     }
 
-    /// Whether `event` repeats the current event of its `kn_id`.
-    pub(crate) fn is_duplicate(&self, event: &Event) -> Result<bool> {
-        if !self.ordinary {
-            return Ok(false);
-        }
-        let (_, digest) = self.lookup(event.id().unwrap_or(b""))?;
-        Ok(digest == Some(event.end_to_end_digest() as u64))
-    }
-
     /// Appends `event` (which must carry a `kn_id`) as one record. On an
     /// ordinary topic a duplicate is not stored.
-    pub(crate) fn append(&mut self, event: &Event, stored_micros: u64) -> Result<Appended> {
-        if self.is_duplicate(event)? {
-            return Ok(Appended::Duplicate);
-        }
+    pub(crate) fn append(&mut self, event: &Event, stored_micros: u64, gauge: &SpaceGauge) -> Result<Appended> {
+        // One index probe serves both the duplicate check and the update.
+        let digest = event.end_to_end_digest() as u64;
+        let id = event.id().unwrap_or(b"");
+        let slot = if self.ordinary {
+            if (self.head.used + 1) * 10 > self.head.slots * 7 {
+                self.grow_index()?;
+            }
+            let (slot, old) = self.lookup(id)?;
+            if old == Some(digest) {
+                return Ok(Appended::Duplicate);
+            }
+            Some((slot, old.is_some()))
+        } else {
+            None
+        };
         let seq = self.head.next_seq;
         let frame = record::encode(&Record { seq, stored_micros, event: event.clone() });
         if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
             self.roll()?;
         }
-        self.check_space(frame.len() as u64)?;
+        gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
         let path = self.dir.join(segment_name(self.head.active));
         if let Err(e) = self.segment.write_all_at(&frame, self.head.active_len) {
             // Never leave a partial record behind (ENOSPC, EIO...).
@@ -573,8 +647,14 @@ impl<'c> Writer<'c> {
                 return Err(Error::io("cannot sync", &path, e));
             }
         }
-        if self.ordinary {
-            self.index(event)?;
+        if let Some((slot, replaced)) = slot {
+            if replaced {
+                self.head.garbage += 1;
+            } else {
+                self.head.used += 1;
+                self.head.live += 1;
+            }
+            self.write_slot(slot, id_hash(id), digest)?;
         }
         self.head.next_seq = seq + 1;
         self.head.active_len += frame.len() as u64;
@@ -585,22 +665,6 @@ impl<'c> Writer<'c> {
             self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
         }
         Ok(Appended::Stored(seq))
-    }
-
-    fn check_space(&self, needed: u64) -> Result<()> {
-        let free = fs4::available_space(&self.dir).map_err(|e| Error::io("cannot query free space of", &self.dir, e))?;
-        if free < self.config.reserve_bytes.saturating_add(needed) {
-            return Err(Error::new(
-                ErrorKind::DiskFull,
-                format!(
-                    "disk full: {} bytes free on the file system of '{}', below the reserve of {} bytes",
-                    free,
-                    self.dir.display(),
-                    self.config.reserve_bytes
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Seals the active segment and starts a new one at `next_seq`. The
@@ -789,6 +853,40 @@ fn id_key(event: &Event) -> u128 {
     xxhash_rust::xxh3::xxh3_128(event.get(KN_ID).unwrap_or(b""))
 }
 
+impl SpaceGauge {
+    /// Fails with [`ErrorKind::DiskFull`] unless `needed` bytes fit above
+    /// the reserve on the file system of `dir`.
+    pub(crate) fn check(&self, dir: &Path, reserve: u64, needed: u64) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = match *state {
+            Some((at, free, written)) => {
+                let headroom = free.saturating_sub(reserve);
+                at.elapsed() < std::time::Duration::from_millis(100) && (written + needed) * 2 < headroom
+            }
+            None => false,
+        };
+        if fresh {
+            if let Some((_, _, written)) = state.as_mut() {
+                *written += needed;
+            }
+            return Ok(());
+        }
+        let free = fs4::available_space(dir).map_err(|e| Error::io("cannot query free space of", dir, e))?;
+        if free < reserve.saturating_add(needed) {
+            *state = None;
+            return Err(Error::new(
+                ErrorKind::DiskFull,
+                format!(
+                    "disk full: {free} bytes free on the file system of '{}', below the reserve of {reserve} bytes",
+                    dir.display()
+                ),
+            ));
+        }
+        *state = Some((std::time::Instant::now(), free, needed));
+        Ok(())
+    }
+}
+
 /// A segment as compaction will leave it.
 struct Planned {
     first: u64,
@@ -848,6 +946,11 @@ fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<Fi
     }
     let tmp = dir.join(".tmp-head");
     let path = dir.join(HEAD_FILE);
+    // Processes keeping the old head open (TopicFiles) must notice that it
+    // is replaced: clear its magic first (we hold the topic's lock).
+    if let Ok(old) = OpenOptions::new().write(true).open(&path) {
+        let _ = old.write_all_at(&[0u8; 8], 0);
+    }
     let write = || -> std::io::Result<File> {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
         group_writable(&f)?;

@@ -6,13 +6,13 @@ use std::fs;
 use std::io::{ErrorKind as IoKind, Write as _};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Config, SyncPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
-use crate::log::{self, Appended, CompactReport, LogCursor, Writer};
+use crate::log::{self, Appended, CompactReport, LogCursor, SpaceGauge, TopicFiles, Writer};
 use crate::record::Record;
 use crate::remote::{self, HttpRemote, Remote};
 use crate::topic::Topic;
@@ -238,6 +238,9 @@ pub struct Store {
     names: RwLock<Vec<String>>,
     remote: Arc<dyn Remote>,
     hub: OnceLock<Arc<Hub>>,
+    /// Open files of recently written topics (see `Config::open_topics`).
+    files: Mutex<HashMap<PathBuf, TopicFiles>>,
+    gauge: SpaceGauge,
 }
 
 impl std::fmt::Debug for Store {
@@ -278,7 +281,17 @@ impl Store {
         }
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
-        Ok(Store { config, names: RwLock::new(names), remote, hub: OnceLock::new() })
+        if config.open_topics > 0 {
+            raise_open_file_limit(config.open_topics as u64 * 3 + 1024);
+        }
+        Ok(Store {
+            config,
+            names: RwLock::new(names),
+            remote,
+            hub: OnceLock::new(),
+            files: Mutex::new(HashMap::new()),
+            gauge: SpaceGauge::default(),
+        })
     }
 
     /// Replaces the HTTP implementation used for remote routes and content
@@ -513,13 +526,20 @@ impl Store {
     /// as readers will see it, or `None` for a duplicate.
     fn store_event(&self, topic: &Topic, event: &Event) -> Result<Option<(u64, Event)>> {
         let dir = self.dir(topic);
-        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
-        let appended = writer.append(event, (now() * 1e6) as u64)?;
-        let Appended::Stored(seq) = appended else { return Ok(None) };
-        if writer.wants_compaction() {
+        let kept = self.files.lock().ok().and_then(|mut f| f.remove(&dir));
+        let mut writer = Writer::open_cached(&dir, &self.config, !topic.is_journal(), kept)?;
+        let appended = writer.append(event, (now() * 1e6) as u64, &self.gauge);
+        if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
         }
+        let files = writer.release();
+        if let Ok(mut cache) = self.files.lock() {
+            if cache.len() < self.config.open_topics {
+                cache.insert(dir, files);
+            }
+        }
+        let Appended::Stored(seq) = appended? else { return Ok(None) };
         let mut out = event.clone();
         out.set(KN_ROUTE_CHECKPOINT, seq.to_string());
         Ok(Some((seq, out)))
@@ -1128,6 +1148,20 @@ fn create_topic_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::DirBuilder::new().mode(DIR_MODE).create(path)?;
     fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
+}
+
+/// Raises the soft limit on open files towards `wanted` (never above the
+/// hard limit), making room for kept topic files and many tunnels.
+fn raise_open_file_limit(wanted: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= wanted as libc::rlim_t {
+            return;
+        }
+        limit.rlim_cur = (wanted as libc::rlim_t).min(limit.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
 }
 
 fn read_names(root: &Path) -> Result<Vec<String>> {
