@@ -18,6 +18,9 @@ use crate::remote::{self, HttpRemote, Remote};
 use crate::topic::Topic;
 use crate::watch::{Hub, Subscription};
 
+mod admin;
+pub use admin::TopicStat;
+
 const HEARTBEAT_FILE: &str = ".heartbeat";
 const NAMES_FILE: &str = ".names";
 const DIR_MODE: u32 = 0o2775;
