@@ -166,7 +166,13 @@ fn text_body(message: &Message<'_>) -> (String, Vec<usize>) {
         texts.push(text);
         used.push(id as usize);
     }
-    (texts.join("\n"), used)
+    // Trailing blank lines vary with the delivery path (procmail ends
+    // every message with one): the payload ends with one line end.
+    let mut payload = texts.join("\n").trim_end().to_string();
+    if !payload.is_empty() {
+        payload.push('\n');
+    }
+    (payload, used)
 }
 
 /// Adds `attachment.N` and `alternative.N` elements for the leaf parts

@@ -1,0 +1,353 @@
+//! The replay sensor (PROTOCOL.md 3.7 and 5): re-post a journal's events
+//! to the topics they were routed from, keeping their original spacing.
+//!
+//! The events of the journal are ordered by `kn_time_t`. Each goes back to
+//! the topic it came from: `kn_routed_from` when it names a topic of this
+//! store, else `kn_route_location` without its `/kn_routes/<route-id>`
+//! tail (a local topic or an absolute URL of another PubSub server),
+//! else `kn_routed_from` as a remote URL. An event with none of these is
+//! skipped. The re-posted event has the hop-by-hop elements removed, a new
+//! `kn_id` (the prefix followed by the old id, so duplicate suppression
+//! keeps it), a fresh `kn_time_t`, and its lifetime (`kn_expires` minus
+//! `kn_time_t`) kept as a relative `kn_expires=+N`. The first event is
+//! posted at once, each later one when its original distance from the
+//! first, divided by `warp`, has passed.
+//!
+//! `kn-replay` runs this from a shell or cron, and `pubsub.cgi` starts
+//! `kn-replay` detached for `do_method=replay`.
+//!
+//! ```
+//! use kn_journal::{Event, Selection, Store, Topic};
+//! use kn_sensors::replay::{self, ReplayOptions};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path()).unwrap();
+//! let journal = Topic::parse("/who/anna/kn_journal").unwrap();
+//! let chat = Topic::parse("/what/chat").unwrap();
+//! store.tunnel(&journal, &Selection::default()).unwrap(); // a fresh heartbeat
+//! store.route(&chat, journal.as_str().as_bytes(), Event::from_pairs([("kn_id", "r1")])).unwrap();
+//! store.notify(&chat, Event::from_pairs([("kn_id", "e1"), ("kn_payload", "hi")])).unwrap();
+//!
+//! let options = ReplayOptions { prefix: "again-".into(), ..ReplayOptions::default() };
+//! let report = replay::run(&store, &journal, &options).unwrap();
+//! assert_eq!(report.posted, 1);
+//! let events = store.events(&chat, &Selection::all()).unwrap().events;
+//! assert_eq!(events[1].id(), Some(&b"again-e1"[..]));
+//! assert_eq!(events[1].payload(), b"hi");
+//! ```
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use kn_journal::{format_time, now, Destination, Event, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
+
+use crate::{SensorError, SensorErrorKind};
+
+/// How to replay. `ReplayOptions::default()` is real time (`warp` 1), a
+/// prefix of `replay-<now>-`, no credentials, no progress bar.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Speed-up: original spacing divided by this (2 = twice as fast). Must
+    /// be positive; `f64::INFINITY` posts everything at once.
+    pub warp: f64,
+    /// Plan only: compute where and when each event would go, post nothing.
+    pub dry_run: bool,
+    /// Put before each old `kn_id` to make the new one.
+    pub prefix: String,
+    /// User for re-posting through an authenticating server (HTTP basic).
+    pub user: Option<String>,
+    /// Password for `user`.
+    pub password: Option<String>,
+    /// Show a progress bar (only drawn when standard error is a terminal).
+    pub progress: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> ReplayOptions {
+        ReplayOptions {
+            warp: 1.0,
+            dry_run: false,
+            prefix: format!("replay-{}-", now() as u64),
+            user: None,
+            password: None,
+            progress: false,
+        }
+    }
+}
+
+/// Where one replayed event goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A topic of this store.
+    Local(Topic),
+    /// The absolute URL of a topic on another server.
+    Remote(String),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Local(t) => write!(f, "{t}"),
+            Origin::Remote(url) => f.write_str(url),
+        }
+    }
+}
+
+/// One planned re-post.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// When, counted from the start of the replay (already divided by warp).
+    pub delay: Duration,
+    /// Where the event goes; `None` when the event names no origin (it is
+    /// skipped).
+    pub origin: Option<Origin>,
+    /// The event to post (new `kn_id`, hop-by-hop elements removed).
+    pub event: Event,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Events in the journal (unexpired).
+    pub events: usize,
+    /// Events posted (or, in a dry run, that would be).
+    pub posted: usize,
+    /// Posts that were duplicates (already replayed with this prefix).
+    pub duplicates: usize,
+    /// Events without an origin to go back to.
+    pub skipped: usize,
+    /// Posts that failed, with why (the replay goes on after a failure).
+    pub failures: Vec<String>,
+}
+
+/// Plans the replay of `journal`: its unexpired events ordered by
+/// `kn_time_t` (events without one keep their place after the previous
+/// one), each with its origin, new event and delay.
+pub fn plan(store: &Store, journal: &Topic, options: &ReplayOptions) -> Result<Vec<Step>, SensorError> {
+    if !(options.warp > 0.0) {
+        return Err(SensorError::usage(format!("bad warp {}: must be a positive number", options.warp)));
+    }
+    let events = store
+        .events(journal, &Selection::all())
+        .map_err(|e| SensorError::from_journal(e, &format!("cannot read '{journal}'")))?
+        .events;
+    let mut timed: Vec<(f64, Event)> = Vec::with_capacity(events.len());
+    let mut last = f64::NEG_INFINITY;
+    for event in events {
+        let t = time_of(&event).unwrap_or(last);
+        last = t;
+        timed.push((t, event));
+    }
+    // Stable: equal times keep the order they were stored in.
+    timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let first = timed.iter().map(|(t, _)| *t).find(|t| t.is_finite()).unwrap_or(0.0);
+    Ok(timed
+        .into_iter()
+        .map(|(t, event)| {
+            let offset = if t.is_finite() { ((t - first) / options.warp).max(0.0) } else { 0.0 };
+            let delay = Duration::try_from_secs_f64(offset).unwrap_or(Duration::ZERO);
+            Step { delay, origin: origin_of(store, &event), event: repost_of(&event, &options.prefix) }
+        })
+        .collect())
+}
+
+/// Replays `journal` (see the module documentation): posts each event at
+/// its time and returns what happened. Failures of single posts are
+/// collected in the report; only an unreadable journal or bad options are
+/// errors.
+pub fn run(store: &Store, journal: &Topic, options: &ReplayOptions) -> Result<ReplayReport, SensorError> {
+    let steps = plan(store, journal, options)?;
+    let mut report = ReplayReport { events: steps.len(), ..ReplayReport::default() };
+    let bar = progress_bar(options.progress, steps.len() as u64);
+    let start = Instant::now();
+    for step in steps {
+        let Some(origin) = &step.origin else {
+            report.skipped += 1;
+            bar.inc(1);
+            continue;
+        };
+        if options.dry_run {
+            report.posted += 1;
+            bar.inc(1);
+            continue;
+        }
+        let due = start + step.delay;
+        let wait = due.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        match post(store, origin, step.event, options) {
+            Ok(true) => report.duplicates += 1,
+            Ok(false) => report.posted += 1,
+            Err(err) => report.failures.push(format!("{origin}: {err}")),
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// A progress bar on standard error when asked for and it is a terminal;
+/// a hidden one (drawing nothing) otherwise.
+pub(crate) fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn time_of(event: &Event) -> Option<f64> {
+    let text = std::str::from_utf8(event.get(KN_TIME_T)?).ok()?;
+    text.trim().parse::<f64>().ok().filter(|t| t.is_finite())
+}
+
+/// Where `event` came from (see the module documentation).
+pub fn origin_of(store: &Store, event: &Event) -> Option<Origin> {
+    let routed_from = event.get(KN_ROUTED_FROM).filter(|v| !v.is_empty());
+    if let Some(Ok(Destination::Local(topic))) = routed_from.map(|v| store.resolve(v)) {
+        return Some(Origin::Local(topic));
+    }
+    if let Some(location) = event.get(KN_ROUTE_LOCATION).and_then(strip_route) {
+        match store.resolve(location) {
+            Ok(Destination::Local(topic)) => return Some(Origin::Local(topic)),
+            Ok(Destination::Remote(url)) => return Some(Origin::Remote(url)),
+            Err(_) => {}
+        }
+    }
+    match routed_from.map(|v| store.resolve(v)) {
+        Some(Ok(Destination::Remote(url))) => Some(Origin::Remote(url)),
+        _ => None,
+    }
+}
+
+/// `<topic>/kn_routes/<route-id>` → `<topic>`; anything else (a client's
+/// own `kn_uri`) is no topic.
+fn strip_route(location: &[u8]) -> Option<&[u8]> {
+    const MARK: &[u8] = b"/kn_routes/";
+    let at = location.windows(MARK.len()).rposition(|w| w == MARK)?;
+    let id = &location[at + MARK.len()..];
+    if id.is_empty() || id.contains(&b'/') {
+        return None;
+    }
+    Some(if at == 0 { b"/" } else { &location[..at] })
+}
+
+/// The event to re-post: hop-by-hop elements removed, `kn_id` prefixed,
+/// `kn_time_t` left to the arrival, the lifetime kept as `+N`.
+fn repost_of(event: &Event, prefix: &str) -> Event {
+    let mut out = event.clone();
+    out.strip_hop_by_hop();
+    let mut id = prefix.as_bytes().to_vec();
+    id.extend_from_slice(event.id().unwrap_or(b""));
+    out.set(KN_ID, id);
+    let born = time_of(event);
+    if let Some(t) = out.remove(KN_TIME_T).and(born) {
+        if let Ok(Some(expires)) = event.expires_at(t) {
+            out.set(KN_EXPIRES, format!("+{}", format_time((expires - t).max(0.0))));
+        }
+    }
+    out
+}
+
+/// Posts one event; `Ok(true)` for a duplicate.
+fn post(store: &Store, origin: &Origin, event: Event, options: &ReplayOptions) -> Result<bool, SensorError> {
+    match origin {
+        Origin::Local(topic) => store
+            .notify(topic, event)
+            .map(|r| r.duplicate)
+            .map_err(|e| SensorError::from_journal(e, &format!("cannot post to '{topic}'"))),
+        Origin::Remote(url) => post_remote(url, &event, options),
+    }
+}
+
+/// A notify over HTTP, with basic authentication when a user is given.
+fn post_remote(url: &str, event: &Event, options: &ReplayOptions) -> Result<bool, SensorError> {
+    let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
+    pairs.extend(event.elements());
+    let body = kn_cgi::form::encode(pairs).into_bytes();
+    let timeout = Duration::from_secs(10);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let mut request = agent.post(url).header("Content-Type", "application/x-www-form-urlencoded");
+    if let Some(user) = &options.user {
+        let credentials = format!("{user}:{}", options.password.as_deref().unwrap_or(""));
+        request = request.header("Authorization", format!("Basic {}", base64(credentials.as_bytes())));
+    }
+    let temp = |e: ureq::Error| SensorError::new(SensorErrorKind::TempFail, format!("cannot post to '{url}': {e}"));
+    let mut reply = request.send(&body[..]).map_err(temp)?;
+    let status = reply.status().as_u16();
+    let bytes = reply.body_mut().with_config().limit(1 << 20).read_to_vec().map_err(temp)?;
+    let line = kn_cgi::format::simple::decode_frames(&bytes)
+        .ok()
+        .and_then(|events| events.into_iter().find_map(|e| e.get_str(kn_journal::STATUS)));
+    match line {
+        Some(line) if line.starts_with("200") => Ok(String::from_utf8_lossy(&bytes).contains("was a duplicate")),
+        Some(line) => Err(SensorError::new(SensorErrorKind::Unavailable, format!("'{url}' refused the event with '{line}'"))),
+        None => Err(SensorError::new(
+            SensorErrorKind::Unavailable,
+            format!("'{url}' answered HTTP {status} without a PubSub status event"),
+        )),
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_locations_lose_their_route_tail() {
+        assert_eq!(strip_route(b"http://h/kn/what/chat/kn_routes/r1"), Some(&b"http://h/kn/what/chat"[..]));
+        assert_eq!(strip_route(b"/kn_routes/r1"), Some(&b"/"[..]));
+        assert_eq!(strip_route(b"javascript:cb"), None);
+        assert_eq!(strip_route(b"/a/kn_routes/"), None);
+    }
+
+    #[test]
+    fn basic_credentials_encode_as_rfc4648() {
+        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+    }
+
+    #[test]
+    fn reposts_get_a_prefixed_id_and_keep_their_lifetime() {
+        let e = Event::from_pairs([
+            ("kn_id", "e1"),
+            ("kn_time_t", "100"),
+            ("kn_expires", "160"),
+            ("kn_route_location", "x"),
+            ("kn_routed_from", "y"),
+            ("kn_payload", "p"),
+        ]);
+        let r = repost_of(&e, "p-");
+        assert_eq!(r.id(), Some(&b"p-e1"[..]));
+        assert_eq!(r.get("kn_expires"), Some(&b"+60"[..]));
+        assert!(!r.contains("kn_time_t") && !r.contains("kn_routed_from") && !r.contains("kn_route_location"));
+        assert_eq!(r.payload(), b"p");
+    }
+}
