@@ -132,7 +132,7 @@ fn fetch(url: &str, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError
 /// assert_eq!(events.len(), 1);
 /// assert_eq!(events[0].id(), Some(&b"urn:n:1"[..]));
 /// assert_eq!(events[0].get_str("title").unwrap(), "First");
-/// assert_eq!(events[0].payload(), b"Hello there\n");
+/// assert_eq!(events[0].payload(), b"Hello there");
 /// ```
 pub fn events_from_feed(document: &[u8], source: &str, base_uri: Option<&str>) -> Result<Vec<Event>, SensorError> {
     let parser = feed_rs::parser::Builder::new()
@@ -178,8 +178,10 @@ pub fn event_from_entry(entry: &Entry) -> Event {
         let body = c.body.as_deref()?;
         Some(if c.content_type.essence().to_string().contains("html") { crate::html_to_text(body) } else { body.to_string() })
     });
+    // Trimmed, whatever the kind of text: HTML rendering adds a final line
+    // end that plain text lacks.
     let payload = content.or(summary).or(title.clone()).unwrap_or_default();
-    event.set("kn_payload", payload);
+    event.set("kn_payload", payload.trim());
     let id = entry.id.trim();
     if id.is_empty() {
         let digest = xxhash_rust::xxh3::xxh3_128(title.unwrap_or_default().as_bytes());
