@@ -23,6 +23,8 @@ use kn_journal::{Config, Error as JournalError, ErrorKind as JournalKind, Event,
 /// let remote = Target::parse("http://pubsub.example/kn/what/mail", None).unwrap();
 /// assert!(matches!(remote, Target::Remote { .. }));
 /// ```
+// One Target per process: boxing the store would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Target {
     /// A topic of the local event store, written through kn-journal.
