@@ -458,6 +458,33 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Starts `cmd` again on the same port, in the same directory, after
+    /// stopping whatever runs now: a server restart as an administrator
+    /// does one. Panics if it does not listen within the deadline.
+    fn respawn(&mut self, mut cmd: Command) {
+        self.stop();
+        let out = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir.join("server.out"))
+            .expect("open server.out");
+        let err = out.try_clone().expect("dup server.out");
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        self.child = cmd.spawn().unwrap_or_else(|e| panic!("cannot restart {}: {e}", self.name));
+        let deadline = Instant::now() + SERVER_DEADLINE;
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited with {status} on restart\n{}", self.name, read_lossy(&self.error_log));
+            }
+            if Instant::now() > deadline {
+                panic!("{} did not listen again on port {} within {SERVER_DEADLINE:?}", self.name, self.port);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
@@ -598,6 +625,21 @@ impl Apache {
     /// The pid of the Apache parent process.
     pub fn pid(&self) -> u32 {
         self.server.child.id()
+    }
+
+    /// Stops Apache, every child and every CGI it started (open tunnels
+    /// included), as a crash or an administrator's stop would; the port is
+    /// free until [`Apache::restart`].
+    pub fn stop(&mut self) {
+        self.server.stop();
+    }
+
+    /// Starts Apache again on the same port with the same configuration
+    /// (and so the same store), stopping it first if it still runs.
+    pub fn restart(&mut self) {
+        let mut cmd = Command::new(APACHE);
+        cmd.arg("-f").arg(&self.conf).arg("-DFOREGROUND");
+        self.server.respawn(cmd);
     }
 }
 
