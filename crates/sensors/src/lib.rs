@@ -29,8 +29,11 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod feed;
+pub mod legacy;
 pub mod mail;
+pub mod replay;
 mod target;
 
 pub use target::{elements_from_args, exit, Posted, SensorError, SensorErrorKind, Target};

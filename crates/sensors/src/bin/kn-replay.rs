@@ -1,0 +1,126 @@
+//! kn-replay: re-post a journal's events to the topics they came from,
+//! keeping their spacing (PROTOCOL.md 3.7; pubsub.cgi starts it for
+//! do_method=replay).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use kn_journal::{Config, Store, Topic};
+use kn_sensors::replay::{self, ReplayOptions};
+use kn_sensors::{exit, SensorError, SensorErrorKind};
+
+/// Replay a journal: its events, ordered by kn_time_t, are re-posted to
+/// the topic each was routed from (kn_routed_from when it names a topic of
+/// this store, else kn_route_location without its /kn_routes/<id> tail,
+/// which may be a topic URL on another server), each with a new kn_id
+/// (PREFIX followed by the old id) so that duplicate suppression keeps
+/// them. The first goes at once, each later one when its original
+/// distance from the first, divided by --warp, has passed. Re-posted
+/// events get a fresh kn_time_t; an expiry keeps the event's original
+/// lifetime (kn_expires=+N).
+#[derive(Parser, Debug)]
+#[command(name = "kn-replay", version, after_long_help = AFTER_HELP)]
+struct Cli {
+    /// The event store (default: $KN_EVENTS, else ./kn_events).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+
+    /// Speed-up: the original spacing is divided by F (10 = ten times as
+    /// fast, "inf" = all at once).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    warp: f64,
+
+    /// Print where and when each event would go; post nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+
+    /// Put before each old kn_id to make the new one (default:
+    /// replay-<epoch seconds>-, different for every run).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+
+    /// User for re-posting to an authenticating server (HTTP basic).
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
+
+    /// Password for --user (default: $KN_REPLAY_PASSWORD, which keeps it
+    /// out of the process list).
+    #[arg(long, value_name = "PASSWORD")]
+    password: Option<String>,
+
+    /// Print nothing on success, not even on a terminal.
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// The journal (or any topic) to replay, e.g. /who/anna/kn_journal.
+    #[arg(value_name = "JOURNAL")]
+    journal: String,
+}
+
+const AFTER_HELP: &str = "\
+A progress bar is drawn when standard error is a terminal; from cron the
+command prints nothing unless something failed.
+
+Exit status: 0 when every event was re-posted (or skipped for lack of an
+origin), 64 for a bad command line, 69 when some posts were refused, 75 for
+a temporary failure, 78 for a malformed KN_* variable.
+
+Examples:
+  kn-replay --root /var/lib/kn_events /who/anna/kn_journal
+  kn-replay --warp 60 --dry-run /who/anna/kn_journal   # an hour in a minute, planned only
+  KN_REPLAY_PASSWORD=secret kn-replay --user anna --warp inf /who/anna/kn_journal";
+
+fn main() -> ExitCode {
+    exit("kn-replay", run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> Result<(), SensorError> {
+    let journal = Topic::parse(&cli.journal).map_err(|e| SensorError::usage(e.to_string()))?;
+    let config = match cli.root {
+        Some(root) => Config::new(root).with_env(),
+        None => Config::from_env(),
+    }
+    .map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+    let store = Store::open_with(config).map_err(|e| SensorError::from_journal(e, "cannot open the event store"))?;
+    let mut options = ReplayOptions {
+        warp: cli.warp,
+        dry_run: cli.dry_run,
+        user: cli.user,
+        password: cli.password.or_else(|| std::env::var("KN_REPLAY_PASSWORD").ok()),
+        progress: !cli.quiet && !cli.dry_run,
+        ..ReplayOptions::default()
+    };
+    if let Some(prefix) = cli.prefix {
+        options.prefix = prefix;
+    }
+    if cli.dry_run {
+        for step in replay::plan(&store, &journal, &options)? {
+            let id = String::from_utf8_lossy(step.event.id().unwrap_or(b""));
+            match &step.origin {
+                Some(origin) => println!("+{:.3}s\t{origin}\t{id}", step.delay.as_secs_f64()),
+                None => println!("+{:.3}s\t-\t{id}\t(no origin: skipped)", step.delay.as_secs_f64()),
+            }
+        }
+        return Ok(());
+    }
+    let report = replay::run(&store, &journal, &options)?;
+    if !cli.quiet && std::io::stderr().is_terminal() {
+        eprintln!(
+            "kn-replay: {} events: {} posted, {} duplicates, {} without origin, {} failed",
+            report.events,
+            report.posted,
+            report.duplicates,
+            report.skipped,
+            report.failures.len()
+        );
+    }
+    for failure in &report.failures {
+        eprintln!("kn-replay: {failure}");
+    }
+    if !report.failures.is_empty() {
+        return Err(SensorError::new(SensorErrorKind::Unavailable, format!("{} of {} posts failed", report.failures.len(), report.events)));
+    }
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! kn: look after a knpubsub event store (topics, events, routes, live
+//! tail, figures, compaction, verification, legacy import, export).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kn_journal::{Config, Selection, Store, Topic};
+use kn_sensors::admin::{self, EventFormat};
+use kn_sensors::{legacy, SensorError, SensorErrorKind};
+
+/// Look after a knpubsub event store: list topics, print events and
+/// routes, follow a topic live, show figures, compact, verify and repair,
+/// import a legacy mod_pubsub kn_events tree, export everything.
+///
+/// Long operations (compact, verify, import-legacy) draw a progress bar
+/// when standard error is a terminal and print their summary when standard
+/// output is one (or with --verbose); from cron they print nothing unless
+/// something is wrong.
+#[derive(Parser, Debug)]
+#[command(name = "kn", version, after_long_help = AFTER_HELP)]
+struct Cli {
+    /// The event store (default: $KN_EVENTS, else ./kn_events).
+    #[arg(long, value_name = "DIR", global = true)]
+    root: Option<PathBuf>,
+
+    /// Print summaries even when standard output is not a terminal.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List the topics of the store (the tree), one full name per line,
+    /// sorted so that children follow their parent.
+    Topics {
+        /// Also list the reserved kn_routes and kn_subtopics topics.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print the current events of a topic, oldest first (on an ordinary
+    /// topic the current event of each kn_id), with kn_route_checkpoint.
+    Events {
+        /// The topic, e.g. /what/chat.
+        topic: String,
+        /// Output format: text (for people), simple (PubSub simple format,
+        /// byte-exact) or json (one object per line).
+        #[arg(long, value_enum, default_value = "text")]
+        format: EventFormat,
+        /// Only the N most recent events.
+        #[arg(long, value_name = "N")]
+        max_n: Option<usize>,
+        /// Include expired events not yet reclaimed by compaction.
+        #[arg(long)]
+        expired: bool,
+    },
+    /// List the routes of a topic: id, destination ("-" when deleted or
+    /// poisoned), then the route's other elements as name=value, tab
+    /// separated.
+    Routes {
+        /// The source topic.
+        topic: String,
+        /// Also list inactive routes (deleted, poisoned, expired).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print the last events of a topic; with -f keep printing new events
+    /// as they land (like tail -f) until interrupted. Following a journal
+    /// keeps its heartbeat fresh, as any tunnel does.
+    Tail {
+        /// Follow: wait for new events.
+        #[arg(short, long)]
+        follow: bool,
+        /// How many existing events to print first.
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 10)]
+        lines: usize,
+        /// Output format (as for events).
+        #[arg(long, value_enum, default_value = "text")]
+        format: EventFormat,
+        /// The topic.
+        topic: String,
+    },
+    /// Show events, records, bytes and segments per topic (the reserved
+    /// topics included), with a total.
+    Stat {
+        /// Only this topic and those below it.
+        topic: Option<String>,
+        /// Print one JSON object per topic instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compact topics: rewrite sealed segments without superseded records
+    /// and events expired longer than KN_EXPIRED_GRACE; journals also apply
+    /// retention. Safe while the server runs.
+    Compact {
+        /// Only this topic (default: every topic).
+        topic: Option<String>,
+    },
+    /// Check the CRC of every record of every topic. Exits 1 when a bad
+    /// record is found, listing each (segment file, offset, why).
+    Verify {
+        /// Then truncate torn tails (what the next writer would do) and
+        /// verify again. A corrupt record in the middle of a log is
+        /// reported, never silently cut.
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Import a legacy mod_pubsub kn_events tree: every event (expired ones
+    /// too, for duplicate suppression), route, subtopic announcement,
+    /// journal heartbeat and server name. Safe to rerun: nothing is
+    /// imported twice.
+    ImportLegacy {
+        /// The legacy kn_events directory.
+        dir: PathBuf,
+    },
+    /// Print every event of every topic (or of TOPIC and below), reserved
+    /// topics included. json: {"topic": T, "event": {...}} per line;
+    /// simple and text: each event with an extra kn_export_topic element.
+    Export {
+        /// Only this topic and those below it.
+        topic: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "json")]
+        format: EventFormat,
+        /// Include expired events not yet reclaimed by compaction.
+        #[arg(long)]
+        expired: bool,
+    },
+}
+
+const AFTER_HELP: &str = "\
+Exit status: 0 on success, 1 when verify found bad records, 64 for a bad
+command line, 66 for a missing input directory, 75 for a temporary failure
+(I/O, disk full), 78 for a malformed KN_* variable.
+
+Examples:
+  kn --root /var/lib/kn_events topics
+  kn events /what/chat --format json --max-n 5
+  kn tail -f /who/anna/kn_journal
+  kn stat /what
+  kn verify --repair
+  kn import-legacy /var/www/kn_events      # rerun at will
+  kn export > backup.jsonl
+
+  # crontab: compact every night, quiet unless something fails
+  15 3 * * * kn --root /var/lib/kn_events compact";
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("kn: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, SensorError> {
+    let config = match &cli.root {
+        Some(root) => Config::new(root).with_env(),
+        None => Config::from_env(),
+    }
+    .map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+    let store = Store::open_with(config).map_err(|e| SensorError::from_journal(e, "cannot open the event store"))?;
+    let summaries = cli.verbose || std::io::stdout().is_terminal();
+    let mut out = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::Topics { all } => {
+            for t in admin::topics(&store, all)? {
+                writeln!(out, "{t}").map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Events { topic, format, max_n, expired } => {
+            let topic = parse_topic(&topic)?;
+            let mut events = if expired {
+                store.stored_events(&topic)
+            } else {
+                store.events(&topic, &Selection { max_n, ..Selection::all() }).map(|s| s.events)
+            }
+            .map_err(|e| SensorError::from_journal(e, &format!("cannot read '{topic}'")))?;
+            if let Some(n) = max_n {
+                events.drain(..events.len().saturating_sub(n));
+            }
+            for e in &events {
+                admin::write_event(&mut out, e, format, None).map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Routes { topic, all } => {
+            let topic = parse_topic(&topic)?;
+            let routes = if all { store.all_routes(&topic) } else { store.routes(&topic) }
+                .map_err(|e| SensorError::from_journal(e, &format!("cannot read the routes of '{topic}'")))?;
+            for r in &routes {
+                writeln!(out, "{}", admin::route_line(r)).map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tail { follow, lines, format, topic } => tail(&store, &mut out, &parse_topic(&topic)?, follow, lines, format),
+        Command::Stat { topic, json } => {
+            let topics = all_topics(&store, topic.as_deref())?;
+            let rows = admin::stats(&store, &topics)?;
+            let rows: Vec<_> = rows.into_iter().filter(|(t, s)| !t.is_root() || s.segments > 0).collect();
+            if json {
+                for (t, s) in &rows {
+                    let line = serde_json::json!({"topic": t.as_str(), "events": s.events, "records": s.records, "bytes": s.bytes, "segments": s.segments});
+                    writeln!(out, "{line}").map_err(write_error)?;
+                }
+            } else {
+                admin::write_stats(&mut out, &rows).map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compact { topic } => {
+            let topics = match topic {
+                Some(t) => vec![parse_topic(&t)?],
+                None => all_topics(&store, None)?,
+            };
+            let bar = progress(topics.len() as u64);
+            let (mut before, mut after) = (0, 0);
+            for t in &topics {
+                bar.set_message(t.to_string());
+                let report = store.compact(t).map_err(|e| SensorError::from_journal(e, &format!("cannot compact '{t}'")))?;
+                before += report.records_before;
+                after += report.records_after;
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            if summaries {
+                writeln!(out, "compacted {} topics: {before} records before, {after} after", topics.len()).map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify { repair } => verify(&store, &mut out, repair, summaries),
+        Command::ImportLegacy { dir } => {
+            let mut bar = progress(0);
+            let report = legacy::import(&store, &dir, &mut bar)?;
+            bar.finish_and_clear();
+            for w in &report.warnings {
+                eprintln!("kn: warning: {w}");
+            }
+            if summaries {
+                writeln!(
+                    out,
+                    "imported {} events ({} of them expired) from {} topic directories; {} already there, {} named in .index but gone, {} heartbeats, {} server names, {} warnings",
+                    report.imported,
+                    report.expired,
+                    report.topics,
+                    report.already,
+                    report.gone,
+                    report.heartbeats,
+                    report.names,
+                    report.warnings.len()
+                )
+                .map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export { topic, format, expired } => {
+            for t in all_topics(&store, topic.as_deref())? {
+                let events = if expired { store.stored_events(&t) } else { store.events(&t, &Selection::all()).map(|s| s.events) }
+                    .map_err(|e| SensorError::from_journal(e, &format!("cannot read '{t}'")))?;
+                for e in &events {
+                    admin::write_event(&mut out, e, format, Some(&t)).map_err(write_error)?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        // A closed pipe (`kn export | head`) is the reader's choice.
+        Err(e) if e.message() == BROKEN_PIPE => Ok(ExitCode::SUCCESS),
+        other => other,
+    }
+}
+
+const BROKEN_PIPE: &str = "standard output closed";
+
+fn write_error(e: std::io::Error) -> SensorError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return SensorError::new(SensorErrorKind::TempFail, BROKEN_PIPE);
+    }
+    SensorError::new(SensorErrorKind::TempFail, format!("cannot write standard output: {e}"))
+}
+
+fn parse_topic(name: &str) -> Result<Topic, SensorError> {
+    Topic::parse(name).map_err(|e| SensorError::usage(e.to_string()))
+}
+
+/// The root topic and every topic of the store (reserved ones included),
+/// or `within` and the topics below it.
+fn all_topics(store: &Store, within: Option<&str>) -> Result<Vec<Topic>, SensorError> {
+    let within = within.map(parse_topic).transpose()?;
+    let mut topics = vec![Topic::root()];
+    topics.extend(admin::topics(store, true)?);
+    Ok(match within {
+        Some(w) => topics.into_iter().filter(|t| t.is_within(&w) && (!t.is_root() || w.is_root())).collect(),
+        None => topics,
+    })
+}
+
+fn progress(len: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: usize, format: EventFormat) -> Result<ExitCode, SensorError> {
+    let selection = Selection { max_n: Some(lines), ..Selection::default() };
+    let read_error = |e| SensorError::from_journal(e, &format!("cannot read '{topic}'"));
+    if !follow {
+        for e in &store.events(topic, &selection).map_err(read_error)?.events {
+            admin::write_event(out, e, format, None).map_err(write_error)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let start = store.tunnel(topic, &selection).map_err(read_error)?;
+    let mut tunnel = start.tunnel;
+    for e in &start.initial.events {
+        admin::write_event(out, e, format, None).map_err(write_error)?;
+    }
+    out.flush().map_err(write_error)?;
+    loop {
+        for e in tunnel.wait(store, Duration::from_secs(10)).map_err(read_error)? {
+            admin::write_event(out, &e, format, None).map_err(write_error)?;
+        }
+        out.flush().map_err(write_error)?;
+    }
+}
+
+fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> Result<ExitCode, SensorError> {
+    let check = || store.verify().map_err(|e| SensorError::from_journal(e, "cannot verify the store"));
+    let bar = progress(0);
+    bar.set_message("verifying");
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut report = check()?;
+    if repair && !report.problems.is_empty() {
+        let touched = store.repair().map_err(|e| SensorError::from_journal(e, "cannot repair the store"))?;
+        bar.set_message("verifying again");
+        let again = check()?;
+        bar.finish_and_clear();
+        if summaries {
+            writeln!(out, "repaired {touched} topics; {} bad records before, {} after", report.problems.len(), again.problems.len())
+                .map_err(write_error)?;
+        }
+        report = again;
+    }
+    bar.finish_and_clear();
+    for p in &report.problems {
+        writeln!(out, "BAD {} at offset {}: {}", p.path.display(), p.offset, p.reason).map_err(write_error)?;
+    }
+    if !report.problems.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    if summaries {
+        writeln!(out, "ok: {} records verified", report.records).map_err(write_error)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
