@@ -1,0 +1,398 @@
+//! The browser side in a real headless Chromium (Debian's `chromium`,
+//! driven through `chromedriver` with WebDriver): the pages of `www/`
+//! served by Apache beside `pubsub.cgi` (`Alias /kn_apps/`), the JavaScript
+//! client from `/kn?do_method=lib`, one Server-Sent Events connection per
+//! page.
+//!
+//! * two chat pages talk through `pubsub.cgi`; Apache is stopped and
+//!   started again mid-conversation and every message still arrives
+//!   exactly once on both pages;
+//! * the topic browser shows a topic another client creates, live;
+//! * the ping page's figures are read back and printed (no timing
+//!   assertion; docs/BROWSER.md records them).
+//!
+//! The tests take turns (one Chromium at a time: the machine has two cores
+//! and the ping figures must not measure a neighbour). They skip with a
+//! printed reason when Apache, chromium or chromedriver is missing, except
+//! under `CI=true`, where that is a failure. Set `KN_SCREENSHOTS=DIR` to
+//! save a screenshot of each page.
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use support::{Apache, Dir};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// One Chromium at a time.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// Whether the browser tests can run: Apache, chromium and chromedriver.
+fn browser_available() -> bool {
+    if !support::available(support::APACHE) {
+        return false;
+    }
+    for program in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(program).exists() {
+            if support::on_ci() {
+                panic!("{program} is not installed, and CI is set: .ci/run must install chromium chromium-driver");
+            }
+            eprintln!("skipping: {program} is not installed (apt-get install chromium chromium-driver)");
+            return false;
+        }
+    }
+    true
+}
+
+/// Apache with `pubsub.cgi` at `/kn` and a copy of `www/` at `/kn_apps/`,
+/// as docs/DEPLOY.md describes.
+struct Site {
+    apache: Apache,
+    dir: Dir,
+}
+
+impl Site {
+    fn start(name: &str) -> Site {
+        let dir = Dir::new(name);
+        let store = dir.store("kn_events");
+        let www = dir.create_dir("www");
+        copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("www"), &www);
+        let conf = format!(
+            "Alias /kn_apps/ {www}/\n\
+             AddType text/html .html\nAddType text/css .css\nAddType application/javascript .js\n\
+             AddCharset utf-8 .html .css .js\n",
+            www = www.display()
+        );
+        let apache = Apache::start(&support::pubsub_cgi(), &store, &conf);
+        Site { apache, dir }
+    }
+
+    fn page(&self, name: &str) -> String {
+        format!("{}/kn_apps/{name}", self.apache.base_url())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display())) {
+        let entry = entry.expect("directory entry");
+        let dest = to.join(entry.file_name());
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            std::fs::create_dir_all(&dest).expect("mkdir");
+            let _ = std::fs::set_permissions(&dest, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+            copy_dir(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).expect("copy");
+            let _ = std::fs::set_permissions(&dest, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+        }
+    }
+}
+
+/// A chromedriver we started (killed, with its browsers, when dropped).
+struct Driver {
+    child: Child,
+    url: String,
+    _profiles: Dir,
+    profiles: PathBuf,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = support::free_port();
+        let profiles = Dir::new("chromium-profiles");
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let ready = support::wait_for(Duration::from_secs(15), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        assert!(ready, "chromedriver did not listen on port {port}");
+        let path = profiles.path().to_path_buf();
+        Driver { child, url: format!("http://127.0.0.1:{port}"), _profiles: profiles, profiles: path }
+    }
+
+    /// A fresh headless Chromium (its own profile directory).
+    async fn browser(&self, name: &str) -> Client {
+        let profile = self.profiles.join(name);
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1200,900",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            }),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("starting chromium through chromedriver: {e}"))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+/// Runs `script` (a function body) in the page and returns its value.
+async fn js(page: &Client, script: &str) -> Value {
+    page.execute(script, vec![]).await.unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+}
+
+/// Waits up to `limit` for `script` to return something truthy; returns
+/// the last value.
+async fn wait_js(page: &Client, limit: Duration, script: &str) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v = js(page, script).await;
+        let truthy = !matches!(v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
+        if truthy || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_connected(page: &Client, what: &str) {
+    let v = wait_js(page, Duration::from_secs(15), "return window.kn && window.kn.connected;").await;
+    assert_eq!(v, json!(true), "{what}: the page's SSE connection did not open");
+}
+
+/// Saves a screenshot when `KN_SCREENSHOTS` names a directory.
+async fn screenshot(page: &Client, name: &str) {
+    let Some(dir) = std::env::var_os("KN_SCREENSHOTS") else { return };
+    let png = page.screenshot().await.expect("screenshot");
+    let path = Path::new(&dir).join(format!("{name}.png"));
+    std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+// ----- chat -----------------------------------------------------------------
+
+async fn say(page: &Client, nick: &str, text: &str) {
+    let nick_input = page.find(Locator::Css("#nick")).await.expect("#nick");
+    nick_input.clear().await.expect("clear nick");
+    nick_input.send_keys(nick).await.expect("type nick");
+    let input = page.find(Locator::Css("#text")).await.expect("#text");
+    input.send_keys(text).await.expect("type message");
+    page.find(Locator::Css("#send")).await.expect("#send").click().await.expect("click send");
+}
+
+/// The texts shown, and how many times each kn_id was delivered.
+async fn chat_state(page: &Client) -> (Vec<String>, Value) {
+    let v = js(
+        page,
+        "var texts = Array.from(document.querySelectorAll('#log li.msg .text')).map(function (e) { return e.textContent; });\
+         var counts = {}; (window.kn_chat_deliveries || []).forEach(function (id) { counts[id] = (counts[id] || 0) + 1; });\
+         return {texts: texts, counts: counts};",
+    )
+    .await;
+    let texts = v["texts"].as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(String::from)).collect()).unwrap_or_default();
+    (texts, v["counts"].clone())
+}
+
+/// Waits until both pages show exactly `expected` (any order), and checks
+/// that every message was delivered once.
+async fn both_show(pages: &[&Client], expected: &[&str], site: &Site) {
+    let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    for (i, page) in pages.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (mut texts, counts) = chat_state(page).await;
+            texts.sort();
+            if texts == want {
+                let repeated: Vec<(&String, &Value)> =
+                    counts.as_object().map(|o| o.iter().filter(|(_, n)| **n != json!(1)).collect()).unwrap_or_default();
+                assert!(repeated.is_empty(), "page {i}: messages delivered more than once: {repeated:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "page {i} shows {texts:?}, expected {want:?} (deliveries {counts})\n--- apache error log:\n{}",
+                site.apache.error_log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[test]
+fn two_chat_pages_talk_through_apache_and_survive_its_restart() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut site = Site::start("browser_chat");
+    let driver = Driver::start();
+    runtime().block_on(async {
+        let anna = driver.browser("anna").await;
+        let bert = driver.browser("bert").await;
+        let url = site.page("chat.html?topic=/what/chat/browser_test");
+        anna.goto(&url).await.expect("open chat (anna)");
+        bert.goto(&url).await.expect("open chat (bert)");
+        wait_connected(&anna, "anna").await;
+        wait_connected(&bert, "bert").await;
+
+        say(&anna, "anna", "hello from anna").await;
+        say(&bert, "bert", "hello from bert").await;
+        both_show(&[&anna, &bert], &["hello from anna", "hello from bert"], &site).await;
+        screenshot(&anna, "chat").await;
+
+        // Apache goes away mid-conversation: both pages lose their
+        // connection; messages typed now are retried until it is back.
+        site.apache.stop();
+        say(&anna, "anna", "anna while the server is down").await;
+        say(&bert, "bert", "bert while the server is down").await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let state = js(&anna, "return document.querySelector('header .conn').dataset.state;").await;
+        assert_eq!(state, json!("reconnecting"), "anna's page noticed the outage");
+        site.apache.restart();
+        say(&anna, "anna", "anna after the restart").await;
+        say(&bert, "bert", "bert after the restart").await;
+        let all = [
+            "hello from anna",
+            "hello from bert",
+            "anna while the server is down",
+            "bert while the server is down",
+            "anna after the restart",
+            "bert after the restart",
+        ];
+        both_show(&[&anna, &bert], &all, &site).await;
+        wait_connected(&anna, "anna after the restart").await;
+        wait_connected(&bert, "bert after the restart").await;
+
+        // The pages stay live after the reconnect, still exactly once.
+        say(&bert, "bert", "still here").await;
+        let mut more = all.to_vec();
+        more.push("still here");
+        both_show(&[&anna, &bert], &more, &site).await;
+        let gaps = js(&anna, "return document.querySelectorAll('#log li.note').length;").await;
+        assert_eq!(gaps, json!(0), "no gap and no error was reported");
+        screenshot(&bert, "chat-after-restart").await;
+        anna.close().await.ok();
+        bert.close().await.ok();
+    });
+    drop(site.dir);
+}
+
+// ----- topic browser --------------------------------------------------------
+
+#[test]
+fn topic_browser_shows_a_topic_created_by_another_client() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let site = Site::start("browser_topics");
+    // Something to show before the page opens.
+    let r = support::post_form(&site.apache.url(), &[("kn_to", "/what/chat"), ("kn_payload", "hi"), ("kn_response_format", "simple")]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let driver = Driver::start();
+    runtime().block_on(async {
+        let page = driver.browser("browser").await;
+        page.goto(&site.page("browser.html")).await.expect("open the topic browser");
+        wait_connected(&page, "topic browser").await;
+        let what = wait_js(&page, Duration::from_secs(10), "return !!document.querySelector('#tree li[data-topic=\"/what\"]');").await;
+        assert_eq!(what, json!(true), "the tree shows /what");
+
+        // Another client creates a topic: it appears in the tree, live.
+        let r = support::post_form(
+            &site.apache.url(),
+            &[("kn_to", "/created_elsewhere"), ("kn_payload", "made by another client"), ("kn_response_format", "simple")],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let node = "#tree li[data-topic=\"/created_elsewhere\"] > .node";
+        let shown = wait_js(&page, Duration::from_secs(10), &format!("return !!document.querySelector('{node}');")).await;
+        assert_eq!(shown, json!(true), "the new topic appears in the tree");
+
+        // Choosing it shows its events and its routes (this page's own).
+        page.find(Locator::Css(node)).await.expect("the topic's node").click().await.expect("click");
+        let events = wait_js(
+            &page,
+            Duration::from_secs(10),
+            "var t = document.getElementById('events').textContent; return t.indexOf('made by another client') >= 0 && t;",
+        )
+        .await;
+        assert!(events.is_string(), "the topic's event is shown");
+        let routes = wait_js(&page, Duration::from_secs(10), "return document.querySelectorAll('#routes li').length;").await;
+        assert!(routes.as_u64().unwrap_or(0) >= 1, "its routes are listed: {routes}");
+        let r = support::post_form(
+            &site.apache.url(),
+            &[("kn_to", "/created_elsewhere"), ("kn_payload", "a live one"), ("kn_response_format", "simple")],
+        );
+        assert_eq!(r.status, 200);
+        let live = wait_js(
+            &page,
+            Duration::from_secs(10),
+            "return document.getElementById('events').textContent.indexOf('a live one') >= 0;",
+        )
+        .await;
+        assert_eq!(live, json!(true), "new events of the chosen topic appear live");
+        let selected = js(&page, "return document.getElementById('selected').textContent;").await;
+        assert_eq!(selected, json!("/created_elsewhere"));
+        screenshot(&page, "browser").await;
+        page.close().await.ok();
+    });
+}
+
+// ----- ping -----------------------------------------------------------------
+
+#[test]
+fn ping_page_measures_round_trips_and_throughput_through_apache() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let site = Site::start("browser_ping");
+    let driver = Driver::start();
+    runtime().block_on(async {
+        let page = driver.browser("ping").await;
+        page.goto(&site.page("ping.html?auto=1&n=200&m=1000")).await.expect("open the ping page");
+        let done = wait_js(&page, Duration::from_secs(90), "return document.getElementById('state').dataset.done === 'true';").await;
+        let state = js(&page, "return document.getElementById('state').textContent;").await;
+        assert_eq!(done, json!(true), "the ping run did not finish: {state}\n{}", site.apache.error_log());
+        let figures = js(
+            &page,
+            "return {p50: document.getElementById('p50').textContent, p99: document.getElementById('p99').textContent,\
+             avg: document.getElementById('avg').textContent, rate: document.getElementById('rate').textContent,\
+             detail: document.getElementById('detail').textContent, results: window.kn_ping_results};",
+        )
+        .await;
+        screenshot(&page, "ping").await;
+        page.close().await.ok();
+        let p50: f64 = figures["p50"].as_str().and_then(|s| s.parse().ok()).expect("p50 is a number");
+        let p99: f64 = figures["p99"].as_str().and_then(|s| s.parse().ok()).expect("p99 is a number");
+        let rate: f64 = figures["rate"].as_str().and_then(|s| s.parse().ok()).expect("events/s is a number");
+        assert!(p50 > 0.0 && p99 >= p50 && rate > 0.0, "{figures}");
+        assert_eq!(figures["results"]["lost"], json!(0), "no ping was lost: {figures}");
+        eprintln!(
+            "ping through Apache (pubsub.cgi) in headless Chromium: p50 {} ms, p99 {} ms, mean {} ms, {} events/s\n  {}",
+            figures["p50"].as_str().unwrap_or(""),
+            figures["p99"].as_str().unwrap_or(""),
+            figures["avg"].as_str().unwrap_or(""),
+            figures["rate"].as_str().unwrap_or(""),
+            figures["detail"].as_str().unwrap_or(""),
+        );
+    });
+}
