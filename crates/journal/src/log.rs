@@ -20,9 +20,9 @@ pub(crate) const LOCK_FILE: &str = ".lock";
 pub(crate) const HEAD_FILE: &str = ".head";
 const SEGMENT_PREFIX: &str = ".seg-";
 
-const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x01";
+const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x02";
 const HEAD_SIZE: u64 = 128;
-const SLOT_SIZE: u64 = 16;
+const SLOT_SIZE: u64 = 12;
 const INITIAL_SLOTS: u64 = 64;
 /// Compaction of an ordinary topic starts once it holds this many
 /// superseded records and more of them than live ones.
@@ -300,8 +300,30 @@ impl Head {
     }
 }
 
+/// The 32-bit hash of a `kn_id` in the duplicate index (never 0, which
+/// marks an empty slot). Two ids may share a hash: a duplicate needs the
+/// 64-bit digest of the end-to-end elements to match as well.
 fn id_hash(id: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(id) | 1
+    (xxhash_rust::xxh3::xxh3_64(id) as u32 | 1) as u64
+}
+
+/// One index slot: id hash (u32 LE), digest (u64 LE).
+fn encode_slot(hash: u64, digest: u64) -> [u8; SLOT_SIZE as usize] {
+    let mut s = [0u8; SLOT_SIZE as usize];
+    s[..4].copy_from_slice(&(hash as u32).to_le_bytes());
+    s[4..].copy_from_slice(&digest.to_le_bytes());
+    s
+}
+
+fn decode_slot(s: &[u8]) -> (u64, u64) {
+    let hash = u32::from_le_bytes(s[..4].try_into().unwrap_or([0; 4])) as u64;
+    let digest = u64::from_le_bytes(s[4..12].try_into().unwrap_or([0; 8]));
+    (hash, digest)
+}
+
+/// The index grows (doubles) before it is more than 80 % full.
+fn index_full(used: u64, slots: u64) -> bool {
+    (used + 1) * 10 > slots * 8
 }
 
 /// What an append did to an ordinary topic's current state.
@@ -546,7 +568,7 @@ impl<'c> Writer<'c> {
         let h = id_hash(id);
         let mask = self.head.slots - 1;
         let mut i = h & mask;
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; 4 * SLOT_SIZE as usize];
         loop {
             // Read up to four slots at once: most probes end in the first.
             let n = (4 - (i & 3)).min(self.head.slots - i) as usize;
@@ -555,9 +577,7 @@ impl<'c> Writer<'c> {
                 .read_exact_at(bytes, HEAD_SIZE + i * SLOT_SIZE)
                 .map_err(|e| Error::io("cannot read index", &self.dir.join(HEAD_FILE), e))?;
             for k in 0..n {
-                let s = &bytes[k * 16..k * 16 + 16];
-                let slot_hash = u64::from_le_bytes(s[..8].try_into().unwrap_or([0; 8]));
-                let digest = u64::from_le_bytes(s[8..].try_into().unwrap_or([0; 8]));
+                let (slot_hash, digest) = decode_slot(&bytes[k * SLOT_SIZE as usize..(k + 1) * SLOT_SIZE as usize]);
                 if slot_hash == 0 {
                     return Ok((i + k as u64, None));
                 }
@@ -572,7 +592,7 @@ impl<'c> Writer<'c> {
     /// Records `event` as the current one for its `kn_id`.
     fn index(&mut self, event: &Event) -> Result<()> {
         let id = event.id().unwrap_or(b"");
-        if (self.head.used + 1) * 10 > self.head.slots * 7 {
+        if index_full(self.head.used, self.head.slots) {
             self.grow_index()?;
         }
         let (slot, old) = self.lookup(id)?;
@@ -587,11 +607,8 @@ impl<'c> Writer<'c> {
     }
 
     fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
-        let mut s = [0u8; 16];
-        s[..8].copy_from_slice(&hash.to_le_bytes());
-        s[8..].copy_from_slice(&digest.to_le_bytes());
         self.head_file
-            .write_all_at(&s, HEAD_SIZE + slot * SLOT_SIZE)
+            .write_all_at(&encode_slot(hash, digest), HEAD_SIZE + slot * SLOT_SIZE)
             .map_err(|e| Error::io("cannot write index", &self.dir.join(HEAD_FILE), e))
     }
 
@@ -599,11 +616,8 @@ impl<'c> Writer<'c> {
         let path = self.dir.join(HEAD_FILE);
         let mut table = vec![0u8; (self.head.slots * SLOT_SIZE) as usize];
         self.head_file.read_exact_at(&mut table, HEAD_SIZE).map_err(|e| Error::io("cannot read index", &path, e))?;
-        let entries: Vec<(u64, u64)> = table
-            .chunks_exact(16)
-            .map(|s| (u64::from_le_bytes(s[..8].try_into().unwrap_or([0; 8])), u64::from_le_bytes(s[8..].try_into().unwrap_or([0; 8]))))
-            .filter(|&(h, _)| h != 0)
-            .collect();
+        let entries: Vec<(u64, u64)> =
+            table.chunks_exact(SLOT_SIZE as usize).map(decode_slot).filter(|&(h, _)| h != 0).collect();
         let slots = (self.head.slots * 2).max(INITIAL_SLOTS);
         let head = Head { slots, used: entries.len() as u64, ..self.head };
         self.head_file = write_head_file(&self.dir, &head, &entries)?;
@@ -613,12 +627,12 @@ impl<'c> Writer<'c> {
 
     /// Appends `event` (which must carry a `kn_id`) as one record. On an
     /// ordinary topic a duplicate is not stored.
-    pub(crate) fn append(&mut self, event: &Event, stored_micros: u64, gauge: &SpaceGauge) -> Result<Appended> {
+    pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
         // One index probe serves both the duplicate check and the update.
         let digest = event.end_to_end_digest() as u64;
         let id = event.id().unwrap_or(b"");
         let slot = if self.ordinary {
-            if (self.head.used + 1) * 10 > self.head.slots * 7 {
+            if index_full(self.head.used, self.head.slots) {
                 self.grow_index()?;
             }
             let (slot, old) = self.lookup(id)?;
@@ -630,7 +644,7 @@ impl<'c> Writer<'c> {
             None
         };
         let seq = self.head.next_seq;
-        let frame = record::encode(&Record { seq, stored_micros, event: event.clone() });
+        let frame = record::encode(&Record { seq, stored_secs, event: event.clone() });
         if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
             self.roll()?;
         }
@@ -918,7 +932,7 @@ fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_byt
 
 fn table_slots(live: u64) -> u64 {
     let mut slots = INITIAL_SLOTS;
-    while (live + 1) * 10 > slots * 7 {
+    while index_full(live, slots) {
         slots *= 2;
     }
     slots
@@ -935,9 +949,8 @@ fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<Fi
             let mut i = h & mask;
             loop {
                 let at = (HEAD_SIZE + i * SLOT_SIZE) as usize;
-                if bytes[at..at + 8] == [0u8; 8] {
-                    bytes[at..at + 8].copy_from_slice(&h.to_le_bytes());
-                    bytes[at + 8..at + 16].copy_from_slice(&digest.to_le_bytes());
+                if bytes[at..at + 4] == [0u8; 4] {
+                    bytes[at..at + SLOT_SIZE as usize].copy_from_slice(&encode_slot(h, digest));
                     break;
                 }
                 i = (i + 1) & mask;

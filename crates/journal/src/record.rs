@@ -22,8 +22,9 @@ pub const MAX_FRAME_BODY: usize = 256 << 20;
 pub struct Record {
     /// The sequence number within its topic; the checkpoint clients see.
     pub seq: u64,
-    /// When the store wrote it, in microseconds since the epoch.
-    pub stored_micros: u64,
+    /// When the store wrote it, in whole seconds since the epoch (enough
+    /// for `do_max_age`; order comes from `seq`).
+    pub stored_secs: u64,
     /// The event as stored (without `kn_route_checkpoint`, which is `seq`).
     pub event: Event,
 }
@@ -35,7 +36,7 @@ struct Body {
     #[serde(rename = "s")]
     seq: u64,
     #[serde(rename = "t")]
-    stored_micros: u64,
+    stored_secs: u64,
     #[serde(rename = "e")]
     elements: BTreeMap<ByteBuf, ByteBuf>,
 }
@@ -55,7 +56,7 @@ pub enum Decoded {
 pub fn encode(record: &Record) -> Vec<u8> {
     let body = Body {
         seq: record.seq,
-        stored_micros: record.stored_micros,
+        stored_secs: record.stored_secs,
         elements: record
             .event
             .elements()
@@ -98,7 +99,7 @@ pub fn decode(bytes: &[u8]) -> Decoded {
         Ok(b) => {
             let elements = b.elements.into_iter().map(|(n, v)| (n.into_vec(), v.into_vec())).collect();
             Decoded::Record(
-                Record { seq: b.seq, stored_micros: b.stored_micros, event: Event::from_map(elements) },
+                Record { seq: b.seq, stored_secs: b.stored_secs, event: Event::from_map(elements) },
                 FRAME_HEADER + len,
             )
         }
@@ -113,7 +114,7 @@ mod tests {
     fn sample() -> Record {
         let mut e = Event::new();
         e.set("kn_id", "e1").set("kn_payload", b"\0\xff\xfe raw".to_vec()).set(b"\x01n\xc3".to_vec(), "v");
-        Record { seq: 42, stored_micros: 1_796_018_670_000_000, event: e }
+        Record { seq: 42, stored_secs: 1_796_018_670, event: e }
     }
 
     #[test]
@@ -161,7 +162,7 @@ mod tests {
         frame.extend_from_slice(&checksum(&len, &body).to_le_bytes());
         frame.extend_from_slice(&body);
         match decode(&frame) {
-            Decoded::Record(r, _) => assert_eq!((r.seq, r.stored_micros), (1, 2)),
+            Decoded::Record(r, _) => assert_eq!((r.seq, r.stored_secs), (1, 2)),
             other => panic!("{other:?}"),
         }
     }

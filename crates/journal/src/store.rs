@@ -531,7 +531,7 @@ impl Store {
         let dir = self.dir(topic);
         let kept = self.files.lock().ok().and_then(|mut f| f.remove(&dir));
         let mut writer = Writer::open_cached(&dir, &self.config, !topic.is_journal(), kept)?;
-        let appended = writer.append(event, (now() * 1e6) as u64, &self.gauge);
+        let appended = writer.append(event, now() as u64, &self.gauge);
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
@@ -837,12 +837,14 @@ impl Store {
             return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked });
         }
         let max_n = selection.max_n.unwrap_or(usize::MAX);
-        let cutoff = selection.max_age.map(|a| if a.is_finite() { (t - a) * 1e6 } else { f64::MIN }).unwrap_or(f64::MIN);
+        // Stored times are whole seconds, as the original's file times were:
+        // the window is compared at that resolution, inclusively.
+        let cutoff = selection.max_age.map(|a| if a.is_finite() { (t - a).floor() } else { f64::MIN }).unwrap_or(f64::MIN);
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         let mut picked = Vec::new();
         if max_n > 0 {
             log::read_backwards(&dir, |r| {
-                if (r.stored_micros as f64) < cutoff {
+                if (r.stored_secs as f64) < cutoff {
                     return false;
                 }
                 if ordinary && !seen.insert(r.event.id().unwrap_or(b"").to_vec()) {

@@ -455,7 +455,9 @@ fn initial_population_with_do_max_n_sends_the_newest_oldest_first_before_returni
 fn initial_population_with_do_max_age_sends_recent_events() {
     let (_d, store) = open();
     store.notify(&t("/src"), ev(&[("kn_payload", "old")])).unwrap();
-    thread::sleep(Duration::from_millis(1100));
+    // Stored times are whole seconds: two seconds apart is always outside
+    // a one-second window.
+    thread::sleep(Duration::from_millis(2100));
     store.notify(&t("/src"), ev(&[("kn_payload", "new1")])).unwrap();
     store.notify(&t("/src"), ev(&[("kn_payload", "new2")])).unwrap();
     store.route(&t("/src"), b"/dst", ev(&[("kn_id", "r1"), ("do_max_age", "1")])).unwrap();

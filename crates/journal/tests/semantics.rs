@@ -374,13 +374,15 @@ fn do_max_n_selects_the_most_recent_oldest_first() {
 fn do_max_age_selects_events_stored_in_the_last_n_seconds() {
     let (_d, store) = open();
     let j = journal_with(&store, "/s/kn_journal", 2);
-    thread::sleep(Duration::from_millis(700));
+    // Stored times are whole seconds: two seconds apart is always outside
+    // a one-second window.
+    thread::sleep(Duration::from_millis(2100));
     store.notify(&j, ev(&[("kn_payload", "new1")])).unwrap();
     store.notify(&j, ev(&[("kn_payload", "new2")])).unwrap();
     let age = |a| store.events(&j, &Selection { max_age: Some(a), ..Selection::default() }).unwrap().events;
-    assert_eq!(payloads(&age(0.5)), ["new1", "new2"]);
+    assert_eq!(payloads(&age(1.0)), ["new1", "new2"]);
     assert_eq!(payloads(&age(f64::INFINITY)), ["e0", "e1", "new1", "new2"]);
-    let both = Selection { max_age: Some(0.5), max_n: Some(1), ..Selection::default() };
+    let both = Selection { max_age: Some(1.0), max_n: Some(1), ..Selection::default() };
     assert_eq!(payloads(&store.events(&j, &both).unwrap().events), ["new2"]);
 }
 
@@ -580,7 +582,7 @@ fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     fs::hard_link(active_segment(&store, &j), &link).unwrap();
     let seq = start.tunnel.checkpoint() + 1;
     let event = ev(&[("kn_id", "polled"), ("kn_payload", "found by polling"), ("kn_time_t", "1")]);
-    let frame = encode_record(&Record { seq, stored_micros: (now() * 1e6) as u64, event });
+    let frame = encode_record(&Record { seq, stored_secs: now() as u64, event });
     let appender = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
         OpenOptions::new().append(true).open(&link).unwrap().write_all(&frame).unwrap();
