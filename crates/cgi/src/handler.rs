@@ -165,13 +165,59 @@ impl Handler {
         match method {
             "notify" => self.notify(params, path_info),
             "route" => self.route(params, path_info),
-            "replay" => Err(Failure::new(
-                501,
-                "Not Implemented",
-                "do_method=replay needs the replay sensor (kn-sensors), which is not installed on this server",
-            )),
+            "replay" => self.replay(params, path_info),
             _ => Err(Failure::new(400, "can't batch that", format!("can't batch do_method '{method}'"))),
         }
+    }
+
+    /// PROTOCOL.md 3.7: starts `kn-replay` on the journal, detached (its
+    /// own session, no standard streams), and answers at once. The program
+    /// is `$KN_REPLAY`, else `kn-replay` beside this executable.
+    fn replay(&self, params: &Params, path_info: &[u8]) -> Outcome {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+
+        let journal = self.topic_param(params, "kn_from", path_info, "bad replay topic name")?;
+        let program = std::env::var_os("KN_REPLAY").map(std::path::PathBuf::from).or_else(|| {
+            let beside = std::env::current_exe().ok()?.parent()?.join("kn-replay");
+            beside.is_file().then_some(beside)
+        });
+        let Some(program) = program else {
+            return Err(Failure::new(
+                501,
+                "Not Implemented",
+                "do_method=replay needs the kn-replay program (kn-sensors) beside pubsub-cgi or named by KN_REPLAY; it is not installed on this server",
+            ));
+        };
+        let root = std::fs::canonicalize(self.store.root()).unwrap_or_else(|_| self.store.root().to_path_buf());
+        let mut command = Command::new(&program);
+        command.arg("--root").arg(root).arg("--quiet");
+        if let Some(warp) = params.get_str("warp") {
+            command.arg("--warp").arg(warp.trim());
+        }
+        if let Some(user) = params.get_str("user") {
+            command.arg("--user").arg(user);
+        }
+        if let Some(password) = params.get_str("password") {
+            // In the environment, not the argument list other users can read.
+            command.env("KN_REPLAY_PASSWORD", password);
+        }
+        command.arg("--").arg(journal.as_str());
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe; nothing else runs in the child
+        // before exec. A session of its own outlives the CGI request and
+        // the web server's signals to our process group.
+        unsafe {
+            command.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        }
+        let child = command.spawn().map_err(|e| {
+            Failure::new(501, "Not Implemented", format!("cannot start the replay program '{}': {e}", program.display()))
+        })?;
+        // `serve` lives on: reap the child when it ends (a CGI process exits
+        // first, and init reaps it).
+        let mut child = child;
+        std::thread::spawn(move || child.wait());
+        Ok((200, "Replaying", format!("Replaying '{journal}'\n").into_bytes()))
     }
 
     fn batch_entry(&self, sub: &Params) -> Outcome {
