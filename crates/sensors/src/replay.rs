@@ -6,7 +6,8 @@
 //! store, else `kn_route_location` without its `/kn_routes/<route-id>`
 //! tail (a local topic or an absolute URL of another PubSub server),
 //! else `kn_routed_from` as a remote URL. An event with none of these is
-//! skipped. The re-posted event has the hop-by-hop elements removed, a new
+//! skipped; a URL must be allowed by the store's outbound policy
+//! (`KN_OUTBOUND`). The re-posted event has the hop-by-hop elements removed, a new
 //! `kn_id` (the prefix followed by the old id, so duplicate suppression
 //! keeps it), a fresh `kn_time_t`, and its lifetime (`kn_expires` minus
 //! `kn_time_t`) kept as a relative `kn_expires=+N`. The first event is
@@ -260,7 +261,12 @@ fn post(store: &Store, origin: &Origin, event: Event, options: &ReplayOptions) -
             .notify(topic, event)
             .map(|r| r.duplicate)
             .map_err(|e| SensorError::from_journal(e, &format!("cannot post to '{topic}'"))),
-        Origin::Remote(url) => post_remote(url, &event, options),
+        Origin::Remote(url) => {
+            // The URL comes from the journal's events, which clients wrote:
+            // the store's outbound policy (KN_OUTBOUND) decides, as for routes.
+            store.config().outbound.check(url).map_err(|e| SensorError::from_journal(e, "not re-posted"))?;
+            post_remote(url, &event, options)
+        }
     }
 }
 
