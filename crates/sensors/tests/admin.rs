@@ -1,0 +1,199 @@
+//! The kn admin tool end to end: each command against a real store, in a
+//! temporary directory, through the real binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kn_journal::{Event, Selection, Store, Topic};
+
+fn kn(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(root).args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn topic(name: &str) -> Topic {
+    Topic::parse(name).unwrap()
+}
+
+/// /what/chat with two current events (one replaced) and a route into a
+/// journal that holds the forwarded copies.
+fn populated(root: &Path) -> Store {
+    let store = Store::open(root).unwrap();
+    store.tunnel(&topic("/who/anna/kn_journal"), &Selection::default()).unwrap();
+    store.route(&topic("/what/chat"), b"/who/anna/kn_journal", Event::from_pairs([("kn_id", "r1")])).unwrap();
+    for (id, payload) in [("e1", "first"), ("e2", "second\nline"), ("e1", "first, edited")] {
+        store.notify(&topic("/what/chat"), Event::from_pairs([("kn_id", id), ("kn_time_t", "979273892"), ("kn_payload", payload)])).unwrap();
+    }
+    store
+}
+
+fn segment(root: &Path, topic: &str) -> PathBuf {
+    let dir = root.join(topic.trim_start_matches('/'));
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(".seg-"))
+        .unwrap()
+}
+
+#[test]
+fn topics_lists_the_tree_without_reserved_topics_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    assert_eq!(ok(kn(dir.path(), &["topics"])), "/what\n/what/chat\n/who\n/who/anna\n/who/anna/kn_journal\n");
+    let all = ok(kn(dir.path(), &["topics", "--all"]));
+    assert!(all.contains("/what/chat/kn_routes\n") && all.contains("/kn_subtopics\n"), "{all}");
+}
+
+#[test]
+fn events_prints_current_events_in_three_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let text = ok(kn(dir.path(), &["events", "/what/chat"]));
+    assert_eq!(
+        text,
+        "kn_id: e2\nkn_route_checkpoint: 2\nkn_time_t: 979273892\n\nsecond\nline\n----\n\
+         kn_id: e1\nkn_route_checkpoint: 3\nkn_time_t: 979273892\n\nfirst, edited\n----\n"
+    );
+    let json = ok(kn(dir.path(), &["events", "/what/chat", "--format", "json", "--max-n", "1"]));
+    assert_eq!(json, "{\"kn_id\":\"e1\",\"kn_payload\":\"first, edited\",\"kn_route_checkpoint\":\"3\",\"kn_time_t\":\"979273892\"}\n");
+    let simple = kn(dir.path(), &["events", "/what/chat", "--format", "simple"]).stdout;
+    let events = kn_cgi::format::simple::decode_frames(&simple).unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].payload(), b"second\nline");
+    // The journal keeps every forwarded copy, with the route's elements.
+    let journal = ok(kn(dir.path(), &["events", "/who/anna/kn_journal", "--format", "json"]));
+    assert_eq!(journal.lines().count(), 3);
+    assert!(journal.contains("\"kn_route_id\":\"r1\""), "{journal}");
+}
+
+#[test]
+fn routes_lists_id_destination_and_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = populated(dir.path());
+    store.route(&topic("/what/chat"), b"/what/archive", Event::from_pairs([("kn_id", "r2"), ("kn_uri", "cb:1"), ("kn_time_t", "5")])).unwrap();
+    store.delete_route(&topic("/what/chat"), b"r2", None).unwrap();
+    assert_eq!(ok(kn(dir.path(), &["routes", "/what/chat"])).lines().count(), 1);
+    let all = ok(kn(dir.path(), &["routes", "/what/chat", "--all"]));
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 2, "{all}");
+    assert!(lines[0].starts_with("r1\thttp://localhost/kn/who/anna/kn_journal\tkn_time_t="), "{all}");
+    assert!(lines[1].starts_with("r2\t-\t"), "a deleted route has no destination: {all}");
+}
+
+#[test]
+fn stat_counts_events_records_bytes_and_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let table = ok(kn(dir.path(), &["stat"]));
+    let row = table.lines().find(|l| l.ends_with("  /what/chat")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((cells[0], cells[1], cells[3]), ("2", "3", "1"), "{table}");
+    assert!(cells[2].parse::<u64>().unwrap() > 0);
+    assert!(table.lines().next().unwrap().contains("events") && table.lines().last().unwrap().contains("total"), "{table}");
+    let json = ok(kn(dir.path(), &["stat", "/who", "--json"]));
+    let journal: serde_json::Value =
+        json.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["topic"] == "/who/anna/kn_journal").unwrap();
+    assert_eq!(journal["events"], 3);
+    assert!(!json.contains("/what"), "only /who and below: {json}");
+}
+
+#[test]
+fn verify_finds_a_flipped_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let clean = kn(dir.path(), &["verify"]);
+    assert!(clean.status.success() && clean.stdout.is_empty(), "quiet when clean and not on a terminal: {clean:?}");
+    let path = segment(dir.path(), "/what/chat");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = kn(dir.path(), &["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(report.starts_with(&format!("BAD {} at offset ", path.display())), "{report}");
+}
+
+#[test]
+fn verify_repair_truncates_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let path = segment(dir.path(), "/who/anna/kn_journal");
+    let len = std::fs::metadata(&path).unwrap().len();
+    // Half a frame header, as a crash in the middle of an append leaves.
+    std::fs::OpenOptions::new().append(true).open(&path).and_then(|mut f| std::io::Write::write_all(&mut f, b"\x10\x00\x00")).unwrap();
+    let torn = kn(dir.path(), &["verify"]);
+    assert_eq!(torn.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&torn.stdout).contains("torn tail"), "{torn:?}");
+    let repaired = ok(kn(dir.path(), &["--verbose", "verify", "--repair"]));
+    assert!(repaired.starts_with("repaired 1 topics; 1 bad records before, 0 after"), "{repaired}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    let clean = ok(kn(dir.path(), &["--verbose", "verify"]));
+    assert!(clean.starts_with("ok: ") && clean.ends_with(" records verified\n"), "{clean}");
+}
+
+#[test]
+fn tail_follow_prints_events_posted_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = populated(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kn"))
+        .arg("--root")
+        .arg(dir.path())
+        .args(["tail", "-f", "-n", "1", "--format", "json", "/what/chat"])
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(first.contains("\"first, edited\""), "the last event first: {first}");
+    store.notify(&topic("/what/chat"), Event::from_pairs([("kn_id", "live"), ("kn_payload", "just now")])).unwrap();
+    let live = rx.recv_timeout(Duration::from_secs(10));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let live = live.expect("tail -f prints the new event");
+    assert!(live.contains("\"kn_payload\":\"just now\""), "{live}");
+}
+
+#[test]
+fn compact_is_quiet_in_cron_and_export_names_each_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    assert_eq!(ok(kn(dir.path(), &["compact"])), "");
+    assert!(ok(kn(dir.path(), &["--verbose", "compact", "/what/chat"])).starts_with("compacted 1 topics"));
+    let export = ok(kn(dir.path(), &["export", "/what"]));
+    let lines: Vec<serde_json::Value> = export.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.iter().all(|l| l["topic"].as_str().unwrap().starts_with("/what")), "{export}");
+    let chat: Vec<_> = lines.iter().filter(|l| l["topic"] == "/what/chat").collect();
+    assert_eq!(chat.len(), 2);
+    assert_eq!(chat[1]["event"]["kn_payload"], "first, edited");
+    assert!(lines.iter().any(|l| l["topic"] == "/what/chat/kn_routes"), "routes are exported too");
+}
+
+#[test]
+fn kn_documents_every_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kn")).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for command in ["topics", "events", "routes", "tail", "stat", "compact", "verify", "import-legacy", "export", "Examples"] {
+        assert!(help.contains(command), "kn --help mentions {command}: {help}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kn")).args(["verify", "--help"]).output().unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains("--repair"));
+}
