@@ -225,6 +225,20 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 let segments = list_segments(dir)?;
                 match segments.iter().find(|&&f| f > cursor.segment) {
                     Some(&next) => {
+                        // Records appended to this segment after our read
+                        // but before the roll: read them first.
+                        if let Some(late) = scan_segment(&path, cursor.offset)?.filter(|s| s.ino == cursor.ino) {
+                            cursor.offset = late.end;
+                            for (_, r) in late.records {
+                                if r.seq > cursor.last_seq {
+                                    cursor.last_seq = r.seq;
+                                    out.push(r);
+                                }
+                            }
+                            if !out.is_empty() {
+                                return Ok(out);
+                            }
+                        }
                         cursor.segment = next;
                         cursor.offset = 0;
                         cursor.ino = File::open(dir.join(segment_name(next))).and_then(|f| f.metadata()).map(|m| m.ino()).unwrap_or(0);
@@ -347,6 +361,9 @@ pub(crate) struct Writer<'c> {
     head_file: File,
     head: Head,
     segment: File,
+    /// The first seq (name) of the segment `segment` really is: it differs
+    /// from `head.active` only after a roll failed half-way.
+    segment_first: u64,
 }
 
 /// A topic's open files, kept by a process between appends (unlocked).
@@ -452,10 +469,17 @@ impl<'c> Writer<'c> {
                 }
             }
         };
-        if !w.recover_tail()? {
-            return Err(Error::new(ErrorKind::Corrupt, format!("the active segment of '{}' vanished", dir.display())));
+        if w.recover_tail()? {
+            return Ok(w);
         }
-        Ok(w)
+        // The head does not match the log after all: rebuild it, once.
+        let (head_file, head) = rebuild_head(dir, config, ordinary)?;
+        if let Ok(mut w) = Writer::attach(dir, config, ordinary, w.lock, head_file, head)? {
+            if w.recover_tail()? {
+                return Ok(w);
+            }
+        }
+        Err(Error::new(ErrorKind::Corrupt, format!("cannot recover the log in '{}'", dir.display())))
     }
 
     /// Locks with kept files; `None` (files closed, lock released) when the
@@ -474,6 +498,7 @@ impl<'c> Writer<'c> {
                 head_file: files.head_file,
                 head,
                 segment: files.segment,
+                segment_first: files.segment_first,
             })),
             _ => Ok(None),
         }
@@ -482,7 +507,7 @@ impl<'c> Writer<'c> {
     /// Unlocks the topic and returns its open files for a later append.
     pub(crate) fn release(self) -> TopicFiles {
         let _ = self.lock.unlock();
-        TopicFiles { lock: self.lock, head_file: self.head_file, segment: self.segment, segment_first: self.head.active }
+        TopicFiles { lock: self.lock, head_file: self.head_file, segment: self.segment, segment_first: self.segment_first }
     }
 
     /// Opens the active segment named by `head`. `Err(lock)` hands the lock
@@ -524,13 +549,14 @@ impl<'c> Writer<'c> {
         if head.next_seq != head.active && dir.join(segment_name(head.next_seq)).exists() {
             return Ok(Err(lock));
         }
-        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment }))
+        let segment_first = head.active;
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first }))
     }
 
     /// Adopts whole records that a writer appended but did not record in
     /// the head (it was killed), and truncates a torn tail.
     /// Returns false when the open segment was deleted (its name must be
-    /// opened again).
+    /// opened again) or the head lags behind the log (it must be rebuilt).
     fn recover_tail(&mut self) -> Result<bool> {
         let path = self.dir.join(segment_name(self.head.active));
         let meta = self.segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?;
@@ -542,6 +568,12 @@ impl<'c> Writer<'c> {
             return Ok(true);
         }
         let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
+        let adopted_next = scan.records.iter().map(|(_, r)| r.seq + 1).max().unwrap_or(0).max(self.head.next_seq);
+        if adopted_next != self.head.active && self.dir.join(segment_name(adopted_next)).exists() {
+            // The head lags behind the log across a roll (a power cut with
+            // sync=none): only a rebuild knows the right next seq.
+            return Ok(false);
+        }
         for (_, r) in &scan.records {
             self.head.next_seq = self.head.next_seq.max(r.seq + 1);
             if self.ordinary {
@@ -701,6 +733,7 @@ impl<'c> Writer<'c> {
             .open(&path)
             .and_then(|f| group_writable(&f).map(|_| f))
             .map_err(|e| Error::io("cannot create segment", &path, e))?;
+        self.segment_first = first;
         if self.config.sync == SyncPolicy::Always {
             sync_dir(&self.dir)?;
         }
