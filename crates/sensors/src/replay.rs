@@ -125,7 +125,7 @@ pub struct ReplayReport {
 /// `kn_time_t` (events without one keep their place after the previous
 /// one), each with its origin, new event and delay.
 pub fn plan(store: &Store, journal: &Topic, options: &ReplayOptions) -> Result<Vec<Step>, SensorError> {
-    if !(options.warp > 0.0) {
+    if options.warp.is_nan() || options.warp <= 0.0 {
         return Err(SensorError::usage(format!("bad warp {}: must be a positive number", options.warp)));
     }
     let events = store
