@@ -341,7 +341,8 @@ fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: 
 
 fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> Result<ExitCode, SensorError> {
     let check = || store.verify().map_err(|e| SensorError::from_journal(e, "cannot verify the store"));
-    let bar = progress(0);
+    // No count known in advance: a spinner.
+    let bar = if std::io::stderr().is_terminal() { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
     bar.set_message("verifying");
     bar.enable_steady_tick(Duration::from_millis(200));
     let mut report = check()?;
