@@ -403,6 +403,29 @@ impl Store {
         topic.dir(&self.config.root)
     }
 
+    /// The directory of `topic`, refused (403) when one of its components
+    /// below the store root is a symbolic link: a topic never leaves the
+    /// store, even if someone planted `kn_events/evil -> /elsewhere`.
+    /// Missing components are fine (the topic is not created yet).
+    fn checked_dir(&self, topic: &Topic) -> Result<PathBuf> {
+        let mut dir = self.config.root.clone();
+        for segment in topic.segments() {
+            dir.push(segment);
+            match fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(Error::new(
+                        ErrorKind::Forbidden,
+                        format!("topic '{topic}' refused: {} is a symbolic link, and a topic never leaves the store", dir.display()),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == IoKind::NotFound => break,
+                Err(e) => return Err(Error::io("cannot check topic directory", &dir, e)),
+            }
+        }
+        Ok(self.dir(topic))
+    }
+
     // ----- posting ---------------------------------------------------------
 
     /// Posts `event` to `topic` as a client's notify (PROTOCOL.md 3.1 and
@@ -495,8 +518,11 @@ impl Store {
             for route in self.routes(&job.topic)? {
                 if deliveries >= self.config.max_forwards {
                     return Err(Error::new(
-                        ErrorKind::TooLarge,
-                        format!("post to '{}' caused more than {} deliveries; stopped", job.topic, self.config.max_forwards),
+                        ErrorKind::TooManyDeliveries,
+                        format!(
+                            "post to '{}' caused more than {} deliveries (KN_MAX_FORWARDS); stopped there, the event itself was stored",
+                            job.topic, self.config.max_forwards
+                        ),
                     ));
                 }
                 deliveries += 1;
@@ -528,10 +554,16 @@ impl Store {
     /// Appends under the topic's lock. Returns the checkpoint and the event
     /// as readers will see it, or `None` for a duplicate.
     fn store_event(&self, topic: &Topic, event: &Event) -> Result<Option<(u64, Event)>> {
-        let dir = self.dir(topic);
+        self.store_event_at(topic, event, now())
+    }
+
+    /// Appends as [`Store::store_event`], recording `stored_at` as the time
+    /// the event was stored (an import keeps the original time).
+    pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
+        let dir = self.checked_dir(topic)?;
         let kept = self.files.lock().ok().and_then(|mut f| f.remove(&dir));
         let mut writer = Writer::open_cached(&dir, &self.config, !topic.is_journal(), kept)?;
-        let appended = writer.append(event, now() as u64, &self.gauge);
+        let appended = writer.append(event, stored_at.max(0.0) as u64, &self.gauge);
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
@@ -551,7 +583,7 @@ impl Store {
     /// Creates `topic` and its missing ancestors, storing a `kn_subtopics`
     /// announcement for each new one; returns forwarding jobs for them.
     fn ensure_topic(&self, topic: &Topic, report: &mut PostReport) -> Result<Vec<Job>> {
-        let dir = self.dir(topic);
+        let dir = self.checked_dir(topic)?;
         if dir.is_dir() {
             return Ok(Vec::new());
         }
@@ -638,6 +670,7 @@ impl Store {
         if let Some(filter) = params.get("kn_content_filter") {
             self.compile_filter(filter)?;
         }
+        self.check_route_limit(from, params.id())?;
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
         let mut report = self.post_route_event(from, event)?;
@@ -660,6 +693,25 @@ impl Store {
         report.writes.extend(post.writes);
         report.poisoned.extend(post.poisoned);
         Ok(report)
+    }
+
+    /// Refuses a new route from `from` when it has `max_routes` active
+    /// ones already (replacing one of them, same `kn_id`, is allowed). The
+    /// routes are counted only when the index says there may be that many.
+    fn check_route_limit(&self, from: &Topic, id: Option<&[u8]>) -> Result<()> {
+        let max = self.config.max_routes;
+        if log::indexed_ids(&self.dir(&from.routes())) < max as u64 {
+            return Ok(());
+        }
+        let active = self.routes(from)?;
+        let replaces = id.is_some_and(|id| !id.is_empty() && active.iter().any(|r| r.id() == id));
+        if active.len() < max || replaces {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Forbidden,
+            format!("'{from}' has {} active routes, the maximum (KN_MAX_ROUTES is {max}): delete one first", active.len()),
+        ))
     }
 
     fn run_queue(&self, queue: VecDeque<Job>, report: &mut PostReport) {
@@ -820,7 +872,7 @@ impl Store {
     }
 
     fn select(&self, topic: &Topic, selection: &Selection, include_expired: bool) -> Result<Selected> {
-        let dir = self.dir(topic);
+        let dir = self.checked_dir(topic)?;
         let ordinary = !topic.is_journal();
         let t = now();
         let live = |r: &Record| include_expired || !r.event.is_expired(t);

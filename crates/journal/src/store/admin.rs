@@ -117,7 +117,7 @@ impl Store {
         }
         event.remove(KN_ROUTE_CHECKPOINT);
         self.restore_topic(topic)?;
-        Ok(self.store_event(topic, &event)?.map(|(seq, _)| seq))
+        Ok(self.store_event_at(topic, &event, stored_at)?.map(|(seq, _)| seq))
     }
 
     /// Creates `topic` and its missing ancestors for [`Store::restore`]:
