@@ -1,0 +1,224 @@
+//! The outbound policy at the store level, against real listeners on
+//! 127.0.0.1: each setting (`deny`, the default; `allow`; a prefix list)
+//! decides which remote route destinations and content transforms the
+//! store sends requests to, and a refused one is never contacted.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use kn_journal::{Config, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
+
+/// A listener that answers every request with `200` and `reply`, and
+/// reports each request's first line and body.
+struct Listener {
+    port: u16,
+    seen: mpsc::Receiver<(String, Vec<u8>)>,
+}
+
+impl Listener {
+    fn start(reply: &'static [u8]) -> Listener {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, seen) = mpsc::channel();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let request = read_request(&mut stream);
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(reply);
+                if tx.send(request).is_err() {
+                    return;
+                }
+            }
+        });
+        Listener { port, seen }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The next request, if one arrives within a few seconds.
+    fn next(&self) -> Option<(String, Vec<u8>)> {
+        self.seen.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    /// Panics if any request arrived (waiting briefly for stragglers).
+    fn assert_silent(&self, what: &str) {
+        if let Ok((line, _)) = self.seen.recv_timeout(Duration::from_millis(300)) {
+            panic!("{what}: the listener was contacted: {line}");
+        }
+    }
+}
+
+fn read_request(stream: &mut TcpStream) -> (String, Vec<u8>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => break,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let len = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0usize);
+    let mut body = vec![0; len];
+    let _ = stream.read_exact(&mut body);
+    (head.lines().next().unwrap_or("").to_string(), body)
+}
+
+fn store(outbound: Option<OutboundPolicy>) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::new(dir.path().join("kn_events"));
+    if let Some(policy) = outbound {
+        config.outbound = policy;
+    }
+    let store = Store::open_with(config).expect("open store");
+    (dir, store)
+}
+
+fn topic(name: &str) -> Topic {
+    Topic::parse(name).expect("topic")
+}
+
+fn event(payload: &str) -> Event {
+    let mut e = Event::new();
+    e.set("kn_payload", payload);
+    e
+}
+
+fn payloads(store: &Store, name: &str) -> Vec<Vec<u8>> {
+    let Ok(selected) = store.events(&topic(name), &Selection::all()) else { return Vec::new() };
+    selected.events.iter().map(|e| e.payload().to_vec()).collect()
+}
+
+fn transform_route(store: &Store, url: &str) -> kn_journal::Result<kn_journal::RouteReport> {
+    let mut params = Event::new();
+    params.set("kn_content_transform", url);
+    store.route(&topic("/what/in"), b"/what/out", params)
+}
+
+#[test]
+fn the_default_policy_denies_every_remote_url() {
+    assert_eq!(Config::new("/nonexistent").outbound, OutboundPolicy::DenyAll, "deny is the default");
+    let listener = Listener::start(b"");
+    let (_dir, store) = store(None);
+    let err = store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
+    assert_eq!(err.kind().status().0, 403);
+    let message = err.to_string();
+    assert!(message.contains(&listener.url("/kn/what/chat")), "names the URL: {message}");
+    assert!(message.contains("'allow'") && message.contains("prefix"), "says how to allow it: {message}");
+    store.notify(&topic("/what/chat"), event("hello")).expect("notify");
+    listener.assert_silent("a remote route under deny");
+}
+
+#[test]
+fn the_default_policy_never_calls_a_content_transform() {
+    let listener = Listener::start(b"TRANSFORMED");
+    let (_dir, store) = store(None);
+    // The route itself is local; only its transform is remote.
+    let _ = transform_route(&store, &listener.url("/t"));
+    store.notify(&topic("/what/in"), event("original")).expect("notify");
+    listener.assert_silent("a content transform under deny");
+    assert!(
+        !payloads(&store, "/what/out").iter().any(|p| p == b"TRANSFORMED"),
+        "nothing transformed arrived"
+    );
+}
+
+#[test]
+fn allow_delivers_to_a_remote_listener_and_runs_transforms() {
+    let listener = Listener::start(b"");
+    let (_dir, store) = store(Some(OutboundPolicy::AllowAll));
+    store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).expect("route");
+    store.notify(&topic("/what/chat"), event("hello remote")).expect("notify");
+    let (line, body) = listener.next().expect("the remote route delivered");
+    assert!(line.starts_with("POST /kn/what/chat "), "{line}");
+    assert!(String::from_utf8_lossy(&body).contains("kn_payload=hello+remote"), "{}", String::from_utf8_lossy(&body));
+
+    let transformer = Listener::start(b"TRANSFORMED");
+    transform_route(&store, &transformer.url("/t")).expect("transform route");
+    store.notify(&topic("/what/in"), event("original")).expect("notify");
+    let (line, body) = transformer.next().expect("the transform was called");
+    assert!(line.starts_with("POST /t "), "{line}");
+    assert!(String::from_utf8_lossy(&body).contains("original"));
+    assert_eq!(payloads(&store, "/what/out"), vec![b"TRANSFORMED".to_vec()]);
+}
+
+#[test]
+fn a_prefix_list_allows_its_prefixes_and_nothing_that_merely_looks_alike() {
+    let good = Listener::start(b"TRANSFORMED");
+    let other = Listener::start(b"");
+    let prefixes = format!("{} http://good.example/", good.url("/kn/"));
+    let policy: OutboundPolicy = prefixes.parse().expect("prefix list");
+    let (_dir, store) = store(Some(policy));
+
+    // Allowed: under the prefix, for a route and for a transform.
+    store.route(&topic("/what/chat"), good.url("/kn/what/chat").as_bytes(), Event::new()).expect("allowed route");
+    store.notify(&topic("/what/chat"), event("hello")).expect("notify");
+    let (line, _) = good.next().expect("delivered under the prefix");
+    assert!(line.starts_with("POST /kn/what/chat "), "{line}");
+    transform_route(&store, &good.url("/kn/t")).expect("allowed transform");
+    store.notify(&topic("/what/in"), event("original")).expect("notify");
+    assert!(good.next().expect("transform under the prefix").0.starts_with("POST /kn/t "));
+    assert_eq!(payloads(&store, "/what/out"), vec![b"TRANSFORMED".to_vec()]);
+
+    // Refused: look-alike host, other port, user information, escapes
+    // from the prefix path in every spelling, a path merely starting
+    // with the prefix's letters, another scheme.
+    let refused = [
+        "http://good.example.evil/kn/x".to_string(),
+        "http://good.example:8080/x".to_string(),
+        "http://evil@good.example/x".to_string(),
+        other.url("/kn/what/chat"),
+        format!("http://127.0.0.1:{}@127.0.0.1:{}/kn/x", good.port, other.port),
+        format!("http://x@127.0.0.1:{}/kn/x", good.port),
+        good.url("/kn/../admin"),
+        good.url("/kn/%2e%2e/admin"),
+        good.url("/kn/%2E%2E%2Fadmin"),
+        good.url("/kn/..%2fadmin"),
+        good.url("/kn/.%2e/admin"),
+        good.url("/kn/..\\admin"),
+        good.url("/kn/%5c..%5cadmin"),
+        good.url("/knock"),
+        good.url("/"),
+        format!("https://127.0.0.1:{}/kn/x", good.port),
+        format!("ftp://127.0.0.1:{}/kn/x", good.port),
+    ];
+    for (i, url) in refused.iter().enumerate() {
+        let source = topic(&format!("/what/refused{i}"));
+        match store.route(&source, url.as_bytes(), Event::new()) {
+            Err(err) => assert!(
+                matches!(err.kind(), ErrorKind::Forbidden | ErrorKind::BadRequest | ErrorKind::BadTopic),
+                "{url}: {err}"
+            ),
+            Ok(_) => panic!("route to {url} was accepted"),
+        }
+        store.notify(&source, event("nothing leaves")).expect("notify");
+        let mut params = Event::new();
+        params.set("kn_content_transform", url.as_str());
+        let _ = store.route(&topic(&format!("/what/tin{i}")), b"/what/tout", params);
+        store.notify(&topic(&format!("/what/tin{i}")), event("nothing leaves")).expect("notify");
+    }
+    good.assert_silent("a refused URL");
+    other.assert_silent("a refused URL");
+    assert!(payloads(&store, "/what/tout").iter().all(|p| p == b"nothing leaves"), "no refused transform ran");
+}
+
+#[test]
+fn a_refusal_says_how_to_allow_the_url() {
+    let policy: OutboundPolicy = "http://peer.example/kn/".parse().expect("prefix");
+    let err = policy.check("http://other.example/kn/x").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+    assert!(err.to_string().contains("add 'http://other.example/'"), "{err}");
+}
