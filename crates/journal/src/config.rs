@@ -48,7 +48,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
 /// | `remote_timeout` | 5 s (connect 2 s) | `KN_REMOTE_TIMEOUT_MS` |
-/// | `max_forwards` | 100,000 deliveries per post | `KN_MAX_FORWARDS` |
+/// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
+/// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `open_topics` | 1024 topics whose files stay open between posts | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
@@ -84,6 +85,10 @@ pub struct Config {
     /// Most deliveries one post may cause (a guard against routing loops
     /// that duplicate suppression cannot end, e.g. through transforms).
     pub max_forwards: usize,
+    /// Most active routes one topic may have: creating one more is refused
+    /// ([`ErrorKind::Forbidden`]), so that one client cannot make every
+    /// post to a topic write without bound.
+    pub max_routes: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
     /// How many topics a process keeps open between posts (three file
@@ -111,6 +116,7 @@ impl Config {
             outbound: OutboundPolicy::DenyAll,
             remote_timeout: Duration::from_secs(5),
             max_forwards: 100_000,
+            max_routes: 10_000,
             max_filter_bytes: 4096,
             open_topics: 1024,
         }
@@ -172,6 +178,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_FORWARDS")? {
             self.max_forwards = v;
+        }
+        if let Some(v) = var("KN_MAX_ROUTES")? {
+            self.max_routes = v;
         }
         Ok(self)
     }

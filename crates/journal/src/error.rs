@@ -21,6 +21,10 @@ pub enum ErrorKind {
     Expired,
     /// An event larger than the configured maximum (413).
     TooLarge,
+    /// A post whose forwarding reached `max_forwards` deliveries and was
+    /// stopped there: the posted event is stored, later deliveries are not
+    /// made (508, the status of a detected loop).
+    TooManyDeliveries,
     /// The store's file system is below its free-space reserve, or a write
     /// hit ENOSPC (507).
     DiskFull,
@@ -48,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Forbidden => (403, "Forbidden"),
             ErrorKind::Expired => (404, "Expired"),
             ErrorKind::TooLarge => (413, "Event too large"),
+            ErrorKind::TooManyDeliveries => (508, "Too many deliveries"),
             ErrorKind::DiskFull => (507, "Insufficient Storage"),
             ErrorKind::Remote => (502, "Remote server failed"),
             ErrorKind::Corrupt => (500, "Corrupt record"),

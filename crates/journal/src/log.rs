@@ -314,6 +314,40 @@ impl Head {
     }
 }
 
+/// Fault injection for tests, compiled in only with the `failpoints`
+/// feature: true when the file named by `KN_FAILPOINT` lists `name`
+/// (`append-eio`: half a record is written, then EIO; `fsync-eio`: the
+/// `fdatasync` of `KN_SYNC=always` fails with EIO).
+#[cfg(feature = "failpoints")]
+fn failpoint(name: &str) -> bool {
+    std::env::var_os("KN_FAILPOINT")
+        .and_then(|path| fs::read_to_string(path).ok())
+        .is_some_and(|armed| armed.split_whitespace().any(|w| w == name))
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn failpoint(_name: &str) -> bool {
+    false
+}
+
+fn eio() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::EIO)
+}
+
+/// How many `kn_id`s the duplicate index of the ordinary topic in `dir`
+/// holds, from its head: at least the number of its current events (a
+/// cheap bound for limits). `u64::MAX` when there is no valid head.
+pub(crate) fn indexed_ids(dir: &Path) -> u64 {
+    let mut buf = [0u8; HEAD_SIZE as usize];
+    File::open(dir.join(HEAD_FILE))
+        .ok()
+        .and_then(|f| f.read_exact_at(&mut buf, 0).ok())
+        .and_then(|_| Head::decode(&buf))
+        .map(|h| h.used.max(h.live))
+        .unwrap_or(u64::MAX)
+}
+
 /// The 32-bit hash of a `kn_id` in the duplicate index (never 0, which
 /// marks an empty slot). Two ids may share a hash: a duplicate needs the
 /// 64-bit digest of the end-to-end elements to match as well.
@@ -682,13 +716,20 @@ impl<'c> Writer<'c> {
         }
         gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
         let path = self.dir.join(segment_name(self.head.active));
-        if let Err(e) = self.segment.write_all_at(&frame, self.head.active_len) {
+        let written = if failpoint("append-eio") {
+            // Half a record reaches the file, then the device fails.
+            self.segment.write_all_at(&frame[..frame.len() / 2], self.head.active_len).and(Err(eio()))
+        } else {
+            self.segment.write_all_at(&frame, self.head.active_len)
+        };
+        if let Err(e) = written {
             // Never leave a partial record behind (ENOSPC, EIO...).
             let _ = self.segment.set_len(self.head.active_len);
             return Err(Error::io("cannot append to", &path, e));
         }
         if self.config.sync == SyncPolicy::Always {
-            if let Err(e) = self.segment.sync_data() {
+            let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
+            if let Err(e) = synced {
                 let _ = self.segment.set_len(self.head.active_len);
                 return Err(Error::io("cannot sync", &path, e));
             }

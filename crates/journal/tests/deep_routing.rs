@@ -9,7 +9,7 @@ use std::path::Path;
 use std::thread;
 use std::time::Instant;
 
-use kn_journal::{Config, Event, Selection, Store, Topic};
+use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic};
 
 const SERVER: &str = "http://test.example/kn";
 
@@ -140,6 +140,34 @@ fn a_fan_out_beyond_max_forwards_stops_with_a_clear_error() {
     }
     let err = store.notify(&t("/fan/source"), ev(&[("kn_id", "x"), ("kn_payload", "p")])).unwrap_err();
     eprintln!("fan-out of 60 over max_forwards 50: {:?} {:?}: {err}", err.kind(), err.kind().status());
+    assert_eq!(err.kind(), ErrorKind::TooManyDeliveries);
+    assert_eq!(err.kind().status(), (508, "Too many deliveries"));
     assert!(err.to_string().contains("more than 50 deliveries"), "{err}");
     assert_eq!(store.events(&t("/fan/source"), &Selection::all()).unwrap().events.len(), 1);
+}
+
+/// A topic takes at most `max_routes` active routes: one more is refused
+/// (403), replacing an existing one (same `kn_id`) still works, and a
+/// deleted route makes room.
+#[test]
+fn routes_beyond_max_routes_are_refused_with_403() {
+    let dir = scratch();
+    let mut c = Config::new(dir.path());
+    c.reserve_bytes = 0;
+    c.server_url = Some(SERVER.to_string());
+    c.max_routes = 20;
+    let store = Store::open_with(c).unwrap();
+    let from = t("/limited");
+    for i in 0..20 {
+        store.route(&from, format!("/to/{i}").as_bytes(), ev(&[("kn_id", &format!("r{i}"))])).unwrap();
+    }
+    let err = store.route(&from, b"/to/20", ev(&[("kn_id", "r20")])).unwrap_err();
+    eprintln!("route 21 of max_routes 20: {:?}: {err}", err.kind().status());
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+    assert_eq!(err.kind().status().0, 403);
+    assert!(err.to_string().contains("maximum"), "{err}");
+    store.route(&from, b"/to/elsewhere", ev(&[("kn_id", "r3")])).unwrap();
+    store.delete_route(&from, b"r0", None).unwrap();
+    store.route(&from, b"/to/20", ev(&[("kn_id", "r20")])).unwrap();
+    assert_eq!(store.routes(&from).unwrap().len(), 20);
 }
