@@ -1018,7 +1018,7 @@ impl Store {
 
     /// Refreshes `journal`'s heartbeat (a tunnel reading it does so).
     pub fn heartbeat(&self, journal: &Topic) -> Result<()> {
-        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
         let beat = || -> std::io::Result<()> {
             let f = log::open_shared(&path, false)?;
             // A write sets the modification time to now with write
@@ -1032,7 +1032,7 @@ impl Store {
 
     /// Makes `journal` stale at once (a tunnel's `kn_expires` passed).
     pub fn expire(&self, journal: &Topic) -> Result<()> {
-        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == IoKind::NotFound => Ok(()),
