@@ -72,6 +72,12 @@ impl Failure {
 
 type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
 
+/// Most `kn_batch` entries one batch may carry; more are refused with
+/// `413 Too many kn_batch entries` before any is run, so that one request
+/// cannot post without bound (its body is bounded too, but small entries
+/// would still make hundreds of thousands of posts).
+pub const MAX_BATCH_ENTRIES: usize = 1000;
+
 /// The parameters that are never event elements (PROTOCOL.md 3).
 const CONTROL: &[&[u8]] =
     &[b"do_method", b"kn_from", b"kn_to", b"kn_debug", b"kn_status_from", b"kn_status_to", b"kn_response_format"];
@@ -136,7 +142,12 @@ impl Handler {
         }
         let statuses_to = self.status_topic(params);
         let mut statuses = Vec::new();
-        if method == "batch" {
+        if method == "batch" && params.get_all("kn_batch").count() > MAX_BATCH_ENTRIES {
+            let count = params.get_all("kn_batch").count();
+            let message = format!("{count} kn_batch entries: the maximum is {MAX_BATCH_ENTRIES}; nothing was done");
+            let status = status_event(413, "Too many kn_batch entries", message, status_from);
+            self.emit(&statuses_to, &mut statuses, status);
+        } else if method == "batch" {
             let batch = status_event(200, "Processing batch", "", status_from);
             self.emit(&statuses_to, &mut statuses, batch);
             for (i, entry) in params.get_all("kn_batch").enumerate() {
