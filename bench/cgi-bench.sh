@@ -1,36 +1,60 @@
 #!/usr/bin/env bash
-# Measures notify throughput of pubsub.cgi under Apache 2.4 (mpm_event +
-# mod_cgid, Debian's defaults) against hello-cgi, the floor: a CGI that only
-# reads its body and answers. Not a test (nothing passes or fails); CI does
-# not run it.
+# The benchmark of the issue, in one run on one Apache 2.4 (mpm_event +
+# mod_cgid, Debian's defaults), over loopback, with bounded counts:
 #
-#     bench/cgi-bench.sh            # 2000 requests per measurement
-#     BENCH_N=500 bench/cgi-bench.sh
+#  1. notify requests/s (ab, concurrency 1 and 8) of
+#       - hello-cgi, the floor: a CGI that only reads its body as notify
+#         must and answers;
+#       - pubsub.cgi as a CGI under Apache (goal: >= 0.80 of the floor);
+#       - `pubsub-cgi serve` behind Apache's mod_proxy, configured as in
+#         docs/DEPLOY.md section 9 (goal: >= 2,200 at c=1, >= 6,000 at c=8);
+#       - `pubsub-cgi serve` directly (goal: >= 15,000 at c=8);
+#  2. notify-to-tunnel latency through Apache (the tunnel-latency example:
+#     a simple-format tunnel on a fresh journal, then notifies one at a time
+#     on a keep-alive connection, each timed until its frame arrives), for
+#     pubsub.cgi under Apache and serve behind mod_proxy (goal: p50 <= 5 ms),
+#     and serve directly for reference; both posting straight to the journal
+#     ("direct") and to a topic routed into it ("routed", a browser's path).
+#
+# It ends with a table of every figure against its goal, and writes the
+# report to bench/results-<date>.txt as well as to stdout. Not a test
+# (nothing passes or fails); CI does not run it.
+#
+#     bench/cgi-bench.sh                 # 2000 notifies per throughput figure, 300 round trips per latency figure
+#     BENCH_N=500 BENCH_LAT_N=100 bench/cgi-bench.sh
+#     BENCH_KEEPALIVE=1 bench/cgi-bench.sh   # ab -k (HTTP/1.0 keep-alive)
+#     BENCH_OUT=/tmp/r.txt bench/cgi-bench.sh
 #
 # Needs: apache2, apache2-utils (ab). Run as root (Apache workers then run as
 # www-data) or as a user (they run as that user). Honors CARGO_TARGET_DIR.
-# Parts not built yet (pubsub-cgi, `pubsub-cgi serve`) print "n/a".
+# Parts that fail to build or start print "n/a".
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 N=${BENCH_N:-2000}
+LAT_N=${BENCH_LAT_N:-300}
+LAT_WARMUP=${BENCH_LAT_WARMUP:-20}
+OUT=${BENCH_OUT:-$repo/bench/results-$(date +%Y%m%d-%H%M%S).txt}
 CONCURRENCY=(1 8)
 BODY='kn_to=/bench/t&kn_payload=hello&kn_response_format=simple'
 APACHE=/usr/sbin/apache2
 MODULES=/usr/lib/apache2/modules
+AB_FLAGS=()
+[ -n "${BENCH_KEEPALIVE:-}" ] && AB_FLAGS=(-k)
 
 for tool in "$APACHE" ab; do
     command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install apache2 apache2-utils)" >&2; exit 1; }
 done
 
-echo "building release binaries..." >&2
-if ! (cd "$repo" && cargo build --release --quiet -p kn-cgi --bins); then
+echo "building release binaries (CARGO_TARGET_DIR=$target)..." >&2
+if ! (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn-cgi --bins --examples); then
     echo "full build failed; trying hello-cgi alone" >&2
-    (cd "$repo" && cargo build --release --quiet -p kn-cgi --bin hello-cgi)
+    (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn-cgi --bin hello-cgi)
 fi
 hello_bin=$target/release/hello-cgi
 pubsub_bin=$target/release/pubsub-cgi
+latency_bin=$target/release/examples/tunnel-latency
 [ -x "$hello_bin" ] || { echo "no $hello_bin" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/kn-bench.XXXXXX)
@@ -42,6 +66,8 @@ if [ -x "$pubsub_bin" ]; then
     cp "$pubsub_bin" "$work/cgi-bin/pubsub.cgi"
     have_pubsub=1
 fi
+have_latency=
+[ -x "$latency_bin" ] && have_latency=1
 printf '%s' "$BODY" >"$work/body"
 
 user_conf=
@@ -76,24 +102,33 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The built-in server, when it exists: `pubsub-cgi serve --listen ADDR`.
+# Apache listens on two ports: $port has the CGIs (/hello, /kn), $pport
+# forwards /kn to serve as docs/DEPLOY.md section 9 does.
+port=$(free_port)
+pport=$(free_port)
+while [ "$pport" = "$port" ]; do pport=$(free_port); done
+
+# The built-in server: `pubsub-cgi serve`, its public URL the proxy's.
 serve_port=
 if [ -n "$have_pubsub" ]; then
     p=$(free_port)
-    KN_EVENTS="$work/events-serve" "$pubsub_bin" serve --listen "127.0.0.1:$p" \
-        >"$work/logs/serve.log" 2>&1 </dev/null &
+    "$pubsub_bin" serve --listen "127.0.0.1:$p" --root "$work/events-serve" \
+        --public-url "http://127.0.0.1:$pport/kn" >"$work/logs/serve.log" 2>&1 </dev/null &
     serve_pid=$!
-    if wait_port "$p" 3; then
+    if wait_port "$p" 5; then
         serve_port=$p
     else
+        echo "pubsub-cgi serve did not start:" >&2
+        cat "$work/logs/serve.log" >&2
         kill "$serve_pid" 2>/dev/null || true
         serve_pid=
     fi
 fi
 
-port=$(free_port)
 proxy_conf=
-[ -n "$serve_port" ] && proxy_conf="ProxyPass /proxied/kn http://127.0.0.1:$serve_port/kn flushpackets=on"
+[ -n "$serve_port" ] && proxy_conf="ProxyPass        /kn http://127.0.0.1:$serve_port/kn flushpackets=on
+    ProxyPassReverse /kn http://127.0.0.1:$serve_port/kn
+    ProxyPreserveHost On"
 pubsub_conf=
 [ -n "$have_pubsub" ] && pubsub_conf="ScriptAlias /kn $work/cgi-bin/pubsub.cgi"
 
@@ -101,6 +136,7 @@ cat >"$work/conf" <<CONF
 ServerRoot /usr/lib/apache2
 ServerName 127.0.0.1
 Listen 127.0.0.1:$port
+Listen 127.0.0.1:$pport
 LoadModule mpm_event_module $MODULES/mod_mpm_event.so
 LoadModule authz_core_module $MODULES/mod_authz_core.so
 LoadModule cgid_module $MODULES/mod_cgid.so
@@ -116,7 +152,11 @@ ScriptSock $work/cgid.sock
 ErrorLog $work/logs/error.log
 LogLevel warn
 DocumentRoot $work
+# Debian's apache2.conf
 Timeout 300
+KeepAlive On
+MaxKeepAliveRequests 100
+KeepAliveTimeout 5
 # Debian's mods-available/mpm_event.conf
 StartServers 2
 MinSpareThreads 25
@@ -128,20 +168,27 @@ MaxConnectionsPerChild 0
 <Directory />
     Require all granted
 </Directory>
-SetEnv KN_EVENTS $work/events
-ScriptAlias /hello $work/cgi-bin/hello-cgi
-$pubsub_conf
-$proxy_conf
+<VirtualHost 127.0.0.1:$port>
+    SetEnv KN_EVENTS $work/events
+    ScriptAlias /hello $work/cgi-bin/hello-cgi
+    $pubsub_conf
+</VirtualHost>
+<VirtualHost 127.0.0.1:$pport>
+    $proxy_conf
+</VirtualHost>
 CONF
 
 "$APACHE" -f "$work/conf" -k start
 wait_port "$port" 10 || { echo "apache did not start:" >&2; cat "$work/logs/error.log" >&2; exit 1; }
+wait_port "$pport" 5 || true
+
+# ----- throughput --------------------------------------------------------------
 
 # Prints requests/s, or n/a when the target answers nothing useful. Non-2xx
 # answers or failures are flagged after the figure.
 measure() { # url concurrency
     local out rps failed non2xx
-    out=$(ab -q -n "$N" -c "$2" -s 30 -p "$work/body" -T application/x-www-form-urlencoded "$1" 2>&1) || { echo "n/a"; return; }
+    out=$(ab -q "${AB_FLAGS[@]}" -n "$N" -c "$2" -s 30 -p "$work/body" -T application/x-www-form-urlencoded "$1" 2>&1) || { echo "n/a"; return; }
     rps=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
     failed=$(awk '/^Failed requests:/ {print $3}' <<<"$out")
     non2xx=$(awk '/^Non-2xx responses:/ {print $3}' <<<"$out")
@@ -153,23 +200,36 @@ measure() { # url concurrency
     fi
 }
 
+num() { case "$1" in n/a* | "") echo "" ;; *) echo "${1%%(*}" ;; esac; }
+
 ratio() { # value floor
-    case "$1" in n/a*) echo "n/a"; return ;; esac
-    awk -v a="${1%%(*}" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'
+    local a b
+    a=$(num "$1") b=$(num "$2")
+    [ -z "$a" ] || [ -z "$b" ] && { echo "n/a"; return; }
+    awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'
 }
 
 declare -A rate
-targets=(hello pubsub.cgi serve proxied)
+targets=(hello pubsub.cgi proxied serve)
 url_of() {
     case "$1" in
         hello) echo "http://127.0.0.1:$port/hello" ;;
         pubsub.cgi) [ -n "$have_pubsub" ] && echo "http://127.0.0.1:$port/kn" ;;
         serve) [ -n "$serve_port" ] && echo "http://127.0.0.1:$serve_port/kn" ;;
-        proxied) [ -n "$serve_port" ] && echo "http://127.0.0.1:$port/proxied/kn" ;;
+        proxied) [ -n "$serve_port" ] && echo "http://127.0.0.1:$pport/kn" ;;
     esac
     return 0
 }
+label() {
+    case "$1" in
+        hello) echo "hello-cgi (floor)" ;;
+        pubsub.cgi) echo "pubsub.cgi under Apache" ;;
+        serve) echo "serve, direct" ;;
+        proxied) echo "serve behind mod_proxy" ;;
+    esac
+}
 
+started=$(date +%s)
 for t in "${targets[@]}"; do
     url=$(url_of "$t")
     for c in "${CONCURRENCY[@]}"; do
@@ -178,32 +238,110 @@ for t in "${targets[@]}"; do
             continue
         fi
         # A short warm-up so that process caches and Apache workers are up.
-        ab -q -n 50 -c "$c" -p "$work/body" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
-        echo "measuring $t at c=$c ($N requests)..." >&2
+        ab -q "${AB_FLAGS[@]}" -n 50 -c "$c" -p "$work/body" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
+        echo "throughput: $t at c=$c ($N notifies)..." >&2
         rate[$t,$c]=$(measure "$url" "$c")
     done
 done
 
-echo
-echo "notify POSTs, $N requests each; Apache $("$APACHE" -v | sed -n 's/^Server version: //p'), mpm_event + mod_cgid; $(nproc) CPUs"
-printf '%-28s' "target"
-for c in "${CONCURRENCY[@]}"; do printf '%14s %9s' "req/s c=$c" "vs hello"; done
-echo
-label() {
-    case "$1" in
-        hello) echo "hello-cgi (floor)" ;;
-        pubsub.cgi) echo "pubsub.cgi under Apache" ;;
-        serve) echo "pubsub-cgi serve (direct)" ;;
-        proxied) echo "serve behind mod_proxy" ;;
-    esac
+# ----- latency -------------------------------------------------------------------
+
+# lat[target,mode,p50|p90|p99|max]; latency_error[target] when it failed.
+declare -A lat latency_error
+lat_targets=(pubsub.cgi proxied serve)
+for t in "${lat_targets[@]}"; do
+    url=$(url_of "$t")
+    if [ -z "$url" ] || [ -z "$have_latency" ]; then
+        latency_error[$t]="not built or not running"
+        continue
+    fi
+    echo "latency: $t ($LAT_N round trips per mode)..." >&2
+    if out=$(timeout 120 "$latency_bin" "$url" --count "$LAT_N" --warmup "$LAT_WARMUP" --both 2>&1); then
+        while read -r mode _ rest; do
+            for kv in $rest; do
+                case "$kv" in p50=* | p90=* | p99=* | max=*) lat[$t,$mode,${kv%%=*}]=${kv#*=} ;; esac
+            done
+        done <<<"$out"
+    else
+        latency_error[$t]=$(tail -n 1 <<<"$out")
+    fi
+done
+elapsed=$(($(date +%s) - started))
+
+# ----- the report ------------------------------------------------------------------
+
+ms() { [ -n "${lat[$1]:-}" ] && echo "${lat[$1]}" || echo "n/a"; }
+
+# goal_row label measured op goal: "op" is >= or <=; ratio is measured/goal.
+goal_row() {
+    local m verdict r
+    m=$(num "$2")
+    if [ -z "$m" ]; then
+        r=n/a verdict=n/a
+    else
+        r=$(awk -v a="$m" -v b="$4" 'BEGIN { printf "%.2f", a / b }')
+        verdict=$(awk -v a="$m" -v b="$4" -v op="$3" 'BEGIN { ok = (op == ">=") ? a >= b : a <= b; print ok ? "met" : "MISSED" }')
+    fi
+    printf '%-52s %10s %3s %-6s %6s  %s\n' "$1" "$2" "$3" "$4" "$r" "$verdict"
 }
-for t in "${targets[@]}"; do
-    printf '%-28s' "$(label "$t")"
-    for c in "${CONCURRENCY[@]}"; do
-        printf '%14s %9s' "${rate[$t,$c]}" "$(ratio "${rate[$t,$c]}" "${rate[hello,$c]%%(*}")"
+
+report() {
+    local keep="no (a connection per request)"
+    [ -n "${BENCH_KEEPALIVE:-}" ] && keep="yes (ab -k)"
+    echo "knpubsub notify benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$repo" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "Apache $("$APACHE" -v | sed -n 's/^Server version: //p'), mpm_event + mod_cgid; $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); took ${elapsed}s"
+    echo
+    echo "Throughput: notify POSTs over loopback, ab, $N requests per figure; keep-alive: $keep"
+    printf '%-28s' "target"
+    for c in "${CONCURRENCY[@]}"; do printf '%14s %9s' "req/s c=$c" "vs hello"; done
+    echo
+    for t in "${targets[@]}"; do
+        printf '%-28s' "$(label "$t")"
+        for c in "${CONCURRENCY[@]}"; do
+            printf '%14s %9s' "${rate[$t,$c]}" "$(ratio "${rate[$t,$c]}" "${rate[hello,$c]}")"
+        done
+        echo
     done
     echo
-done
-errors=$(grep -v 'AH00558\|resuming normal\|caught SIG' "$work/logs/error.log" | tail -n 5 || true)
-[ -n "$errors" ] && { echo; echo "last error log lines:"; echo "$errors"; }
+    echo "Notify-to-tunnel latency, ms: $LAT_N round trips per line after $LAT_WARMUP warm-up, one at a time;"
+    echo "direct = notify to the journal, routed = notify to a topic routed into it"
+    printf '%-28s %-7s %8s %8s %8s %8s\n' target mode p50 p90 p99 max
+    for t in "${lat_targets[@]}"; do
+        if [ -n "${latency_error[$t]:-}" ]; then
+            printf '%-28s %s\n' "$(label "$t")" "n/a: ${latency_error[$t]}"
+            continue
+        fi
+        for mode in direct routed; do
+            printf '%-28s %-7s %8s %8s %8s %8s\n' "$(label "$t")" "$mode" \
+                "$(ms "$t,$mode,p50")" "$(ms "$t,$mode,p90")" "$(ms "$t,$mode,p99")" "$(ms "$t,$mode,max")"
+        done
+    done
+    echo
+    echo "Against the goals (ratio = measured / goal):"
+    printf '%-52s %10s %3s %-6s %6s  %s\n' "" measured "" goal ratio ""
+    for c in "${CONCURRENCY[@]}"; do
+        goal_row "pubsub.cgi / hello-cgi, c=$c" "$(ratio "${rate[pubsub.cgi,$c]}" "${rate[hello,$c]}")" ">=" 0.80
+    done
+    goal_row "serve behind mod_proxy, c=1 (req/s)" "${rate[proxied,1]}" ">=" 2200
+    goal_row "serve behind mod_proxy, c=8 (req/s)" "${rate[proxied,8]}" ">=" 6000
+    goal_row "serve direct, c=8 (req/s)" "${rate[serve,8]}" ">=" 15000
+    for t in pubsub.cgi proxied; do
+        for mode in direct routed; do
+            goal_row "latency p50, $(label "$t"), $mode (ms)" "$(ms "$t,$mode,p50")" "<=" 5
+        done
+    done
+    local errors
+    errors=$(grep -v 'AH00558\|AH00094\|AH00163\|AH00489\|resuming normal\|caught SIG' "$work/logs/error.log" | tail -n 5 || true)
+    if [ -n "$errors" ]; then
+        echo
+        echo "last Apache error log lines:"
+        echo "$errors"
+    fi
+}
+
+mkdir -p "$(dirname "$OUT")"
+echo >&2
+report | tee "$OUT"
+echo >&2
+echo "written to $OUT" >&2
 exit 0
