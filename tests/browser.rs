@@ -365,13 +365,51 @@ fn ping_page_measures_round_trips_and_throughput_through_apache() {
     }
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let site = Site::start("browser_ping");
+    let log = || site.apache.error_log();
+    ping(&site.page("ping.html?auto=1&n=200&m=1000"), "Apache (pubsub.cgi)", "ping", &log);
+}
+
+#[test]
+fn ping_page_runs_under_pubsub_cgi_serve() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = Dir::new("browser_serve");
+    let www = Path::new(env!("CARGO_MANIFEST_DIR")).join("www");
+    let mut serve = Command::new(support::pubsub_cgi())
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.join("events"))
+        .arg("--static")
+        .arg(&www)
+        .env_remove("KN_EVENTS")
+        .env_remove("GATEWAY_INTERFACE")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start pubsub-cgi serve");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.take().expect("stdout")), &mut line)
+        .expect("first line");
+    let base = line
+        .strip_prefix("knpubsub serving ")
+        .and_then(|rest| rest.split_once("/kn (store "))
+        .map(|(base, _)| base.to_string())
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+    let log = String::new;
+    ping(&format!("{base}/ping.html?auto=1&n=200&m=1000"), "pubsub-cgi serve", "ping-serve", &log);
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
+/// Runs the ping page at `url` and prints its figures.
+fn ping(url: &str, through: &str, shot: &str, log: &dyn Fn() -> String) {
     let driver = Driver::start();
     runtime().block_on(async {
-        let page = driver.browser("ping").await;
-        page.goto(&site.page("ping.html?auto=1&n=200&m=1000")).await.expect("open the ping page");
+        let page = driver.browser(shot).await;
+        page.goto(url).await.expect("open the ping page");
         let done = wait_js(&page, Duration::from_secs(90), "return document.getElementById('state').dataset.done === 'true';").await;
         let state = js(&page, "return document.getElementById('state').textContent;").await;
-        assert_eq!(done, json!(true), "the ping run did not finish: {state}\n{}", site.apache.error_log());
+        assert_eq!(done, json!(true), "the ping run did not finish: {state}\n{}", log());
         let figures = js(
             &page,
             "return {p50: document.getElementById('p50').textContent, p99: document.getElementById('p99').textContent,\
@@ -379,7 +417,7 @@ fn ping_page_measures_round_trips_and_throughput_through_apache() {
              detail: document.getElementById('detail').textContent, results: window.kn_ping_results};",
         )
         .await;
-        screenshot(&page, "ping").await;
+        screenshot(&page, shot).await;
         page.close().await.ok();
         let p50: f64 = figures["p50"].as_str().and_then(|s| s.parse().ok()).expect("p50 is a number");
         let p99: f64 = figures["p99"].as_str().and_then(|s| s.parse().ok()).expect("p99 is a number");
@@ -387,7 +425,7 @@ fn ping_page_measures_round_trips_and_throughput_through_apache() {
         assert!(p50 > 0.0 && p99 >= p50 && rate > 0.0, "{figures}");
         assert_eq!(figures["results"]["lost"], json!(0), "no ping was lost: {figures}");
         eprintln!(
-            "ping through Apache (pubsub.cgi) in headless Chromium: p50 {} ms, p99 {} ms, mean {} ms, {} events/s\n  {}",
+            "ping through {through} in headless Chromium: p50 {} ms, p99 {} ms, mean {} ms, {} events/s\n  {}",
             figures["p50"].as_str().unwrap_or(""),
             figures["p99"].as_str().unwrap_or(""),
             figures["avg"].as_str().unwrap_or(""),
