@@ -351,6 +351,29 @@ fn topic_browser_shows_a_topic_created_by_another_client() {
         assert_eq!(live, json!(true), "new events of the chosen topic appear live");
         let selected = js(&page, "return document.getElementById('selected').textContent;").await;
         assert_eq!(selected, json!("/created_elsewhere"));
+
+        // The two-way kn: form handler (lib2form) posts a form as an event
+        // and tells the form how it went.
+        js(
+            &page,
+            "var s = document.createElement('script'); s.src = '/kn?do_method=lib2form'; document.head.appendChild(s);\
+             var f = document.createElement('form'); f.id = 'knform'; f.setAttribute('action', 'kn:/created_elsewhere');\
+             f.innerHTML = '<input name=\"kn_payload\" value=\"from a kn: form\"><span data-kn-status></span>';\
+             document.body.appendChild(f); return true;",
+        )
+        .await;
+        let loaded = wait_js(&page, Duration::from_secs(10), "return typeof kn__formInit === 'function';").await;
+        assert_eq!(loaded, json!(true), "lib2form loads");
+        js(&page, "document.getElementById('knform').requestSubmit(); return true;").await;
+        let told = wait_js(&page, Duration::from_secs(10), "return document.querySelector('#knform [data-kn-status]').textContent;").await;
+        assert_eq!(told, json!("200 Notified"), "the two-way form shows its status");
+        let posted = wait_js(
+            &page,
+            Duration::from_secs(10),
+            "return document.getElementById('events').textContent.indexOf('from a kn: form') >= 0;",
+        )
+        .await;
+        assert_eq!(posted, json!(true), "the form's event arrives on the topic");
         screenshot(&page, "browser").await;
         page.close().await.ok();
     });

@@ -159,7 +159,7 @@
           return all ? [failed] : failed;
         }
         return new Promise(function (resolve) { setTimeout(resolve, delay); }).then(function () {
-          delay = Math.min(delay * 2, 2000);
+          delay = Math.min(delay * 2, 1000);
           return attempt();
         });
       });
@@ -322,7 +322,7 @@
       setState("reconnecting");
       clearTimeout(retryTimer);
       retryTimer = setTimeout(connect, backoff);
-      backoff = Math.min(backoff * 2, 4000);
+      backoff = Math.min(backoff * 2, 2000);
     };
   }
 
