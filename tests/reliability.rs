@@ -421,19 +421,28 @@ fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
     let stop_publishing = Arc::new(AtomicBool::new(false));
     let stop_following = Arc::new(AtomicBool::new(false));
 
-    // One resuming tunnel client per journal.
+    // One resuming tunnel client per journal; each publishes the last
+    // checkpoint it saw.
+    let last_seen: Arc<Vec<std::sync::atomic::AtomicU64>> = Arc::new((0..PUBLISHERS).map(|_| Default::default()).collect());
     let (ready_tx, ready_rx) = mpsc::channel();
     let followers: Vec<_> = (0..PUBLISHERS)
         .map(|p| {
             let url = url.clone();
             let stop = stop_following.clone();
             let ready = ready_tx.clone();
+            let last_seen = last_seen.clone();
             thread::spawn(move || {
                 let mut seen: Vec<(u64, String)> = Vec::new();
                 let mut connections = 0;
                 let mut announced = false;
                 while !stop.load(Ordering::Relaxed) {
-                    let since = seen.last().map(|(cp, _)| format!("&do_since_checkpoint={cp}")).unwrap_or_default();
+                    // After the first connection, resume after the last
+                    // checkpoint seen (0, none yet: everything retained,
+                    // and the journal held nothing before the routes).
+                    let since = match (connections, seen.last()) {
+                        (0, _) => String::new(),
+                        (_, last) => format!("&do_since_checkpoint={}", last.map(|(cp, _)| *cp).unwrap_or(0)),
+                    };
                     let turl = format!("{url}/who/k/s/{p}/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=k{since}");
                     let Some(mut f) = Follower::open(&turl) else {
                         thread::sleep(Duration::from_millis(50));
@@ -451,6 +460,7 @@ fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
                             }
                             let cp: u64 = e.get("kn_route_checkpoint").and_then(|c| c.parse().ok()).unwrap_or(0);
                             seen.push((cp, e.get("kn_id").unwrap_or_default()));
+                            last_seen[p].store(cp, Ordering::Relaxed);
                         }
                     }
                 }
@@ -522,8 +532,19 @@ fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
         acked.push(a);
         failed_posts += f;
     }
-    // Let the tunnels drain what the last posts delivered.
-    thread::sleep(Duration::from_secs(3));
+    // Let the tunnels drain what the last posts delivered: until each
+    // client has seen its journal's last checkpoint (read directly).
+    let reader = open_store(&store_path);
+    let last_stored: Vec<u64> = (0..PUBLISHERS)
+        .map(|p| {
+            let events = reader.events(&topic(&format!("/who/k/s/{p}/kn_journal")), &Selection::all()).unwrap().events;
+            events.last().and_then(|e| e.checkpoint()).and_then(|c| std::str::from_utf8(c).ok()?.parse().ok()).unwrap_or(0)
+        })
+        .collect();
+    drop(reader);
+    let drained = support::wait_for(Duration::from_secs(60), || {
+        (0..PUBLISHERS).all(|p| last_seen[p].load(Ordering::Relaxed) >= last_stored[p])
+    });
     stop_following.store(true, Ordering::Relaxed);
     let mut seen = Vec::new();
     let mut reconnects = 0;
@@ -549,7 +570,19 @@ fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
         }
         stored_not_forwarded += source.iter().filter(|id| !copy.contains(id)).count();
         let seen_ids: Vec<String> = seen[p].iter().map(|(_, id)| id.clone()).collect();
-        assert_eq!(seen_ids, journal, "tunnel client {p} did not see journal {p} exactly (once, in order)");
+        if seen_ids != journal {
+            let first = seen_ids.iter().zip(&journal).position(|(a, b)| a != b);
+            let around = |v: &[String], i: usize| v[i.saturating_sub(3)..(i + 3).min(v.len())].to_vec();
+            let i = first.unwrap_or(seen_ids.len().min(journal.len()));
+            panic!(
+                "tunnel client {p} did not see journal {p} exactly (once, in order): saw {} of {} (drained: {drained}); first difference at {first:?}: saw {:?}, journal {:?}; checkpoints seen around: {:?}",
+                seen_ids.len(),
+                journal.len(),
+                around(&seen_ids, i),
+                around(&journal, i),
+                &seen[p][i.saturating_sub(3)..(i + 3).min(seen[p].len())]
+            );
+        }
     }
     eprintln!(
         "sigkill: {notify_kills} notify and {tunnel_kills} tunnel CGIs killed in {killing:?}; {total_acked} notifies acknowledged, \
