@@ -301,22 +301,7 @@ pub mod simple {
     /// Decodes `=XX` (either case) anywhere; a `=` not followed by two hex
     /// digits stays as it is.
     pub fn unescape(bytes: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            let hex = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
-            match (bytes[i], hex(i + 1), hex(i + 2)) {
-                (b'=', Some(hi), Some(lo)) => {
-                    out.push((hi << 4 | lo) as u8);
-                    i += 3;
-                }
-                (b, _, _) => {
-                    out.push(b);
-                    i += 1;
-                }
-            }
-        }
-        out
+        kn_journal::decode_escapes(bytes, b'=')
     }
 
     /// Decodes one encoded event (no count): header lines up to the first

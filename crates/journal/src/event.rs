@@ -210,6 +210,34 @@ pub fn parse_expires(value: &[u8], now: f64) -> Result<Option<f64>, Error> {
     Ok(Some(if relative { now + n } else { n }))
 }
 
+/// Decodes `<marker>XX` escapes (two hex digits, either case), as in URLs
+/// (`%`) and the simple and legacy event formats (`=`). A marker not
+/// followed by two hex digits stays as it is.
+///
+/// ```
+/// use kn_journal::decode_escapes;
+/// assert_eq!(decode_escapes(b"a=3Ab=zz=4", b'='), b"a:b=zz=4");
+/// assert_eq!(decode_escapes(b"%2e%2E%+1", b'%'), b"..%+1");
+/// ```
+pub fn decode_escapes(bytes: &[u8], marker: u8) -> Vec<u8> {
+    let hex = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b, Some(hi), Some(lo)) if b == marker => {
+                out.push((hi << 4 | lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Formats seconds since the epoch the way `kn_expires` and `kn_time_t`
 /// carry them: whole seconds without a fraction, else the shortest exact
 /// decimal.

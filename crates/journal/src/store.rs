@@ -384,7 +384,7 @@ impl Store {
             if let Some(rest) = text.strip_prefix(own.as_str()) {
                 if rest.starts_with('/') {
                     let path = rest.split(['?', '#']).next().unwrap_or("");
-                    return Ok(Destination::Local(Topic::parse_bytes(&percent_decode(path.as_bytes()))?));
+                    return Ok(Destination::Local(Topic::parse_bytes(&decode_escapes(path.as_bytes(), b'%'))?));
                 }
             }
         }
@@ -588,40 +588,57 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut jobs = Vec::new();
-        let mut current = Topic::root();
-        for segment in topic.segments() {
-            let parent = current.clone();
-            current = parent.child(segment)?;
-            let path = self.dir(&current);
-            match create_topic_dir(&path) {
-                Ok(()) => {
-                    if self.config.sync == SyncPolicy::Always {
-                        log::sync_dir(&self.dir(&parent))?;
-                    }
-                }
-                Err(e) if e.kind() == IoKind::AlreadyExists => continue,
-                Err(e) => return Err(Error::io("cannot create topic directory", &path, e)),
-            }
-            if segment == crate::topic::SUBTOPICS_SEGMENT {
-                continue;
-            }
+        self.create_topic_dirs(topic, |parent, segment| {
             let subtopics = parent.subtopics();
             let mut announcement = Event::new();
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
-            // The kn_subtopics directory itself is created (unannounced) here.
-            let sub_dir = self.dir(&subtopics);
-            match create_topic_dir(&sub_dir) {
-                Ok(()) if self.config.sync == SyncPolicy::Always => log::sync_dir(&self.dir(&parent))?,
-                Ok(()) => {}
-                Err(e) if e.kind() == IoKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io("cannot create topic directory", &sub_dir, e)),
-            }
             if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
                 report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });
                 jobs.push(Job { topic: subtopics, event: stored, via: None, store: false });
             }
-        }
+            Ok(())
+        })?;
         Ok(jobs)
+    }
+
+    /// Creates the missing directories of `topic`, top down, and calls
+    /// `created(parent, segment)` for each new one other than a
+    /// `kn_subtopics` (whose directory, under `parent`, exists by then): the
+    /// caller announces it. Another process creating a directory first is
+    /// not an error, and then that process announces it.
+    pub(crate) fn create_topic_dirs(
+        &self,
+        topic: &Topic,
+        mut created: impl FnMut(&Topic, &str) -> Result<()>,
+    ) -> Result<()> {
+        let mut current = Topic::root();
+        for segment in topic.segments() {
+            let parent = current.clone();
+            current = parent.child(segment)?;
+            if !self.create_dir_of(&current, &parent)? || segment == crate::topic::SUBTOPICS_SEGMENT {
+                continue;
+            }
+            // The kn_subtopics directory itself is created (unannounced).
+            self.create_dir_of(&parent.subtopics(), &parent)?;
+            created(&parent, segment)?;
+        }
+        Ok(())
+    }
+
+    /// Creates `topic`'s directory (syncing `parent`'s with `sync=always`);
+    /// false when it already existed.
+    fn create_dir_of(&self, topic: &Topic, parent: &Topic) -> Result<bool> {
+        let path = self.dir(topic);
+        match create_topic_dir(&path) {
+            Ok(()) => {
+                if self.config.sync == SyncPolicy::Always {
+                    log::sync_dir(&self.dir(parent))?;
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == IoKind::AlreadyExists => Ok(false),
+            Err(e) => Err(Error::io("cannot create topic directory", &path, e)),
+        }
     }
 
     // ----- routes ----------------------------------------------------------
@@ -1230,22 +1247,3 @@ fn read_names(root: &Path) -> Result<Vec<String>> {
     }
 }
 
-/// Decodes `%XX` escapes (a malformed one is kept as is: the topic check
-/// rejects the `%`).
-fn percent_decode(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(b) = hex {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
-}

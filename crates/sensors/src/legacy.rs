@@ -72,21 +72,7 @@ pub fn parse_event(bytes: &[u8]) -> Option<Event> {
 /// Decodes `=XX` escapes (uppercase or lowercase hex); a `=` not followed
 /// by two hex digits stays as it is.
 pub fn unescape(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'=' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(b) = hex {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
+    kn_journal::decode_escapes(bytes, b'=')
 }
 
 /// What [`import`] did.

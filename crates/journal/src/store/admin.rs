@@ -12,12 +12,11 @@ use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::time::SystemTime;
 
-use super::{create_topic_dir, fresh_id, now, Selection, Store, HEARTBEAT_FILE};
-use crate::config::SyncPolicy;
+use super::{fresh_id, now, Selection, Store, HEARTBEAT_FILE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::log;
-use crate::topic::{Topic, SUBTOPICS_SEGMENT};
+use crate::topic::Topic;
 
 /// Figures about one topic's log, from [`Store::stat`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -127,38 +126,16 @@ impl Store {
         if self.dir(topic).is_dir() {
             return Ok(());
         }
-        let mut current = Topic::root();
-        for segment in topic.segments() {
-            let parent = current.clone();
-            current = parent.child(segment)?;
-            let path = self.dir(&current);
-            match create_topic_dir(&path) {
-                Ok(()) => {
-                    if self.config.sync == SyncPolicy::Always {
-                        log::sync_dir(&self.dir(&parent))?;
-                    }
-                }
-                Err(e) if e.kind() == IoKind::AlreadyExists => continue,
-                Err(e) => return Err(Error::io("cannot create topic directory", &path, e)),
-            }
-            if segment == SUBTOPICS_SEGMENT {
-                continue;
-            }
+        self.create_topic_dirs(topic, |parent, segment| {
             let subtopics = parent.subtopics();
-            let sub_dir = self.dir(&subtopics);
-            if let Err(e) = create_topic_dir(&sub_dir) {
-                if e.kind() != IoKind::AlreadyExists {
-                    return Err(Error::io("cannot create topic directory", &sub_dir, e));
-                }
-            }
             let announced = self.stored_events(&subtopics)?.iter().any(|e| e.payload() == segment.as_bytes());
-            if announced {
-                continue;
+            if !announced {
+                let mut announcement = Event::new();
+                announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
+                self.store_event(&subtopics, &announcement)?;
             }
-            let mut announcement = Event::new();
-            announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
-            self.store_event(&subtopics, &announcement)?;
-        }
+            Ok(())
+        })?;
         Ok(())
     }
 
