@@ -424,6 +424,52 @@ fn ping_page_runs_under_pubsub_cgi_serve() {
     let _ = serve.wait();
 }
 
+/// The fast deployment: Apache serves the pages and proxies `/kn` to
+/// `pubsub-cgi serve` (docs/DEPLOY.md), so the ping goes through Apache.
+#[test]
+fn ping_page_through_apache_mod_proxy_to_serve() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = Dir::new("browser_proxy");
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).expect("mkdir www");
+    let _ = std::fs::set_permissions(&www, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("www"), &www);
+    let mut serve = Command::new(support::pubsub_cgi())
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.join("events"))
+        .env_remove("KN_EVENTS")
+        .env_remove("GATEWAY_INTERFACE")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start pubsub-cgi serve");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.take().expect("stdout")), &mut line)
+        .expect("first line");
+    let backend = line
+        .strip_prefix("knpubsub serving ")
+        .and_then(|rest| rest.split_once(" (store "))
+        .map(|(url, _)| url.to_string())
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+    let conf = format!(
+        "ProxyPreserveHost On\nAlias /kn_apps/ {www}/\n<Directory {www}>\n    Require all granted\n</Directory>\n",
+        www = www.display()
+    );
+    let apache = Apache::start_proxy(&backend, &conf);
+    let log = || apache.error_log();
+    ping(
+        &format!("{}/kn_apps/ping.html?auto=1&n=200&m=1000", apache.base_url()),
+        "Apache mod_proxy to pubsub-cgi serve",
+        "ping-proxy",
+        &log,
+    );
+    drop(apache);
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
 /// Runs the ping page at `url` and prints its figures.
 fn ping(url: &str, through: &str, shot: &str, log: &dyn Fn() -> String) {
     let driver = Driver::start();
