@@ -383,6 +383,60 @@ pub(crate) enum Appended {
     Duplicate,
 }
 
+/// The open `.head`, mapped shared: the head read, the index probe and the
+/// slot and header updates of a post are memory accesses, not system calls.
+/// Other processes see the same page cache, exactly as with `pread` and
+/// `pwrite`; the store never truncates a `.head` in place (a new one is
+/// written aside and renamed), so the mapping never loses its pages.
+pub(crate) struct HeadFile {
+    file: File,
+    map: memmap2::MmapRaw,
+}
+
+impl HeadFile {
+    /// Maps `file`; fails (the head is then rebuilt) when it is shorter
+    /// than a header.
+    fn new(file: File) -> std::io::Result<HeadFile> {
+        let len = file.metadata()?.len();
+        if len < HEAD_SIZE {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "head shorter than its header"));
+        }
+        let map = memmap2::MmapOptions::new().len(len as usize).map_raw(&file)?;
+        Ok(HeadFile { file, map })
+    }
+
+    fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let end = offset as usize + buf.len();
+        if end > self.map.len() {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "read past the end of the head"));
+        }
+        // SAFETY: in bounds of a live mapping of a file that is never
+        // truncated in place; other processes' concurrent writes are
+        // excluded by the topic lock held by every writer of the head.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        let end = offset as usize + bytes.len();
+        if end > self.map.len() {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "write past the end of the head"));
+        }
+        // SAFETY: as in `read_exact_at`; the caller holds the topic lock.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.as_mut_ptr().add(offset as usize), bytes.len()) };
+        Ok(())
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.map.flush()?;
+        self.file.sync_data()
+    }
+}
+
 /// Exclusive access to append to one topic. Holding it holds the topic's
 /// lock; dropping it releases the lock. [`Writer::release`] unlocks and
 /// hands back the open files, so that a long-lived process can append to
@@ -392,7 +446,7 @@ pub(crate) struct Writer<'c> {
     config: &'c Config,
     ordinary: bool,
     lock: File,
-    head_file: File,
+    head_file: HeadFile,
     head: Head,
     segment: File,
     /// The first seq (name) of the segment `segment` really is: it differs
@@ -406,7 +460,7 @@ pub(crate) struct Writer<'c> {
 /// head is invalidated first, see [`write_head_file`]).
 pub(crate) struct TopicFiles {
     lock: File,
-    head_file: File,
+    head_file: HeadFile,
     segment: File,
     segment_first: u64,
 }
@@ -481,11 +535,11 @@ impl<'c> Writer<'c> {
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
         let head_path = dir.join(HEAD_FILE);
         let existing = match open_rw(&head_path, false) {
-            Ok(f) => {
+            Ok(f) => HeadFile::new(f).ok().and_then(|f| {
                 let mut buf = [0u8; HEAD_SIZE as usize];
                 let head = f.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
                 head.map(|h| (f, h))
-            }
+            }),
             Err(e) if e.kind() == IoKind::NotFound => None,
             Err(e) => return Err(Error::io("cannot open head", &head_path, e)),
         };
@@ -551,7 +605,7 @@ impl<'c> Writer<'c> {
         config: &'c Config,
         ordinary: bool,
         lock: File,
-        head_file: File,
+        head_file: HeadFile,
         head: Head,
     ) -> Result<std::result::Result<Writer<'c>, File>> {
         let path = dir.join(segment_name(head.active));
@@ -572,7 +626,7 @@ impl<'c> Writer<'c> {
             return Ok(Err(lock));
         }
         // A head shorter than its own table (cut by a crash) must be rebuilt.
-        let head_len = head_file.metadata().map(|m| m.len()).unwrap_or(0);
+        let head_len = head_file.len();
         if head_len < HEAD_SIZE + head.slots * SLOT_SIZE {
             return Ok(Err(lock));
         }
@@ -1014,7 +1068,7 @@ fn table_slots(live: u64) -> u64 {
 
 /// Writes a complete `.head` (header and table) under a temporary name and
 /// renames it into place; returns it opened.
-fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<File> {
+fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<HeadFile> {
     let mut bytes = vec![0u8; (HEAD_SIZE + head.slots * SLOT_SIZE) as usize];
     bytes[..HEAD_SIZE as usize].copy_from_slice(&head.encode());
     if head.slots > 0 {
@@ -1038,12 +1092,13 @@ fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<Fi
     if let Ok(old) = OpenOptions::new().write(true).open(&path) {
         let _ = old.write_all_at(&[0u8; 8], 0);
     }
-    let write = || -> std::io::Result<File> {
+    let write = || -> std::io::Result<HeadFile> {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
         group_writable(&f)?;
         f.write_all_at(&bytes, 0)?;
+        let mapped = HeadFile::new(f)?;
         fs::rename(&tmp, &path)?;
-        Ok(f)
+        Ok(mapped)
     };
     write().map_err(|e| {
         let _ = fs::remove_file(&tmp);
@@ -1054,7 +1109,7 @@ fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<Fi
 /// Rebuilds `.head` from a full scan of the log: the slow path, taken only
 /// when the head is missing or does not match the log (a crash, a power
 /// cut with `sync=none`, an old store).
-fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Result<(File, Head)> {
+fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Result<(HeadFile, Head)> {
     let mut segments = list_segments(dir)?;
     let mut max_seq = 0u64;
     let mut entries: HashMap<u64, u64> = HashMap::new();
