@@ -24,6 +24,11 @@ use e2e::{parse_frames, post_simple, route, routes_of, KnEvent, PATIENCE};
 use kn_journal::{Config, Selection, Store, Topic};
 use support::{Apache, Dir};
 
+/// The tests of this file run one at a time: each drives a real Apache
+/// hard (hundreds of CGI processes, killers, full disks), and two at once
+/// on two cores made Apache drop connections once.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Room for hundreds of tunnels: each one holds an Apache worker thread
 /// and a CGI process for as long as it is open.
 const MANY_WORKERS: &str = "ServerLimit 16\nStartServers 4\nMinSpareThreads 25\nMaxSpareThreads 400\nMaxRequestWorkers 400\n";
@@ -380,6 +385,7 @@ fn load_run(name: &str, shape: Shape) {
 /// The default suite's load run: 50 tunnels, 8 publishers, 2,000 events.
 #[test]
 fn load_50_tunnels_8_publishers_2000_events_each_tunnel_gets_its_events_once_in_order() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     load_run("load_small", Shape { sources: 5, per_source: 10, publishers: 8, events: 2_000 });
 }
 
@@ -388,6 +394,7 @@ fn load_50_tunnels_8_publishers_2000_events_each_tunnel_gets_its_events_once_in_
 #[test]
 #[ignore = "full-size load run (minutes): cargo test --release --test reliability -- --ignored"]
 fn load_200_tunnels_8_publishers_20000_events_each_tunnel_gets_its_events_once_in_order() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     load_run("load_full", Shape { sources: 8, per_source: 25, publishers: 8, events: 20_000 });
 }
 
@@ -415,6 +422,7 @@ fn tail(log: &str) -> String {
 #[test]
 #[ignore = "flaky under heavy load: a tunnel client once missed its journal's first events; see docs/RELIABILITY.md"]
 fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !apache_available() {
         return;
     }
@@ -629,6 +637,7 @@ impl Drop for Tmpfs {
 /// event intact.
 #[test]
 fn a_full_file_system_answers_507_and_tears_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !apache_available() {
         return;
     }
@@ -714,6 +723,7 @@ fn failpoint_cgi() -> PathBuf {
 /// no torn or half-stored record, and the next post succeeds.
 #[test]
 fn eio_on_write_and_on_fsync_answers_500_and_tears_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !apache_available() {
         return;
     }
@@ -819,6 +829,7 @@ fn misbehaving_listener(kind: Misbehaviour) -> u16 {
 /// slack, and the route is poisoned (a second notify does not try again).
 #[test]
 fn misbehaving_remote_targets_never_stall_a_notify_and_get_poisoned() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !apache_available() {
         return;
     }
@@ -861,6 +872,7 @@ fn misbehaving_remote_targets_never_stall_a_notify_and_get_poisoned() {
 /// (403). The server keeps working after each.
 #[test]
 fn every_limit_answers_a_clear_status() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !apache_available() {
         return;
     }
