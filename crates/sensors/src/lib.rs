@@ -36,7 +36,7 @@ pub mod mail;
 pub mod replay;
 mod target;
 
-pub use target::{elements_from_args, exit, Posted, SensorError, SensorErrorKind, Target};
+pub use target::{elements_from_args, exit, usage_error, Posted, SensorError, SensorErrorKind, Target};
 
 /// Renders HTML (a mail's HTML body, a feed item's content) as plain text:
 /// paragraphs and line breaks kept, entities decoded, links listed as

@@ -286,6 +286,15 @@ pub fn exit(program: &str, result: Result<(), SensorError>) -> ExitCode {
     }
 }
 
+/// Ends a sensor's `main` when its command line did not parse: clap's own
+/// output for `--help`/`--version` (exit 0), else its message with
+/// EX_USAGE (64).
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    let code = if e.use_stderr() { 64 } else { 0 };
+    let _ = e.print();
+    ExitCode::from(code)
+}
+
 /// Parses `name=value` command-line arguments into elements (the value
 /// may be empty and may contain `=`; the name may not be empty).
 ///

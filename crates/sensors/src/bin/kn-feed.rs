@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kn_sensors::feed::{self, Source};
-use kn_sensors::{elements_from_args, exit, SensorError, SensorErrorKind, Target};
+use kn_sensors::{elements_from_args, exit, usage_error, SensorError, SensorErrorKind, Target};
 
 /// Post each item of an RSS or Atom feed as an event, keyed by the item's
 /// id, so that a rerun posts only new or changed items.
@@ -67,11 +67,7 @@ Examples:
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { 64 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(e) => return usage_error(e),
     };
     exit("kn-feed", run(cli))
 }

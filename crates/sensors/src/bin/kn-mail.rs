@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kn_sensors::{elements_from_args, exit, mail, SensorError, Target};
+use kn_sensors::{elements_from_args, exit, mail, usage_error, SensorError, Target};
 
 /// Post one mail message, read from standard input, as an event.
 ///
@@ -87,12 +87,4 @@ fn run(cli: Cli) -> Result<(), SensorError> {
         eprintln!("kn-mail: {what} '{}' ({}) to {target}", subject, String::from_utf8_lossy(&posted.id));
     }
     Ok(())
-}
-
-/// clap's own output for --help/--version (exit 0), else its message with
-/// EX_USAGE.
-fn usage_error(e: clap::Error) -> ExitCode {
-    let code = if e.use_stderr() { 64 } else { 0 };
-    let _ = e.print();
-    ExitCode::from(code)
 }

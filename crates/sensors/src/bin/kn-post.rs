@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kn_sensors::{elements_from_args, exit, SensorError, Target};
+use kn_sensors::{elements_from_args, exit, usage_error, SensorError, Target};
 
 /// Post one event: standard input is its payload, NAME=VALUE arguments are
 /// its other elements.
@@ -60,11 +60,7 @@ Examples:
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { 64 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(e) => return usage_error(e),
     };
     exit("kn-post", run(cli))
 }
