@@ -38,6 +38,12 @@ fn limits(config: &Config) -> Limits {
 /// line: a web server passes a query string without `=` as arguments
 /// (RFC 3875's search-string rule), and those are not orders.
 pub fn main() -> ExitCode {
+    let code = serve_one();
+    // Everything is written and every file of the store closed.
+    exit_before_end_of_output(code)
+}
+
+fn serve_one() -> ExitCode {
     // stdout as a plain file: one write per one-shot response, no line
     // buffering splitting it.
     let mut out = match std::io::stdout().as_fd().try_clone_to_owned() {
@@ -88,6 +94,81 @@ pub fn main() -> ExitCode {
     // A failed write means the client went away: nothing left to do.
     let _ = result;
     ExitCode::SUCCESS
+}
+
+/// Exits so that the web server, when it sees the end of the output,
+/// finds this process already gone.
+///
+/// Apache's mod_cgid, once a CGI's output ends, signals the CGI's process
+/// and, if it still exists, sleeps 10 ms before looking again (its
+/// `cleanup_nonchild_process`). The output ends when the process's last
+/// descriptor of it closes, in the kernel's exit path a moment before the
+/// process is gone, and the woken server thread often looks within that
+/// moment: measured on the benchmark's Apache, half of all requests slept
+/// the 10 ms, which is most of a CGI request's time (the same for any
+/// CGI: see `hello-cgi` in BENCHMARKS.md). So the end of the output is
+/// handed to a child: the process forks and exits at once; the child,
+/// holding the same descriptors, waits until its parent no longer exists
+/// (or is a zombie, as under servers that reap their CGI only after its
+/// output ends: lighttpd, fcgiwrap) and then exits, closing them. It costs
+/// a `fork` of a process that has finished its work. Where `fork` fails,
+/// the process simply exits.
+#[cfg(target_os = "linux")]
+fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
+    let status = if code == ExitCode::SUCCESS { 0 } else { 1 };
+    // Everything the child needs is prepared before the fork: after it,
+    // the child only makes async-signal-safe system calls.
+    let parent = std::process::id() as libc::pid_t;
+    let stat = match std::ffi::CString::new(format!("/proc/{parent}/stat")) {
+        Ok(path) => path,
+        Err(_) => return code,
+    };
+    // SAFETY: after `fork` the child calls only `kill`, `open`, `read`,
+    // `close`, `usleep` and `_exit` on memory prepared before it, all
+    // async-signal-safe; the parent exits at once.
+    unsafe {
+        match libc::fork() {
+            0 => {
+                // About one second at most, in case the parent lingers.
+                for _ in 0..50_000 {
+                    if libc::kill(parent, 0) != 0 || is_zombie(&stat) {
+                        break;
+                    }
+                    libc::usleep(20);
+                }
+                libc::_exit(0)
+            }
+            -1 => code,
+            _ => libc::_exit(status),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
+    code
+}
+
+/// Whether the process whose `/proc/<pid>/stat` is `stat` is gone or a
+/// zombie. Async-signal-safe: no allocation.
+#[cfg(target_os = "linux")]
+unsafe fn is_zombie(stat: &std::ffi::CStr) -> bool {
+    let fd = libc::open(stat.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return true;
+    }
+    let mut buf = [0u8; 512];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    if n <= 0 {
+        return true;
+    }
+    // "pid (comm) S ...": the state follows the last ')'.
+    let line = &buf[..n as usize];
+    match line.iter().rposition(|&b| b == b')') {
+        Some(i) => matches!(line.get(i + 2), Some(b'Z' | b'X' | b'x')),
+        None => true,
+    }
 }
 
 /// Reads and discards the request body a reply left unread (a body over

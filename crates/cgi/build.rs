@@ -1,0 +1,26 @@
+//! Links `pubsub-cgi` as a position-dependent executable on Linux.
+//!
+//! As a CGI, the program is started once per request, so its start-up is
+//! part of every request's cost. A position-independent executable (the
+//! default) makes the dynamic loader apply some 15,000 relative
+//! relocations at each start, and each page of `.data.rel.ro` they touch
+//! becomes a private copy: about 75 of the 190 page faults of one notify,
+//! and half of its CPU time on this project's VMs (measured with
+//! `perf stat`, see BENCHMARKS.md). Linked with `-no-pie`, the addresses are
+//! fixed at link time and the loader has almost nothing to do. The code is
+//! still compiled position-independent; only the final link changes, and
+//! only for this binary (address-space layout randomisation then applies to
+//! the stack, heap and libraries but not to the program's own code).
+//! Build with `KN_CGI_PIE=1` to keep the default position-independent link.
+fn main() {
+    println!("cargo:rerun-if-env-changed=KN_CGI_PIE");
+    if std::env::var_os("KN_CGI_PIE").is_some_and(|v| !v.is_empty() && v != "0") {
+        return;
+    }
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    if os == "linux" && env == "gnu" {
+        println!("cargo:rustc-link-arg-bin=pubsub-cgi=-no-pie");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
