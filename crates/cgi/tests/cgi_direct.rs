@@ -634,6 +634,37 @@ fn notify_js_is_200_notified_with_exact_content_length_in_one_write() {
     assert_one_write(&pool.cgi().post("kn_to=/what/other&kn_payload=x&kn_id=w1"));
 }
 
+/// mod_cgid sleeps 10 ms after a request when it finds the CGI's process
+/// still there once the output has ended (see `cgi.rs`). So the output of
+/// a one-shot reply ends only after the process has exited: at the end of
+/// its stdout, the process is already a zombie waiting to be reaped. 30
+/// requests of each kind (notify, an error, help) so that a race would
+/// show.
+#[test]
+fn one_shot_output_ends_only_after_the_process_exited() {
+    let pool = Pool::new("exit-before-eof");
+    let requests = [
+        pool.cgi().post("kn_to=/what/exit&kn_payload=x&kn_response_format=simple"),
+        pool.cgi().post("kn_to=/what/../bad&kn_payload=x"),
+        pool.cgi().get("do_method=help"),
+    ];
+    for round in 0..30 {
+        for cgi in &requests {
+            let mut child = cgi.command().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&cgi.body).unwrap();
+            drop(stdin);
+            let mut out = Vec::new();
+            child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+            let at_eof = child.try_wait().unwrap();
+            let status = child.wait().unwrap();
+            assert!(status.success(), "round {round}: exit status {status}");
+            assert!(find(&out, b"Content-Type: ").is_some(), "round {round}: no reply: {}", show(&out));
+            assert!(at_eof.is_some(), "round {round}: the output ended while the process still ran: {cgi:?}");
+        }
+    }
+}
+
 #[test]
 fn notify_js_page_matches_golden_01() {
     let pool = Pool::new("notify-js-golden");
