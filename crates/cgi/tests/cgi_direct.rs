@@ -1468,12 +1468,12 @@ fn command_line_arguments_are_ignored_under_a_web_server() {
 
 /// Found by `tunnel_js_with_expires_ends_itself_and_makes_the_journal_stale`:
 /// a tunnel process hung after writing its trailer. `Subscription::drop`
-/// (kn-journal `watch.rs`) holds the topics lock while `unwatch` waits for
-/// the notifier's thread, which waits for that same lock to deliver the
-/// `.heartbeat` removal that `Store::expire` just caused. pubsub.cgi now
-/// exits without running that destructor; `serve` still drops tunnels.
+/// (kn-journal `watch.rs`) held the topics lock while `unwatch` waited for
+/// the notifier's thread, which waited for that same lock to deliver the
+/// `.heartbeat` removal that `Store::expire` had just caused. Fixed in
+/// `watch.rs` (the topics lock is never held across a call into the
+/// watcher); `serve` drops tunnels, so this must hold.
 #[test]
-#[ignore = "journal bug: dropping a Tunnel while the change notifier delivers an event on its directory deadlocks (watch.rs unsubscribe holds the topics lock across unwatch)"]
 fn journal_tunnel_dropped_right_after_expire_never_deadlocks() {
     let pool = Pool::new("journal-deadlock");
     let root = pool.events();
