@@ -20,10 +20,18 @@
 # report to bench/results-<date>.txt as well as to stdout. Not a test
 # (nothing passes or fails); CI does not run it.
 #
-#     bench/cgi-bench.sh                 # 2000 notifies per throughput figure, 300 round trips per latency figure
-#     BENCH_N=500 BENCH_LAT_N=100 bench/cgi-bench.sh
-#     BENCH_KEEPALIVE=1 bench/cgi-bench.sh   # ab -k (HTTP/1.0 keep-alive)
+#     bench/cgi-bench.sh                 # 2000 notifies per CGI figure, 20000 per serve figure, 300 round trips per latency figure
+#     BENCH_N=500 BENCH_SERVE_N=5000 BENCH_LAT_N=100 bench/cgi-bench.sh
+#     BENCH_KEEPALIVE=0 bench/cgi-bench.sh   # no ab -k: a new connection per request everywhere
 #     BENCH_OUT=/tmp/r.txt bench/cgi-bench.sh
+#
+# Connections: clients (browsers, proxies) keep them alive, so ab runs with
+# -k (HTTP/1.0 keep-alive) by default; for the targets that are not CGIs a
+# second pair of figures with a new connection per request is printed too,
+# since there the TCP handshake is a large part of a request's cost.
+# Counts: a CGI figure takes 2000 requests (10-30 s); serve answers ten
+# times faster, so its figures take 20000 requests: with 2000 they would
+# last a fraction of a second and mostly measure ab's start.
 #
 # Needs: apache2, apache2-utils (ab). Run as root (Apache workers then run as
 # www-data) or as a user (they run as that user). Honors CARGO_TARGET_DIR.
@@ -33,6 +41,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 N=${BENCH_N:-2000}
+SERVE_N=${BENCH_SERVE_N:-$((N * 10))}
 LAT_N=${BENCH_LAT_N:-300}
 LAT_WARMUP=${BENCH_LAT_WARMUP:-20}
 OUT=${BENCH_OUT:-$repo/bench/results-$(date +%Y%m%d-%H%M%S).txt}
@@ -40,8 +49,10 @@ CONCURRENCY=(1 8)
 BODY='kn_to=/bench/t&kn_payload=hello&kn_response_format=simple'
 APACHE=/usr/sbin/apache2
 MODULES=/usr/lib/apache2/modules
+KEEPALIVE=${BENCH_KEEPALIVE:-1}
+[ "$KEEPALIVE" = 0 ] && KEEPALIVE=
 AB_FLAGS=()
-[ -n "${BENCH_KEEPALIVE:-}" ] && AB_FLAGS=(-k)
+[ -n "$KEEPALIVE" ] && AB_FLAGS=(-k)
 
 for tool in "$APACHE" ab; do
     command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install apache2 apache2-utils)" >&2; exit 1; }
@@ -186,9 +197,10 @@ wait_port "$pport" 5 || true
 
 # Prints requests/s, or n/a when the target answers nothing useful. Non-2xx
 # answers or failures are flagged after the figure.
-measure() { # url concurrency
-    local out rps failed non2xx
-    out=$(ab -q "${AB_FLAGS[@]}" -n "$N" -c "$2" -s 30 -p "$work/body" -T application/x-www-form-urlencoded "$1" 2>&1) || { echo "n/a"; return; }
+measure() { # url concurrency count [ab flags...]
+    local out rps failed non2xx url=$1 c=$2 n=$3
+    shift 3
+    out=$(ab -q "$@" -n "$n" -c "$c" -s 30 -p "$work/body" -T application/x-www-form-urlencoded "$url" 2>&1) || { echo "n/a"; return; }
     rps=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
     failed=$(awk '/^Failed requests:/ {print $3}' <<<"$out")
     non2xx=$(awk '/^Non-2xx responses:/ {print $3}' <<<"$out")
@@ -226,6 +238,8 @@ label() {
         pubsub.cgi) echo "pubsub.cgi under Apache" ;;
         serve) echo "serve, direct" ;;
         proxied) echo "serve behind mod_proxy" ;;
+        proxied-close) echo "serve behind mod_proxy, no -k" ;;
+        serve-close) echo "serve, direct, no -k" ;;
     esac
 }
 
@@ -239,8 +253,18 @@ for t in "${targets[@]}"; do
         fi
         # A short warm-up so that process caches and Apache workers are up.
         ab -q "${AB_FLAGS[@]}" -n 50 -c "$c" -p "$work/body" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
-        echo "throughput: $t at c=$c ($N notifies)..." >&2
-        rate[$t,$c]=$(measure "$url" "$c")
+        n=$N
+        case "$t" in proxied | serve) n=$SERVE_N ;; esac
+        echo "throughput: $t at c=$c ($n notifies)..." >&2
+        rate[$t,$c]=$(measure "$url" "$c" "$n" "${AB_FLAGS[@]}")
+        if [ -n "$KEEPALIVE" ]; then
+            case "$t" in
+                proxied | serve)
+                    echo "throughput: $t at c=$c, a connection per request ($n notifies)..." >&2
+                    rate[$t-close,$c]=$(measure "$url" "$c" "$n")
+                    ;;
+            esac
+        fi
     done
 done
 
@@ -287,18 +311,20 @@ goal_row() {
 
 report() {
     local keep="no (a connection per request)"
-    [ -n "${BENCH_KEEPALIVE:-}" ] && keep="yes (ab -k)"
+    [ -n "$KEEPALIVE" ] && keep="yes (ab -k)"
     echo "knpubsub notify benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$repo" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "Apache $("$APACHE" -v | sed -n 's/^Server version: //p'), mpm_event + mod_cgid; $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); took ${elapsed}s"
     echo
-    echo "Throughput: notify POSTs over loopback, ab, $N requests per figure; keep-alive: $keep"
-    printf '%-28s' "target"
+    echo "Throughput: notify POSTs over loopback, ab, $N requests per CGI figure, $SERVE_N per serve figure; keep-alive: $keep"
+    printf '%-34s' "target"
     for c in "${CONCURRENCY[@]}"; do printf '%14s %9s' "req/s c=$c" "vs hello"; done
     echo
-    for t in "${targets[@]}"; do
-        printf '%-28s' "$(label "$t")"
+    local rows=("${targets[@]}")
+    [ -n "$KEEPALIVE" ] && rows+=(proxied-close serve-close)
+    for t in "${rows[@]}"; do
+        printf '%-34s' "$(label "$t")"
         for c in "${CONCURRENCY[@]}"; do
-            printf '%14s %9s' "${rate[$t,$c]}" "$(ratio "${rate[$t,$c]}" "${rate[hello,$c]}")"
+            printf '%14s %9s' "${rate[$t,$c]:-n/a}" "$(ratio "${rate[$t,$c]:-n/a}" "${rate[hello,$c]}")"
         done
         echo
     done
