@@ -20,8 +20,10 @@ pub(crate) const LOCK_FILE: &str = ".lock";
 pub(crate) const HEAD_FILE: &str = ".head";
 const SEGMENT_PREFIX: &str = ".seg-";
 
-const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x02";
+const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x03";
 const HEAD_SIZE: u64 = 128;
+/// Offset of the header's CRC-32C, which covers the bytes before it.
+const HEAD_CRC: usize = 72;
 const SLOT_SIZE: u64 = 12;
 const INITIAL_SLOTS: u64 = 64;
 /// Compaction of an ordinary topic starts once it holds this many
@@ -285,33 +287,59 @@ struct Head {
     garbage: u64,
     slots: u64,
     used: u64,
+    /// The route generation: changes (is incremented) before every write
+    /// to this topic's `kn_routes`, and starts at a random value in every
+    /// head built from the log, so that a process may keep the routes it
+    /// read for as long as it finds the same value here.
+    routes: u64,
 }
 
 impl Head {
     fn encode(&self) -> [u8; HEAD_SIZE as usize] {
         let mut b = [0u8; HEAD_SIZE as usize];
         b[..8].copy_from_slice(HEAD_MAGIC);
-        let fields = [self.next_seq, self.active, self.active_len, self.live, self.garbage, self.slots, self.used];
+        let fields =
+            [self.next_seq, self.active, self.active_len, self.live, self.garbage, self.slots, self.used, self.routes];
         for (i, f) in fields.iter().enumerate() {
             b[8 + i * 8..16 + i * 8].copy_from_slice(&f.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&b[..64]);
-        b[64..68].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..HEAD_CRC]);
+        b[HEAD_CRC..HEAD_CRC + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     fn decode(b: &[u8]) -> Option<Head> {
-        if b.len() < 68 || &b[..8] != HEAD_MAGIC {
+        if b.len() < HEAD_CRC + 4 || &b[..8] != HEAD_MAGIC {
             return None;
         }
-        let crc = u32::from_le_bytes([b[64], b[65], b[66], b[67]]);
-        if crc32c::crc32c(&b[..64]) != crc {
+        let crc = u32::from_le_bytes([b[HEAD_CRC], b[HEAD_CRC + 1], b[HEAD_CRC + 2], b[HEAD_CRC + 3]]);
+        if crc32c::crc32c(&b[..HEAD_CRC]) != crc {
             return None;
         }
         let f = |i: usize| u64::from_le_bytes(b[8 + i * 8..16 + i * 8].try_into().unwrap_or([0; 8]));
-        let head = Head { next_seq: f(0), active: f(1), active_len: f(2), live: f(3), garbage: f(4), slots: f(5), used: f(6) };
+        let head = Head {
+            next_seq: f(0),
+            active: f(1),
+            active_len: f(2),
+            live: f(3),
+            garbage: f(4),
+            slots: f(5),
+            used: f(6),
+            routes: f(7),
+        };
         (head.slots == 0 || head.slots.is_power_of_two()).then_some(head)
     }
+}
+
+/// A route generation for a head built from the log: random, so that it
+/// matches no value a process may have kept from an earlier head.
+fn fresh_routes_generation() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        return xxhash_rust::xxh3::xxh3_64(format!("{t}-{}", std::process::id()).as_bytes());
+    }
+    u64::from_le_bytes(bytes)
 }
 
 /// Fault injection for tests, compiled in only with the `failpoints`
@@ -520,14 +548,21 @@ impl<'c> Writer<'c> {
         Writer::open_cached(dir, config, ordinary, None)
     }
 
+    /// Locks the topic with `files` kept from an earlier append, when they
+    /// still match the topic's state (see [`TopicFiles`]); `None` (files
+    /// closed, lock released) when it must be opened afresh. Opens nothing
+    /// and looks no path up.
+    pub(crate) fn reopen(dir: &Path, config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        let Some(mut w) = Writer::reuse(dir, config, ordinary, files)? else { return Ok(None) };
+        Ok(if w.recover_tail()? { Some(w) } else { None })
+    }
+
     /// Like [`Writer::open`], reusing `files` kept from an earlier append
     /// when they still match the topic's state.
     pub(crate) fn open_cached(dir: &Path, config: &'c Config, ordinary: bool, files: Option<TopicFiles>) -> Result<Writer<'c>> {
         if let Some(files) = files {
-            if let Some(mut w) = Writer::reuse(dir, config, ordinary, files)? {
-                if w.recover_tail()? {
-                    return Ok(w);
-                }
+            if let Some(w) = Writer::reopen(dir, config, ordinary, files)? {
+                return Ok(w);
             }
         }
         let lock_path = dir.join(LOCK_FILE);
@@ -590,6 +625,21 @@ impl<'c> Writer<'c> {
             })),
             _ => Ok(None),
         }
+    }
+
+    /// The topic's route generation (see `Head::routes`), as of now: the
+    /// routes read after this call are at least as new as this value says.
+    pub(crate) fn routes_generation(&self) -> u64 {
+        self.head.routes
+    }
+
+    /// Marks that this topic's routes are about to change, so that no
+    /// process keeps using the routes it read before. Call it before
+    /// writing to `kn_routes`, and keep this writer (its lock) until that
+    /// write is done.
+    pub(crate) fn routes_changing(&mut self) -> Result<()> {
+        self.head.routes = self.head.routes.wrapping_add(1);
+        self.write_head()
     }
 
     /// Unlocks the topic and returns its open files for a later append.
@@ -1166,6 +1216,7 @@ fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Result<(HeadFile
         garbage: if ordinary { records.saturating_sub(live) } else { 0 },
         slots,
         used: if ordinary { live } else { 0 },
+        routes: fresh_routes_generation(),
     };
     let list: Vec<(u64, u64)> = entries.into_iter().collect();
     let file = write_head_file(dir, &head, &list)?;

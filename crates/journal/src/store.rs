@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs;
 use std::io::{ErrorKind as IoKind, Write as _};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -241,9 +241,29 @@ pub struct Store {
     names: RwLock<Vec<String>>,
     remote: Arc<dyn Remote>,
     hub: OnceLock<Arc<Hub>>,
-    /// Open files of recently written topics (see `Config::open_topics`).
-    files: Mutex<HashMap<PathBuf, TopicFiles>>,
+    /// Open files of recently written topics (see `Config::open_topics`),
+    /// by topic directory.
+    files: Mutex<HashMap<PathBuf, Kept>>,
+    /// The routes of recently written topics with the route generation
+    /// they were read at (`Writer::routes_generation`), by topic directory.
+    route_cache: Mutex<HashMap<PathBuf, (u64, Arc<Vec<Route>>)>>,
     gauge: SpaceGauge,
+}
+
+/// What a `Store` keeps open of a topic it writes to: the log's files and,
+/// on a journal, the heartbeat (its staleness is then an `fstat`).
+struct Kept {
+    files: TopicFiles,
+    heartbeat: Option<fs::File>,
+}
+
+/// An event just stored by [`Store::append_event`].
+struct Stored {
+    seq: u64,
+    /// The event as readers see it (with its checkpoint).
+    event: Event,
+    /// The topic's route generation when it was stored.
+    routes_generation: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -285,7 +305,8 @@ impl Store {
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
         if config.open_topics > 0 {
-            raise_open_file_limit(config.open_topics as u64 * 3 + 1024);
+            // .lock, .head, the segment and a journal's heartbeat per topic.
+            raise_open_file_limit(config.open_topics as u64 * 4 + 1024);
         }
         Ok(Store {
             config,
@@ -293,6 +314,7 @@ impl Store {
             remote,
             hub: OnceLock::new(),
             files: Mutex::new(HashMap::new()),
+            route_cache: Mutex::new(HashMap::new()),
             gauge: SpaceGauge::default(),
         })
     }
@@ -446,7 +468,7 @@ impl Store {
     /// Posts with forwarding like [`Store::notify`], but also to reserved
     /// topics (for tools that restore routes, and the server itself).
     pub fn post(&self, topic: &Topic, event: Event) -> Result<PostReport> {
-        if topic.is_journal() && self.is_stale(topic) {
+        if topic.is_journal() && self.journal_stale(topic, &self.dir(topic)) {
             return Err(self.stale_error(topic));
         }
         let event = self.normalise(event)?;
@@ -496,8 +518,8 @@ impl Store {
         while let Some(job) = queue.pop_front() {
             let is_first = std::mem::take(&mut first);
             let outcome = self.run_job(&job, report, &mut queue);
-            let event = match outcome {
-                Ok(Some(event)) => event,
+            let (event, routes_generation) = match outcome {
+                Ok(Some(stored)) => stored,
                 Ok(None) => continue,
                 Err(err) => {
                     if is_first {
@@ -512,10 +534,12 @@ impl Store {
             if is_first {
                 first_stored = true;
             }
-            if event.is_expired(now()) {
+            let t = now();
+            if event.is_expired(t) {
                 continue; // stored for duplicate suppression, never delivered
             }
-            for route in self.routes(&job.topic)? {
+            let routes = self.routes_at(&job.topic, routes_generation)?;
+            for route in routes.iter().filter(|r| r.is_active(t)) {
                 if deliveries >= self.config.max_forwards {
                     return Err(Error::new(
                         ErrorKind::TooManyDeliveries,
@@ -526,29 +550,53 @@ impl Store {
                     ));
                 }
                 deliveries += 1;
-                self.forward(&job.topic, &route, &event, &mut filters, &mut queue, report);
+                self.forward(&job.topic, route, &event, &mut filters, &mut queue, report);
             }
         }
         Ok(first_stored)
     }
 
-    /// Stores one job's event (and announces new topics). `Ok(None)`: a
-    /// duplicate, nothing more to do.
-    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<Event>> {
-        if !job.store {
-            return Ok(Some(job.event.clone()));
+    /// The routes of `topic` (active or not) as of route generation
+    /// `generation` or later: those kept from an earlier post when the
+    /// generation is unchanged, else read (and kept). `None` (the
+    /// generation is unknown) always reads.
+    fn routes_at(&self, topic: &Topic, generation: Option<u64>) -> Result<Arc<Vec<Route>>> {
+        let Some(generation) = generation else { return Ok(Arc::new(self.all_routes(topic)?)) };
+        let dir = self.dir(topic);
+        if let Some((kept, routes)) = self.route_cache.lock().ok().as_ref().and_then(|r| r.get(&dir)) {
+            if *kept == generation {
+                return Ok(Arc::clone(routes));
+            }
         }
-        if job.via.is_some() && job.topic.is_journal() && self.is_stale(&job.topic) {
+        // Read after the generation was: a change since shows as a newer
+        // generation at the next post, never as routes older than it.
+        let routes = Arc::new(self.all_routes(topic)?);
+        if let Ok(mut cache) = self.route_cache.lock() {
+            if cache.len() < self.config.open_topics || cache.contains_key(&dir) {
+                cache.insert(dir, (generation, Arc::clone(&routes)));
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Stores one job's event (and announces new topics). `Ok(None)`: a
+    /// duplicate, nothing more to do. Also returns the topic's route
+    /// generation when it stored the event.
+    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<(Event, Option<u64>)>> {
+        if !job.store {
+            return Ok(Some((job.event.clone(), None)));
+        }
+        let dir = self.dir(&job.topic);
+        if job.via.is_some() && job.topic.is_journal() && self.journal_stale(&job.topic, &dir) {
             return Err(self.stale_error(&job.topic));
         }
-        let announcements = self.ensure_topic(&job.topic, report)?;
-        queue.extend(announcements);
-        let (seq, event) = match self.store_event(&job.topic, &job.event)? {
-            Some(x) => x,
-            None => return Ok(None),
+        let create = || -> Result<()> {
+            queue.extend(self.ensure_topic(&job.topic, report)?);
+            Ok(())
         };
-        report.writes.push(Write { topic: job.topic.clone(), id: event.id().unwrap_or(b"").to_vec(), checkpoint: seq });
-        Ok(Some(event))
+        let Some(stored) = self.append_event(&job.topic, &dir, &job.event, now(), create)? else { return Ok(None) };
+        report.writes.push(Write { topic: job.topic.clone(), id: stored.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
+        Ok(Some((stored.event, Some(stored.routes_generation))))
     }
 
     /// Appends under the topic's lock. Returns the checkpoint and the event
@@ -560,24 +608,94 @@ impl Store {
     /// Appends as [`Store::store_event`], recording `stored_at` as the time
     /// the event was stored (an import keeps the original time).
     pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
-        let dir = self.checked_dir(topic)?;
-        let kept = self.files.lock().ok().and_then(|mut f| f.remove(&dir));
-        let mut writer = Writer::open_cached(&dir, &self.config, !topic.is_journal(), kept)?;
+        let stored = self.append_event(topic, &self.dir(topic), event, stored_at, || Ok(()))?;
+        Ok(stored.map(|s| (s.seq, s.event)))
+    }
+
+    /// Appends `event` to `topic` (whose directory is `dir`) under its lock,
+    /// recording `stored_at` as the time it was stored; `None` for a
+    /// duplicate. With the topic's files kept from an earlier post (and
+    /// still matching its log) this opens and looks up nothing; otherwise
+    /// `create` first makes the topic's directory if needed, and the
+    /// files are opened afresh after the symbolic-link check.
+    ///
+    /// A write to `T/kn_routes` first changes `T`'s route generation, and
+    /// holds `T`'s lock until it is stored, so that no process goes on
+    /// using routes of `T` read before (see [`Store::routes_at`]).
+    fn append_event(
+        &self,
+        topic: &Topic,
+        dir: &Path,
+        event: &Event,
+        stored_at: f64,
+        create: impl FnOnce() -> Result<()>,
+    ) -> Result<Option<Stored>> {
+        let mut create = Some(create);
+        let mut prepare = || create.take().map_or(Ok(()), |c| c());
+        let source = match topic.parent() {
+            Some(source) if topic.last_segment() == Some(crate::topic::ROUTES_SEGMENT) => {
+                // Create `kn_routes` (announcing it in the source's
+                // `kn_subtopics`) before taking the source's lock: a lock
+                // is only ever taken under a parent topic's lock.
+                if !self.files.lock().map(|f| f.contains_key(dir)).unwrap_or(false) {
+                    prepare()?;
+                }
+                let source_dir = self.dir(&source);
+                let (mut writer, heartbeat) = self.writer(&source, &source_dir, &mut prepare)?;
+                writer.routes_changing()?;
+                Some((source_dir, writer, heartbeat))
+            }
+            _ => None,
+        };
+        let (mut writer, heartbeat) = self.writer(topic, dir, &mut prepare)?;
         let appended = writer.append(event, stored_at.max(0.0) as u64, &self.gauge);
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
         }
-        let files = writer.release();
-        if let Ok(mut cache) = self.files.lock() {
-            if cache.len() < self.config.open_topics {
-                cache.insert(dir, files);
-            }
+        let routes_generation = writer.routes_generation();
+        self.keep(dir.to_path_buf(), writer, heartbeat);
+        if let Some((source_dir, writer, heartbeat)) = source {
+            self.keep(source_dir, writer, heartbeat);
         }
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         let mut out = event.clone();
         out.set(KN_ROUTE_CHECKPOINT, seq.to_string());
-        Ok(Some((seq, out)))
+        Ok(Some(Stored { seq, event: out, routes_generation }))
+    }
+
+    /// A locked writer of `topic`: from its kept files when they still
+    /// match the log, else (after `prepare`) opened afresh, refused when a
+    /// component of `dir` is a symbolic link. Also hands back the kept
+    /// heartbeat, for [`Store::keep`].
+    fn writer(
+        &self,
+        topic: &Topic,
+        dir: &Path,
+        prepare: &mut impl FnMut() -> Result<()>,
+    ) -> Result<(Writer<'_>, Option<fs::File>)> {
+        let ordinary = !topic.is_journal();
+        if let Some(kept) = self.files.lock().ok().and_then(|mut f| f.remove(dir)) {
+            // Kept files that still match the log are the topic's own: the
+            // directory they are in was checked when they were opened.
+            if let Some(writer) = Writer::reopen(dir, &self.config, ordinary, kept.files)? {
+                return Ok((writer, kept.heartbeat));
+            }
+        }
+        prepare()?;
+        let dir = self.checked_dir(topic)?;
+        Ok((Writer::open(&dir, &self.config, ordinary)?, None))
+    }
+
+    /// Unlocks `writer` and keeps its files (and `heartbeat`) for the next
+    /// post to the topic in `dir`, within `Config::open_topics`.
+    fn keep(&self, dir: PathBuf, writer: Writer<'_>, heartbeat: Option<fs::File>) {
+        let files = writer.release();
+        if let Ok(mut cache) = self.files.lock() {
+            if cache.len() < self.config.open_topics || cache.contains_key(&dir) {
+                cache.insert(dir, Kept { files, heartbeat });
+            }
+        }
     }
 
     /// Creates `topic` and its missing ancestors, storing a `kn_subtopics`
@@ -1028,6 +1146,44 @@ impl Store {
         }
         let path = self.dir(journal).join(HEARTBEAT_FILE);
         match fs::metadata(&path).and_then(|m| m.modified()) {
+            Ok(t) => SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > self.config.heartbeat_stale,
+            Err(_) => true,
+        }
+    }
+
+    /// [`Store::is_stale`] for a journal in `dir`, through its heartbeat
+    /// kept open when this process writes to the journal: an `fstat`
+    /// instead of a path lookup. A heartbeat deleted since (expired, or
+    /// replaced) is unlinked: the path decides then.
+    fn journal_stale(&self, journal: &Topic, dir: &Path) -> bool {
+        let mut cache = match self.files.lock() {
+            Ok(cache) => cache,
+            Err(_) => return self.is_stale(journal),
+        };
+        let Some(kept) = cache.get_mut(dir) else {
+            drop(cache);
+            return self.is_stale(journal);
+        };
+        let linked = |f: &fs::File| f.metadata().ok().filter(|m| m.nlink() > 0);
+        let meta = match kept.heartbeat.as_ref().and_then(linked) {
+            Some(meta) => meta,
+            None => match fs::File::open(dir.join(HEARTBEAT_FILE)) {
+                Ok(f) => {
+                    let meta = linked(&f);
+                    kept.heartbeat = Some(f);
+                    match meta {
+                        Some(meta) => meta,
+                        None => return true,
+                    }
+                }
+                Err(_) => {
+                    kept.heartbeat = None;
+                    drop(cache);
+                    return self.is_stale(journal);
+                }
+            },
+        };
+        match meta.modified() {
             Ok(t) => SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > self.config.heartbeat_stale,
             Err(_) => true,
         }

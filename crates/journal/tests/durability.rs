@@ -311,6 +311,9 @@ fn sigkilled_writers_lose_no_acknowledged_event() {
         // keeps finding superseded records.
         let prefix = if cycle.is_some() { "c".to_string() } else { format!("k{kill}") };
         let delay = Duration::from_micros(rng.upto(20_000));
+        // A loaded machine can stretch the run past heartbeat_stale (100 s):
+        // keep the journal fresh, as its reading tunnel would.
+        store.heartbeat(&journal).expect("heartbeat");
         // Counters grow across children: a newer post always has a larger one.
         let killed = post_until_killed(&root, t, &prefix, kill as u64 * 1_000_000_000, cycle, delay);
         acked_total += killed.acked.len();

@@ -240,6 +240,41 @@ fn deleted_route_is_inactive_visible_and_forwards_nothing() {
 }
 
 #[test]
+fn route_changes_made_by_another_store_apply_to_the_next_post() {
+    // Two stores on one root stand for two processes: the poster keeps the
+    // topic's files and routes between posts and must still see every
+    // route created, deleted or redirected by the other.
+    let (dir, poster) = open();
+    let other = Store::open_with(config(dir.path())).unwrap();
+    poster.notify(&t("/a"), ev(&[("kn_payload", "before")])).unwrap();
+    route(&other, "/a", "/b", "r1");
+    poster.notify(&t("/a"), ev(&[("kn_payload", "routed")])).unwrap();
+    assert_eq!(payloads(&all(&poster, &t("/b"))), ["routed"]);
+    let redirected = other.route(&t("/a"), b"/c", id("r1")).unwrap();
+    assert!(!redirected.ignored);
+    poster.notify(&t("/a"), ev(&[("kn_payload", "redirected")])).unwrap();
+    assert_eq!(payloads(&all(&poster, &t("/b"))), ["routed"]);
+    assert_eq!(payloads(&all(&poster, &t("/c"))), ["redirected"]);
+    other.delete_route(&t("/a"), b"r1", None).unwrap();
+    poster.notify(&t("/a"), ev(&[("kn_payload", "deleted")])).unwrap();
+    assert_eq!(payloads(&all(&poster, &t("/c"))), ["redirected"]);
+}
+
+#[test]
+fn route_changes_in_the_same_store_apply_to_the_next_post() {
+    let (_d, store) = open();
+    store.notify(&t("/a"), ev(&[("kn_payload", "none")])).unwrap();
+    route(&store, "/a", "/b", "r1");
+    store.notify(&t("/a"), ev(&[("kn_payload", "one")])).unwrap();
+    route(&store, "/a", "/c", "r2");
+    store.notify(&t("/a"), ev(&[("kn_payload", "two")])).unwrap();
+    store.delete_route(&t("/a"), b"r1", None).unwrap();
+    store.notify(&t("/a"), ev(&[("kn_payload", "three")])).unwrap();
+    assert_eq!(payloads(&all(&store, &t("/b"))), ["one", "two"]);
+    assert_eq!(payloads(&all(&store, &t("/c"))), ["two", "three"]);
+}
+
+#[test]
 fn route_from_a_journal_is_forbidden() {
     let (_d, store) = open();
     let err = store.route(&t("/who/a/kn_journal"), b"/b", id("r")).unwrap_err();

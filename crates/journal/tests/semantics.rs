@@ -290,6 +290,19 @@ fn creating_a_topic_announces_each_new_segment_on_its_parents_kn_subtopics() {
 }
 
 #[test]
+fn a_topic_directory_deleted_by_hand_is_created_and_announced_again_by_the_next_post() {
+    let (_d, store) = open();
+    store.notify(&t("/a/b"), ev(&[("kn_payload", "first")])).unwrap();
+    // The store keeps the topic's files open; they are unlinked now.
+    fs::remove_dir_all(topic_dir(&store, &t("/a/b"))).unwrap();
+    let r = store.notify(&t("/a/b"), ev(&[("kn_payload", "second")])).unwrap();
+    assert_eq!(r.writes[0].topic.as_str(), "/a/kn_subtopics", "{:?}", r.writes);
+    assert_eq!(r.writes[1].checkpoint, 1, "checkpoints restart at 1");
+    assert_eq!(payloads(&all(&store, &t("/a/kn_subtopics"))), ["b", "b"]);
+    assert_eq!(payloads(&all(&store, &t("/a/b"))), ["second"]);
+}
+
+#[test]
 fn notify_to_kn_routes_or_kn_subtopics_is_refused() {
     let (_d, store) = open();
     for name in ["/x/kn_routes", "/x/kn_subtopics", "/kn_routes", "/kn_subtopics", "/a/kn_journal/kn_routes"] {
