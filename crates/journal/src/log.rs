@@ -487,6 +487,7 @@ pub(crate) struct Writer<'c> {
 /// may have appended, rolled, or replaced the head meanwhile (a replaced
 /// head is invalidated first, see [`write_head_file`]).
 pub(crate) struct TopicFiles {
+    dir: PathBuf,
     lock: File,
     head_file: HeadFile,
     segment: File,
@@ -545,26 +546,6 @@ impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
     pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
-        Writer::open_cached(dir, config, ordinary, None)
-    }
-
-    /// Locks the topic with `files` kept from an earlier append, when they
-    /// still match the topic's state (see [`TopicFiles`]); `None` (files
-    /// closed, lock released) when it must be opened afresh. Opens nothing
-    /// and looks no path up.
-    pub(crate) fn reopen(dir: &Path, config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        let Some(mut w) = Writer::reuse(dir, config, ordinary, files)? else { return Ok(None) };
-        Ok(if w.recover_tail()? { Some(w) } else { None })
-    }
-
-    /// Like [`Writer::open`], reusing `files` kept from an earlier append
-    /// when they still match the topic's state.
-    pub(crate) fn open_cached(dir: &Path, config: &'c Config, ordinary: bool, files: Option<TopicFiles>) -> Result<Writer<'c>> {
-        if let Some(files) = files {
-            if let Some(w) = Writer::reopen(dir, config, ordinary, files)? {
-                return Ok(w);
-            }
-        }
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
@@ -605,16 +586,26 @@ impl<'c> Writer<'c> {
         Err(Error::new(ErrorKind::Corrupt, format!("cannot recover the log in '{}'", dir.display())))
     }
 
+    /// Locks the topic with `files` kept from an earlier append, when they
+    /// still match the topic's state (see [`TopicFiles`]); `None` (files
+    /// closed, lock released) when it must be opened afresh. Opens nothing
+    /// and looks no path up.
+    pub(crate) fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        let Some(mut w) = Writer::reuse(config, ordinary, files)? else { return Ok(None) };
+        Ok(if w.recover_tail()? { Some(w) } else { None })
+    }
+
     /// Locks with kept files; `None` (files closed, lock released) when the
     /// head was replaced or the active segment changed: open afresh.
-    fn reuse(dir: &Path, config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        let lock_path = dir.join(LOCK_FILE);
-        files.lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+    fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        if let Err(e) = files.lock.lock() {
+            return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
+        }
         let mut buf = [0u8; HEAD_SIZE as usize];
         let head = files.head_file.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
         match head {
             Some(head) if head.active == files.segment_first && (!ordinary || head.slots > 0) => Ok(Some(Writer {
-                dir: dir.to_path_buf(),
+                dir: files.dir,
                 config,
                 ordinary,
                 lock: files.lock,
@@ -645,7 +636,13 @@ impl<'c> Writer<'c> {
     /// Unlocks the topic and returns its open files for a later append.
     pub(crate) fn release(self) -> TopicFiles {
         let _ = self.lock.unlock();
-        TopicFiles { lock: self.lock, head_file: self.head_file, segment: self.segment, segment_first: self.segment_first }
+        TopicFiles {
+            dir: self.dir,
+            lock: self.lock,
+            head_file: self.head_file,
+            segment: self.segment,
+            segment_first: self.segment_first,
+        }
     }
 
     /// Opens the active segment named by `head`. `Err(lock)` hands the lock
@@ -696,8 +693,10 @@ impl<'c> Writer<'c> {
     /// Returns false when the open segment was deleted (its name must be
     /// opened again) or the head lags behind the log (it must be rebuilt).
     fn recover_tail(&mut self) -> Result<bool> {
-        let path = self.dir.join(segment_name(self.head.active));
-        let meta = self.segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?;
+        let meta = match self.segment.metadata() {
+            Ok(meta) => meta,
+            Err(e) => return Err(Error::io("cannot stat segment", &self.dir.join(segment_name(self.head.active)), e)),
+        };
         if meta.nlink() == 0 {
             return Ok(false);
         }
@@ -705,6 +704,7 @@ impl<'c> Writer<'c> {
         if size == self.head.active_len {
             return Ok(true);
         }
+        let path = self.dir.join(segment_name(self.head.active));
         let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
         let adopted_next = scan.records.iter().map(|(_, r)| r.seq + 1).max().unwrap_or(0).max(self.head.next_seq);
         if adopted_next != self.head.active && self.dir.join(segment_name(adopted_next)).exists() {
@@ -814,12 +814,12 @@ impl<'c> Writer<'c> {
             None
         };
         let seq = self.head.next_seq;
-        let frame = record::encode(&Record { seq, stored_secs, event: event.clone() });
+        let frame = record::encode_event(seq, stored_secs, event);
         if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
             self.roll()?;
         }
         gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
-        let path = self.dir.join(segment_name(self.head.active));
+        let path = || self.dir.join(segment_name(self.head.active));
         let written = if failpoint("append-eio") {
             // Half a record reaches the file, then the device fails.
             self.segment.write_all_at(&frame[..frame.len() / 2], self.head.active_len).and(Err(eio()))
@@ -829,13 +829,13 @@ impl<'c> Writer<'c> {
         if let Err(e) = written {
             // Never leave a partial record behind (ENOSPC, EIO...).
             let _ = self.segment.set_len(self.head.active_len);
-            return Err(Error::io("cannot append to", &path, e));
+            return Err(Error::io("cannot append to", &path(), e));
         }
         if self.config.sync == SyncPolicy::Always {
             let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
             if let Err(e) = synced {
                 let _ = self.segment.set_len(self.head.active_len);
-                return Err(Error::io("cannot sync", &path, e));
+                return Err(Error::io("cannot sync", &path(), e));
             }
         }
         if let Some((slot, replaced)) = slot {

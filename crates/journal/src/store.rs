@@ -241,34 +241,50 @@ pub struct Store {
     names: RwLock<Vec<String>>,
     remote: Arc<dyn Remote>,
     hub: OnceLock<Arc<Hub>>,
-    /// Open files of recently written topics (see `Config::open_topics`),
-    /// by topic directory.
-    files: Mutex<HashMap<PathBuf, Kept>>,
-    /// The routes of recently written topics with the route generation
-    /// they were read at (`Writer::routes_generation`), by topic directory.
-    route_cache: Mutex<HashMap<PathBuf, (u64, Arc<Vec<Route>>)>>,
+    /// What the store keeps of recently written topics (see
+    /// `Config::open_topics`).
+    kept: Mutex<HashMap<Topic, Kept>>,
     gauge: SpaceGauge,
 }
 
-/// What a `Store` keeps open of a topic it writes to: the log's files and,
-/// on a journal, the heartbeat (its staleness is then an `fstat`).
+/// What a `Store` keeps of a topic it writes to, between posts.
+#[derive(Default)]
 struct Kept {
-    files: TopicFiles,
+    /// The log's open files (taken by a writer while it appends).
+    files: Option<TopicFiles>,
+    /// A journal's heartbeat, open: its staleness is then an `fstat`.
     heartbeat: Option<fs::File>,
+    /// The topic's routes (active or not) with the route generation they
+    /// were read at (see `Writer::routes_generation`).
+    routes: Option<(u64, Arc<Vec<Route>>)>,
 }
 
 /// An event just stored by [`Store::append_event`].
 struct Stored {
     seq: u64,
-    /// The event as readers see it (with its checkpoint).
-    event: Event,
     /// The topic's route generation when it was stored.
     routes_generation: u64,
+    /// The topic's routes as of that generation, when the store kept them.
+    routes: Option<Arc<Vec<Route>>>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("root", &self.config.root).finish()
+    }
+}
+
+/// The URLs a forwarded copy names its source topic by.
+struct SourceUrls {
+    /// The source topic's URL (`kn_routed_from`).
+    topic: String,
+    /// The URL of its `kn_routes` (`kn_route_location` is below it).
+    routes: String,
+}
+
+impl SourceUrls {
+    fn of(store: &Store, source: &Topic) -> SourceUrls {
+        SourceUrls { topic: store.topic_url(source), routes: store.topic_url(&source.routes()) }
     }
 }
 
@@ -313,8 +329,7 @@ impl Store {
             names: RwLock::new(names),
             remote,
             hub: OnceLock::new(),
-            files: Mutex::new(HashMap::new()),
-            route_cache: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
             gauge: SpaceGauge::default(),
         })
     }
@@ -396,14 +411,21 @@ impl Store {
     /// assert!(matches!(store.resolve(b"http://example.org/knfoo").unwrap(), Destination::Remote(_)));
     /// ```
     pub fn resolve(&self, name: &[u8]) -> Result<Destination> {
-        let lower = name.to_ascii_lowercase();
-        if !(lower.starts_with(b"http://") || lower.starts_with(b"https://")) {
+        let scheme = |s: &[u8]| name.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+        if !(scheme(b"http://") || scheme(b"https://")) {
             return Ok(Destination::Local(Topic::parse_bytes(name)?));
         }
         let text = std::str::from_utf8(name)
             .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad URL '{}': not UTF-8", String::from_utf8_lossy(name))))?;
-        for own in self.server_names() {
-            if let Some(rest) = text.strip_prefix(own.as_str()) {
+        // The names of `server_names`, in its order, without copying them.
+        let names = self.names.read().ok();
+        let list = names.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+        let own = match &self.config.server_url {
+            Some(url) => url.as_str(),
+            None => list.first().map(String::as_str).unwrap_or("http://localhost/kn"),
+        };
+        for own in std::iter::once(own).chain(list.iter().map(String::as_str).filter(|n| *n != own)) {
+            if let Some(rest) = text.strip_prefix(own) {
                 if rest.starts_with('/') {
                     let path = rest.split(['?', '#']).next().unwrap_or("");
                     return Ok(Destination::Local(Topic::parse_bytes(&decode_escapes(path.as_bytes(), b'%'))?));
@@ -468,8 +490,13 @@ impl Store {
     /// Posts with forwarding like [`Store::notify`], but also to reserved
     /// topics (for tools that restore routes, and the server itself).
     pub fn post(&self, topic: &Topic, event: Event) -> Result<PostReport> {
-        if topic.is_journal() && self.journal_stale(topic, &self.dir(topic)) {
-            return Err(self.stale_error(topic));
+        if topic.is_journal() {
+            let mut kept = self.take_kept(topic);
+            let stale = self.journal_stale(topic, &mut kept.1);
+            self.put_kept(kept);
+            if stale {
+                return Err(self.stale_error(topic));
+            }
         }
         let event = self.normalise(event)?;
         let id = event.id().unwrap_or(b"").to_vec();
@@ -518,7 +545,7 @@ impl Store {
         while let Some(job) = queue.pop_front() {
             let is_first = std::mem::take(&mut first);
             let outcome = self.run_job(&job, report, &mut queue);
-            let (event, routes_generation) = match outcome {
+            let stored = match outcome {
                 Ok(Some(stored)) => stored,
                 Ok(None) => continue,
                 Err(err) => {
@@ -535,10 +562,15 @@ impl Store {
                 first_stored = true;
             }
             let t = now();
-            if event.is_expired(t) {
+            if job.event.is_expired(t) {
                 continue; // stored for duplicate suppression, never delivered
             }
-            let routes = self.routes_at(&job.topic, routes_generation)?;
+            let routes = match stored {
+                Some(Stored { routes: Some(routes), .. }) => routes,
+                Some(Stored { routes_generation, .. }) => self.read_routes(&job.topic, Some(routes_generation))?,
+                None => self.read_routes(&job.topic, None)?,
+            };
+            let mut urls = None;
             for route in routes.iter().filter(|r| r.is_active(t)) {
                 if deliveries >= self.config.max_forwards {
                     return Err(Error::new(
@@ -550,53 +582,47 @@ impl Store {
                     ));
                 }
                 deliveries += 1;
-                self.forward(&job.topic, route, &event, &mut filters, &mut queue, report);
+                let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
+                self.forward(&job.topic, urls, route, &job.event, &mut filters, &mut queue, report);
             }
         }
         Ok(first_stored)
     }
 
-    /// The routes of `topic` (active or not) as of route generation
-    /// `generation` or later: those kept from an earlier post when the
-    /// generation is unchanged, else read (and kept). `None` (the
-    /// generation is unknown) always reads.
-    fn routes_at(&self, topic: &Topic, generation: Option<u64>) -> Result<Arc<Vec<Route>>> {
-        let Some(generation) = generation else { return Ok(Arc::new(self.all_routes(topic)?)) };
-        let dir = self.dir(topic);
-        if let Some((kept, routes)) = self.route_cache.lock().ok().as_ref().and_then(|r| r.get(&dir)) {
-            if *kept == generation {
-                return Ok(Arc::clone(routes));
-            }
-        }
-        // Read after the generation was: a change since shows as a newer
-        // generation at the next post, never as routes older than it.
+    /// Reads the routes of `topic` (active or not). With the route
+    /// generation of a post to it (read under its lock before this), keeps
+    /// them for the next posts while the generation stays the same: a
+    /// route change since shows as another generation, never as routes
+    /// older than this one.
+    fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<Arc<Vec<Route>>> {
         let routes = Arc::new(self.all_routes(topic)?);
-        if let Ok(mut cache) = self.route_cache.lock() {
-            if cache.len() < self.config.open_topics || cache.contains_key(&dir) {
-                cache.insert(dir, (generation, Arc::clone(&routes)));
+        if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
+            if let Some(k) = kept.get_mut(topic) {
+                k.routes = Some((generation, Arc::clone(&routes)));
             }
         }
         Ok(routes)
     }
 
     /// Stores one job's event (and announces new topics). `Ok(None)`: a
-    /// duplicate, nothing more to do. Also returns the topic's route
-    /// generation when it stored the event.
-    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<(Event, Option<u64>)>> {
+    /// duplicate, nothing more to do; `Ok(Some(None))`: nothing was stored
+    /// (the job carries an announcement stored already).
+    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<Option<Stored>>> {
         if !job.store {
-            return Ok(Some((job.event.clone(), None)));
+            return Ok(Some(None));
         }
-        let dir = self.dir(&job.topic);
-        if job.via.is_some() && job.topic.is_journal() && self.journal_stale(&job.topic, &dir) {
+        let mut kept = self.take_kept(&job.topic);
+        if job.via.is_some() && job.topic.is_journal() && self.journal_stale(&job.topic, &mut kept.1) {
+            self.put_kept(kept);
             return Err(self.stale_error(&job.topic));
         }
         let create = || -> Result<()> {
             queue.extend(self.ensure_topic(&job.topic, report)?);
             Ok(())
         };
-        let Some(stored) = self.append_event(&job.topic, &dir, &job.event, now(), create)? else { return Ok(None) };
-        report.writes.push(Write { topic: job.topic.clone(), id: stored.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
-        Ok(Some((stored.event, Some(stored.routes_generation))))
+        let Some(stored) = self.append_event(&job.topic, kept, &job.event, now(), create)? else { return Ok(None) };
+        report.writes.push(Write { topic: job.topic.clone(), id: job.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
+        Ok(Some(Some(stored)))
     }
 
     /// Appends under the topic's lock. Returns the checkpoint and the event
@@ -608,94 +634,119 @@ impl Store {
     /// Appends as [`Store::store_event`], recording `stored_at` as the time
     /// the event was stored (an import keeps the original time).
     pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
-        let stored = self.append_event(topic, &self.dir(topic), event, stored_at, || Ok(()))?;
-        Ok(stored.map(|s| (s.seq, s.event)))
+        let kept = self.take_kept(topic);
+        let Some(stored) = self.append_event(topic, kept, event, stored_at, || Ok(()))? else { return Ok(None) };
+        let mut out = event.clone();
+        out.set(KN_ROUTE_CHECKPOINT, stored.seq.to_string());
+        Ok(Some((stored.seq, out)))
     }
 
-    /// Appends `event` to `topic` (whose directory is `dir`) under its lock,
-    /// recording `stored_at` as the time it was stored; `None` for a
-    /// duplicate. With the topic's files kept from an earlier post (and
-    /// still matching its log) this opens and looks up nothing; otherwise
-    /// `create` first makes the topic's directory if needed, and the
-    /// files are opened afresh after the symbolic-link check.
+    /// Takes what the store keeps of `topic` out of the cache (an empty
+    /// entry if nothing), for [`Store::put_kept`]: meanwhile another thread
+    /// posting to the topic opens its own files.
+    fn take_kept(&self, topic: &Topic) -> (Option<Topic>, Kept) {
+        match self.kept.lock().ok().and_then(|mut k| k.remove_entry(topic)) {
+            Some((topic, kept)) => (Some(topic), kept),
+            None => (None, Kept::default()),
+        }
+    }
+
+    /// Puts back what [`Store::take_kept`] took, within
+    /// `Config::open_topics`; files only (nothing else is kept without
+    /// them).
+    fn put_kept(&self, (topic, kept): (Option<Topic>, Kept)) {
+        let Some(topic) = topic else { return };
+        if kept.files.is_none() {
+            return;
+        }
+        if let Ok(mut cache) = self.kept.lock() {
+            if cache.len() < self.config.open_topics || cache.contains_key(&topic) {
+                cache.insert(topic, kept);
+            }
+        }
+    }
+
+    /// Appends `event` to `topic` under its lock, recording `stored_at` as
+    /// the time it was stored; `None` for a duplicate. With the topic's
+    /// files kept from an earlier post (and still matching its log, see
+    /// FORMAT.md) this opens and looks up nothing; otherwise `create`
+    /// first makes the topic's directory if needed, and the files are
+    /// opened afresh after the symbolic-link check.
     ///
     /// A write to `T/kn_routes` first changes `T`'s route generation, and
     /// holds `T`'s lock until it is stored, so that no process goes on
-    /// using routes of `T` read before (see [`Store::routes_at`]).
+    /// using routes of `T` read before (see [`Store::read_routes`]).
     fn append_event(
         &self,
         topic: &Topic,
-        dir: &Path,
+        kept: (Option<Topic>, Kept),
         event: &Event,
         stored_at: f64,
         create: impl FnOnce() -> Result<()>,
     ) -> Result<Option<Stored>> {
         let mut create = Some(create);
         let mut prepare = || create.take().map_or(Ok(()), |c| c());
-        let source = match topic.parent() {
-            Some(source) if topic.last_segment() == Some(crate::topic::ROUTES_SEGMENT) => {
+        let mut source = None;
+        if topic.last_segment() == Some(crate::topic::ROUTES_SEGMENT) {
+            if let Some(parent) = topic.parent() {
                 // Create `kn_routes` (announcing it in the source's
                 // `kn_subtopics`) before taking the source's lock: a lock
                 // is only ever taken under a parent topic's lock.
-                if !self.files.lock().map(|f| f.contains_key(dir)).unwrap_or(false) {
+                if kept.1.files.is_none() {
                     prepare()?;
                 }
-                let source_dir = self.dir(&source);
-                let (mut writer, heartbeat) = self.writer(&source, &source_dir, &mut prepare)?;
+                let parent_kept = self.take_kept(&parent);
+                let (mut writer, parent_kept) = self.writer(&parent, parent_kept, &mut prepare)?;
                 writer.routes_changing()?;
-                Some((source_dir, writer, heartbeat))
+                source = Some((writer, parent_kept));
             }
-            _ => None,
-        };
-        let (mut writer, heartbeat) = self.writer(topic, dir, &mut prepare)?;
+        }
+        let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
         let appended = writer.append(event, stored_at.max(0.0) as u64, &self.gauge);
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
         }
         let routes_generation = writer.routes_generation();
-        self.keep(dir.to_path_buf(), writer, heartbeat);
-        if let Some((source_dir, writer, heartbeat)) = source {
-            self.keep(source_dir, writer, heartbeat);
+        let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
+        self.keep(writer, kept);
+        if let Some((writer, kept)) = source {
+            self.keep(writer, kept);
         }
         let Appended::Stored(seq) = appended? else { return Ok(None) };
-        let mut out = event.clone();
-        out.set(KN_ROUTE_CHECKPOINT, seq.to_string());
-        Ok(Some(Stored { seq, event: out, routes_generation }))
+        Ok(Some(Stored { seq, routes_generation, routes }))
     }
 
-    /// A locked writer of `topic`: from its kept files when they still
+    /// A locked writer of `topic`: from the files in `kept` when they still
     /// match the log, else (after `prepare`) opened afresh, refused when a
-    /// component of `dir` is a symbolic link. Also hands back the kept
-    /// heartbeat, for [`Store::keep`].
+    /// component of the topic's path is a symbolic link. Hands `kept` back
+    /// (without its files) for [`Store::keep`].
     fn writer(
         &self,
         topic: &Topic,
-        dir: &Path,
+        mut kept: (Option<Topic>, Kept),
         prepare: &mut impl FnMut() -> Result<()>,
-    ) -> Result<(Writer<'_>, Option<fs::File>)> {
+    ) -> Result<(Writer<'_>, (Option<Topic>, Kept))> {
         let ordinary = !topic.is_journal();
-        if let Some(kept) = self.files.lock().ok().and_then(|mut f| f.remove(dir)) {
+        if let Some(files) = kept.1.files.take() {
             // Kept files that still match the log are the topic's own: the
             // directory they are in was checked when they were opened.
-            if let Some(writer) = Writer::reopen(dir, &self.config, ordinary, kept.files)? {
-                return Ok((writer, kept.heartbeat));
+            if let Some(writer) = Writer::reopen(&self.config, ordinary, files)? {
+                return Ok((writer, kept));
             }
         }
         prepare()?;
         let dir = self.checked_dir(topic)?;
-        Ok((Writer::open(&dir, &self.config, ordinary)?, None))
+        let writer = Writer::open(&dir, &self.config, ordinary)?;
+        kept.0.get_or_insert_with(|| topic.clone());
+        Ok((writer, kept))
     }
 
-    /// Unlocks `writer` and keeps its files (and `heartbeat`) for the next
-    /// post to the topic in `dir`, within `Config::open_topics`.
-    fn keep(&self, dir: PathBuf, writer: Writer<'_>, heartbeat: Option<fs::File>) {
-        let files = writer.release();
-        if let Ok(mut cache) = self.files.lock() {
-            if cache.len() < self.config.open_topics || cache.contains_key(&dir) {
-                cache.insert(dir, Kept { files, heartbeat });
-            }
-        }
+    /// Unlocks `writer` and keeps its files with the rest of `kept` for
+    /// the next post to the topic.
+    fn keep(&self, writer: Writer<'_>, mut kept: (Option<Topic>, Kept)) {
+        kept.1.files = Some(writer.release());
+        self.put_kept(kept);
     }
 
     /// Creates `topic` and its missing ancestors, storing a `kn_subtopics`
@@ -815,9 +866,10 @@ impl Store {
         let route = Route { source: from.clone(), event: self.current_route(from, &report.id)? };
         let mut post = PostReport::default();
         let mut filters = HashMap::new();
+        let urls = SourceUrls::of(self, from);
         for event in self.select(from, &selection, false)?.events {
             let mut queue = VecDeque::new();
-            self.forward(from, &route, &event, &mut filters, &mut queue, &mut post);
+            self.forward(from, &urls, &route, &event, &mut filters, &mut queue, &mut post);
             self.run_queue(queue, &mut post);
             // A failed delivery poisoned the route: it carries nothing more
             // (and a silent remote must not cost one timeout per event).
@@ -934,9 +986,11 @@ impl Store {
 
     /// PROTOCOL.md 4.1: filter, transform, hop-by-hop elements, then queue
     /// a local delivery or make a remote one.
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         source: &Topic,
+        urls: &SourceUrls,
         route: &Route,
         event: &Event,
         filters: &mut HashMap<Vec<u8>, Option<regex::bytes::Regex>>,
@@ -967,9 +1021,9 @@ impl Store {
         out.strip_hop_by_hop();
         let location = match route.event.get("kn_uri") {
             Some(uri) => uri.to_vec(),
-            None => format!("{}/{}", self.topic_url(&source.routes()), String::from_utf8_lossy(&route_id)).into_bytes(),
+            None => format!("{}/{}", urls.routes, String::from_utf8_lossy(&route_id)).into_bytes(),
         };
-        out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, self.topic_url(source));
+        out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, urls.topic.as_bytes());
         let via = Some((source.clone(), route_id.clone()));
         match self.resolve(route.destination()) {
             Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, via, store: true }),
@@ -1151,23 +1205,18 @@ impl Store {
         }
     }
 
-    /// [`Store::is_stale`] for a journal in `dir`, through its heartbeat
-    /// kept open when this process writes to the journal: an `fstat`
+    /// [`Store::is_stale`], through the heartbeat in `kept` (opened and
+    /// kept there when this process writes to the journal): an `fstat`
     /// instead of a path lookup. A heartbeat deleted since (expired, or
     /// replaced) is unlinked: the path decides then.
-    fn journal_stale(&self, journal: &Topic, dir: &Path) -> bool {
-        let mut cache = match self.files.lock() {
-            Ok(cache) => cache,
-            Err(_) => return self.is_stale(journal),
-        };
-        let Some(kept) = cache.get_mut(dir) else {
-            drop(cache);
+    fn journal_stale(&self, journal: &Topic, kept: &mut Kept) -> bool {
+        if kept.files.is_none() {
             return self.is_stale(journal);
-        };
+        }
         let linked = |f: &fs::File| f.metadata().ok().filter(|m| m.nlink() > 0);
         let meta = match kept.heartbeat.as_ref().and_then(linked) {
             Some(meta) => meta,
-            None => match fs::File::open(dir.join(HEARTBEAT_FILE)) {
+            None => match fs::File::open(self.dir(journal).join(HEARTBEAT_FILE)) {
                 Ok(f) => {
                     let meta = linked(&f);
                     kept.heartbeat = Some(f);
@@ -1178,7 +1227,6 @@ impl Store {
                 }
                 Err(_) => {
                     kept.heartbeat = None;
-                    drop(cache);
                     return self.is_stale(journal);
                 }
             },
