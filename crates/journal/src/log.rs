@@ -77,8 +77,41 @@ pub(crate) fn scan_segment(path: &Path, from: u64) -> Result<Option<Scan>> {
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
     };
-    let ino = file.metadata().map(|m| m.ino()).unwrap_or(0);
+    let ino = stat_fd(&file).map(|s| s.ino).unwrap_or(0);
     Ok(Some(scan_file(&mut file, path, from, ino)?))
+}
+
+/// What the store asks `statx` about an open file.
+pub(crate) struct FdStat {
+    pub size: u64,
+    pub links: u64,
+    pub ino: u64,
+}
+
+/// The size, link count and inode number of an open file, from a `statx`
+/// that asks for nothing else. Not asking for the file's times matters:
+/// with multigrain timestamps (Linux 6.13+), a file whose change time was
+/// asked for gets a fine-grained new one at its next write, so every
+/// append after such an `fstat` would also update the segment's inode;
+/// unasked, appends within one clock tick leave it alone.
+pub(crate) fn stat_fd(file: &File) -> std::io::Result<FdStat> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx only writes the struct it is given; an all-zero
+    // `libc::statx` is a valid value of that plain-data struct.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_SIZE | libc::STATX_NLINK | libc::STATX_INO;
+    // SAFETY: a valid descriptor, a NUL-terminated empty path with
+    // AT_EMPTY_PATH, and a pointer to the struct above.
+    let rc = unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, mask, &mut sx) };
+    if rc == 0 {
+        return Ok(FdStat { size: sx.stx_size, links: sx.stx_nlink as u64, ino: sx.stx_ino });
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    let m = file.metadata()?;
+    Ok(FdStat { size: m.len(), links: m.nlink(), ino: m.ino() })
 }
 
 /// The result of scanning part of a segment.
@@ -243,7 +276,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                         }
                         cursor.segment = next;
                         cursor.offset = 0;
-                        cursor.ino = File::open(dir.join(segment_name(next))).and_then(|f| f.metadata()).map(|m| m.ino()).unwrap_or(0);
+                        cursor.ino = File::open(dir.join(segment_name(next))).and_then(|f| stat_fd(&f)).map(|s| s.ino).unwrap_or(0);
                         if cursor.ino == 0 {
                             return Ok(out);
                         }
@@ -668,7 +701,7 @@ impl<'c> Writer<'c> {
             Err(e) if e.kind() == IoKind::NotFound => return Ok(Err(lock)),
             Err(e) => return Err(Error::io("cannot open segment", &path, e)),
         };
-        let size = segment.metadata().map_err(|e| Error::io("cannot stat segment", &path, e))?.len();
+        let size = stat_fd(&segment).map_err(|e| Error::io("cannot stat segment", &path, e))?.size;
         if size < head.active_len || (ordinary && head.slots == 0) {
             return Ok(Err(lock));
         }
@@ -693,14 +726,14 @@ impl<'c> Writer<'c> {
     /// Returns false when the open segment was deleted (its name must be
     /// opened again) or the head lags behind the log (it must be rebuilt).
     fn recover_tail(&mut self) -> Result<bool> {
-        let meta = match self.segment.metadata() {
+        let meta = match stat_fd(&self.segment) {
             Ok(meta) => meta,
             Err(e) => return Err(Error::io("cannot stat segment", &self.dir.join(segment_name(self.head.active)), e)),
         };
-        if meta.nlink() == 0 {
+        if meta.links == 0 {
             return Ok(false);
         }
-        let size = meta.len();
+        let size = meta.size;
         if size == self.head.active_len {
             return Ok(true);
         }
@@ -799,7 +832,7 @@ impl<'c> Writer<'c> {
     /// ordinary topic a duplicate is not stored.
     pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
         // One index probe serves both the duplicate check and the update.
-        let digest = event.end_to_end_digest() as u64;
+        let digest = if self.ordinary { event.end_to_end_digest() as u64 } else { 0 };
         let id = event.id().unwrap_or(b"");
         let slot = if self.ordinary {
             if index_full(self.head.used, self.head.slots) {

@@ -256,8 +256,13 @@ struct Kept {
     heartbeat: Option<fs::File>,
     /// The topic's routes (active or not) with the route generation they
     /// were read at (see `Writer::routes_generation`).
-    routes: Option<(u64, Arc<Vec<Route>>)>,
+    routes: Option<(u64, RouteList)>,
 }
+
+/// A topic's routes as a post reads them, each with its destination
+/// resolved at most once (resolving depends only on this store's names:
+/// [`Store::add_server_name`] drops every kept list when they change).
+type RouteList = Arc<Vec<(Route, OnceLock<std::result::Result<Destination, String>>)>>;
 
 /// An event just stored by [`Store::append_event`].
 struct Stored {
@@ -265,7 +270,7 @@ struct Stored {
     /// The topic's route generation when it was stored.
     routes_generation: u64,
     /// The topic's routes as of that generation, when the store kept them.
-    routes: Option<Arc<Vec<Route>>>,
+    routes: Option<RouteList>,
 }
 
 impl std::fmt::Debug for Store {
@@ -392,6 +397,10 @@ impl Store {
         }
         if let Ok(mut n) = self.names.write() {
             *n = names;
+        }
+        // Kept routes were resolved with the old names.
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.values_mut().for_each(|k| k.routes = None);
         }
         Ok(())
     }
@@ -571,7 +580,7 @@ impl Store {
                 None => self.read_routes(&job.topic, None)?,
             };
             let mut urls = None;
-            for route in routes.iter().filter(|r| r.is_active(t)) {
+            for (route, destination) in routes.iter().filter(|(r, _)| r.is_active(t)) {
                 if deliveries >= self.config.max_forwards {
                     return Err(Error::new(
                         ErrorKind::TooManyDeliveries,
@@ -583,7 +592,8 @@ impl Store {
                 }
                 deliveries += 1;
                 let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
-                self.forward(&job.topic, urls, route, &job.event, &mut filters, &mut queue, report);
+                let destination = || destination.get_or_init(|| self.resolve(route.destination()).map_err(|e| e.to_string())).clone();
+                self.forward(&job.topic, urls, route, destination, &job.event, &mut filters, &mut queue, report);
             }
         }
         Ok(first_stored)
@@ -594,8 +604,8 @@ impl Store {
     /// them for the next posts while the generation stays the same: a
     /// route change since shows as another generation, never as routes
     /// older than this one.
-    fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<Arc<Vec<Route>>> {
-        let routes = Arc::new(self.all_routes(topic)?);
+    fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<RouteList> {
+        let routes: RouteList = Arc::new(self.all_routes(topic)?.into_iter().map(|r| (r, OnceLock::new())).collect());
         if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
             if let Some(k) = kept.get_mut(topic) {
                 k.routes = Some((generation, Arc::clone(&routes)));
@@ -869,7 +879,8 @@ impl Store {
         let urls = SourceUrls::of(self, from);
         for event in self.select(from, &selection, false)?.events {
             let mut queue = VecDeque::new();
-            self.forward(from, &urls, &route, &event, &mut filters, &mut queue, &mut post);
+            let destination = || self.resolve(route.destination()).map_err(|e| e.to_string());
+            self.forward(from, &urls, &route, destination, &event, &mut filters, &mut queue, &mut post);
             self.run_queue(queue, &mut post);
             // A failed delivery poisoned the route: it carries nothing more
             // (and a silent remote must not cost one timeout per event).
@@ -992,6 +1003,7 @@ impl Store {
         source: &Topic,
         urls: &SourceUrls,
         route: &Route,
+        destination: impl FnOnce() -> std::result::Result<Destination, String>,
         event: &Event,
         filters: &mut HashMap<Vec<u8>, Option<regex::bytes::Regex>>,
         queue: &mut VecDeque<Job>,
@@ -1025,7 +1037,7 @@ impl Store {
         };
         out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, urls.topic.as_bytes());
         let via = Some((source.clone(), route_id.clone()));
-        match self.resolve(route.destination()) {
+        match destination() {
             Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, via, store: true }),
             Ok(Destination::Remote(url)) => {
                 let result = self.config.outbound.check(&url).and_then(|_| remote::deliver(self.remote.as_ref(), &url, &out));
@@ -1033,7 +1045,7 @@ impl Store {
                     self.poison(source, &route_id, &err.to_string(), report);
                 }
             }
-            Err(err) => self.poison(source, &route_id, &err.to_string(), report),
+            Err(err) => self.poison(source, &route_id, &err, report),
         }
     }
 

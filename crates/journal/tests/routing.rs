@@ -676,6 +676,21 @@ fn add_server_name_makes_an_alias_local() {
 }
 
 #[test]
+fn a_route_delivered_remotely_turns_local_once_its_url_is_a_server_name() {
+    let (_d, store) = remote_store();
+    let (url, seen) = http_listener(|_| (200, b"ok".to_vec()));
+    route(&store, "/a", &format!("{url}/b"), "1");
+    store.notify(&t("/a"), ev(&[("kn_payload", "remote")])).unwrap();
+    assert_eq!(seen.recv_timeout(Duration::from_secs(5)).unwrap().field("kn_payload").unwrap(), b"remote");
+    // The store kept /a's routes between the posts; a new name of this
+    // server changes where they lead.
+    store.add_server_name(&url).unwrap();
+    store.notify(&t("/a"), ev(&[("kn_payload", "local")])).unwrap();
+    assert_eq!(payloads(&all(&store, &t("/b"))), ["local"]);
+    assert!(seen.recv_timeout(Duration::from_millis(200)).is_err(), "delivered remotely again");
+}
+
+#[test]
 fn route_to_the_root_topic_is_local() {
     let (_d, store) = open();
     let report = store.route(&t("/a"), b"/", id("r")).unwrap();
