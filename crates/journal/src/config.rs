@@ -92,7 +92,8 @@ pub struct Config {
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
     /// How many topics a process keeps open between posts (three file
-    /// descriptors each), so that posting again costs no `open`. The store
+    /// descriptors each, four on a journal: its heartbeat too), so that
+    /// posting again costs no `open` and no path lookup. The store
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it.
     pub open_topics: usize,
