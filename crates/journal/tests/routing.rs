@@ -506,6 +506,28 @@ fn initial_population_with_do_max_age_sends_recent_events() {
 // ----- routing loops ------------------------------------------------------------
 
 #[test]
+fn a_journal_expired_by_another_store_is_stale_for_a_store_that_keeps_it_open() {
+    let (dir, store) = open();
+    let other = Store::open_with(config(dir.path())).unwrap();
+    let j = live_journal(&store, "/who/y/kn_journal");
+    route(&store, "/a", j.as_str(), "r1");
+    for payload in ["1", "2"] {
+        // The second delivery checks the heartbeat kept open by the first.
+        store.notify(&t("/a"), ev(&[("kn_payload", payload)])).unwrap();
+    }
+    other.expire(&j).unwrap();
+    let report = store.notify(&t("/a"), ev(&[("kn_payload", "3")])).unwrap();
+    assert_eq!(report.poisoned.len(), 1, "{report:?}");
+    assert_poisoned(&store, "/a", "r1");
+    assert_eq!(payloads(&all(&store, &j)), ["1", "2"]);
+    assert_eq!(store.notify(&j, ev(&[("kn_payload", "direct")])).unwrap_err().kind(), ErrorKind::Expired);
+    // A fresh heartbeat from the other store (a new file) is seen too.
+    other.heartbeat(&j).unwrap();
+    store.notify(&j, ev(&[("kn_payload", "direct")])).unwrap();
+    assert_eq!(payloads(&all(&store, &j)), ["1", "2", "direct"]);
+}
+
+#[test]
 fn two_topics_routed_to_each_other_terminate() {
     let (_d, store) = open();
     route(&store, "/a", "/b", "ab");
