@@ -51,7 +51,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
-/// | `open_topics` | 1024 topics whose files stay open between posts | `KN_OPEN_TOPICS` |
+/// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -91,9 +91,10 @@ pub struct Config {
     pub max_routes: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
-    /// How many topics a process keeps open between posts (three file
-    /// descriptors each, four on a journal: its heartbeat too), so that
-    /// posting again costs no `open` and no path lookup. The store
+    /// How many sets of topic files a process keeps open between posts
+    /// (three file descriptors each, four on a journal: its heartbeat
+    /// too; up to four sets of one topic, for threads posting to it at
+    /// once), so that posting again costs no `open` and no path lookup. The store
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it.
     pub open_topics: usize,

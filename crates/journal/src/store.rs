@@ -243,9 +243,24 @@ pub struct Store {
     hub: OnceLock<Arc<Hub>>,
     /// What the store keeps of recently written topics (see
     /// `Config::open_topics`).
-    kept: Mutex<HashMap<Topic, Kept>>,
+    kept: Mutex<KeptCache>,
     gauge: SpaceGauge,
 }
+
+/// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
+/// that threads posting to one topic at once (the workers of `serve`) each
+/// find files of their own instead of opening the topic afresh, and at
+/// most `Config::open_topics` sets in all.
+#[derive(Default)]
+struct KeptCache {
+    topics: HashMap<Topic, Vec<Kept>>,
+    count: usize,
+}
+
+/// How many sets of files a store keeps of one topic: enough for the
+/// threads that post to it at once; the topic's lock lets one write at a
+/// time anyway.
+const KEPT_PER_TOPIC: usize = 4;
 
 /// What a `Store` keeps of a topic it writes to, between posts.
 #[derive(Default)]
@@ -334,7 +349,7 @@ impl Store {
             names: RwLock::new(names),
             remote,
             hub: OnceLock::new(),
-            kept: Mutex::new(HashMap::new()),
+            kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
         })
     }
@@ -400,7 +415,7 @@ impl Store {
         }
         // Kept routes were resolved with the old names.
         if let Ok(mut kept) = self.kept.lock() {
-            kept.values_mut().for_each(|k| k.routes = None);
+            kept.topics.values_mut().flatten().for_each(|k| k.routes = None);
         }
         Ok(())
     }
@@ -607,7 +622,7 @@ impl Store {
     fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<RouteList> {
         let routes: RouteList = Arc::new(self.all_routes(topic)?.into_iter().map(|r| (r, OnceLock::new())).collect());
         if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
-            if let Some(k) = kept.get_mut(topic) {
+            for k in kept.topics.get_mut(topic).into_iter().flatten() {
                 k.routes = Some((generation, Arc::clone(&routes)));
             }
         }
@@ -651,14 +666,17 @@ impl Store {
         Ok(Some((stored.seq, out)))
     }
 
-    /// Takes what the store keeps of `topic` out of the cache (an empty
-    /// entry if nothing), for [`Store::put_kept`]: meanwhile another thread
-    /// posting to the topic opens its own files.
+    /// Takes one set of what the store keeps of `topic` out of the cache
+    /// (an empty entry if none is there), for [`Store::put_kept`]: another
+    /// thread posting to the topic meanwhile takes another set, or opens
+    /// its own files.
     fn take_kept(&self, topic: &Topic) -> (Option<Topic>, Kept) {
-        match self.kept.lock().ok().and_then(|mut k| k.remove_entry(topic)) {
-            Some((topic, kept)) => (Some(topic), kept),
-            None => (None, Kept::default()),
-        }
+        let Ok(mut cache) = self.kept.lock() else { return (None, Kept::default()) };
+        let Some(sets) = cache.topics.get_mut(topic) else { return (None, Kept::default()) };
+        let Some(kept) = sets.pop() else { return (None, Kept::default()) };
+        let key = if sets.is_empty() { cache.topics.remove_entry(topic).map(|(key, _)| key) } else { Some(topic.clone()) };
+        cache.count -= 1;
+        (key, kept)
     }
 
     /// Puts back what [`Store::take_kept`] took, within
@@ -670,8 +688,13 @@ impl Store {
             return;
         }
         if let Ok(mut cache) = self.kept.lock() {
-            if cache.len() < self.config.open_topics || cache.contains_key(&topic) {
-                cache.insert(topic, kept);
+            if cache.count >= self.config.open_topics {
+                return;
+            }
+            let sets = cache.topics.entry(topic).or_default();
+            if sets.len() < KEPT_PER_TOPIC {
+                sets.push(kept);
+                cache.count += 1;
             }
         }
     }
