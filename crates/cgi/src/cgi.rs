@@ -107,40 +107,77 @@ fn serve_one() -> ExitCode {
 /// moment: measured on the benchmark's Apache, half of all requests slept
 /// the 10 ms, which is most of a CGI request's time (the same for any
 /// CGI: see `hello-cgi` in BENCHMARKS.md). So the end of the output is
-/// handed to a child: the process forks and exits at once; the child,
+/// handed to a child: the process starts one and exits at once; the child,
 /// holding the same descriptors, waits until its parent no longer exists
 /// (or is a zombie, as under servers that reap their CGI only after its
 /// output ends: lighttpd, fcgiwrap) and then exits, closing them. It costs
-/// a `fork` of a process that has finished its work. Where `fork` fails,
-/// the process simply exits.
+/// a `clone` sharing the finished process's memory (no copy). Where that
+/// fails, the process simply exits.
 #[cfg(target_os = "linux")]
 fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
     let status = if code == ExitCode::SUCCESS { 0 } else { 1 };
-    // Everything the child needs is prepared before the fork: after it,
-    // the child only makes async-signal-safe system calls.
+    // Everything the child needs is prepared before it starts; it then
+    // only makes async-signal-safe system calls on that memory.
     let parent = std::process::id() as libc::pid_t;
-    let stat = match std::ffi::CString::new(format!("/proc/{parent}/stat")) {
-        Ok(path) => path,
-        Err(_) => return code,
-    };
-    // SAFETY: after `fork` the child calls only `kill`, `open`, `read`,
-    // `close`, `usleep` and `_exit` on memory prepared before it, all
-    // async-signal-safe; the parent exits at once.
+    let Ok(stat) = std::ffi::CString::new(format!("/proc/{parent}/stat")) else { return code };
+    const STACK: usize = 64 << 10;
+    // SAFETY: the child shares this process's memory (`CLONE_VM`: no page
+    // tables copied, unlike `fork`), runs on a stack of its own mapped
+    // here, and reads only `watch`, leaked so that nothing frees it; the
+    // parent exits at once without running destructors, and the memory
+    // lives on with the child. The child calls only `kill`, `open`,
+    // `read`, `close`, `usleep` and `_exit`.
     unsafe {
-        match libc::fork() {
-            0 => {
-                // About one second at most, in case the parent lingers.
-                for _ in 0..50_000 {
-                    if libc::kill(parent, 0) != 0 || is_zombie(&stat) {
-                        break;
-                    }
-                    libc::usleep(20);
-                }
-                libc::_exit(0)
-            }
-            -1 => code,
-            _ => libc::_exit(status),
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return code;
         }
+        // Readable once the parent has exited: the child sleeps until then.
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as libc::c_int;
+        let watch: *mut Watch = Box::into_raw(Box::new(Watch { parent, pidfd, stat }));
+        let top = stack.cast::<u8>().add(STACK).cast::<libc::c_void>();
+        if libc::clone(hold_output_until_gone, top, libc::CLONE_VM | libc::SIGCHLD, watch.cast()) == -1 {
+            return code;
+        }
+        libc::_exit(status)
+    }
+}
+
+/// What the child of [`exit_before_end_of_output`] watches.
+#[cfg(target_os = "linux")]
+struct Watch {
+    parent: libc::pid_t,
+    /// A pidfd of the parent, or -1 (Linux before 5.3).
+    pidfd: libc::c_int,
+    stat: std::ffi::CString,
+}
+
+/// The child: holds the output (its copies of the descriptors) until the
+/// parent no longer exists or is a zombie, one second at most.
+#[cfg(target_os = "linux")]
+extern "C" fn hold_output_until_gone(watch: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `watch` is the leaked `Watch` of the parent, in memory this
+    // process shares and nothing frees.
+    unsafe {
+        let watch = &*watch.cast::<Watch>();
+        if watch.pidfd >= 0 {
+            let mut exited = libc::pollfd { fd: watch.pidfd, events: libc::POLLIN, revents: 0 };
+            libc::poll(&mut exited, 1, 1000);
+        }
+        for _ in 0..50_000 {
+            if libc::kill(watch.parent, 0) != 0 || is_zombie(&watch.stat) {
+                break;
+            }
+            libc::usleep(20);
+        }
+        libc::_exit(0)
     }
 }
 
