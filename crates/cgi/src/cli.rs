@@ -3,7 +3,6 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -95,8 +94,8 @@ fn resolve(listen: &str) -> Result<SocketAddr, String> {
     addrs.next().ok_or_else(|| format!("bad --listen address '{listen}': it resolves to nothing"))
 }
 
-/// Runs the command line.
-pub fn main() -> ExitCode {
+/// Runs the command line; returns the exit status.
+pub fn main() -> u8 {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
@@ -104,14 +103,14 @@ pub fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(message) => {
                     eprintln!("pubsub-cgi serve: {message}");
-                    return ExitCode::from(2);
+                    return 2;
                 }
             };
             match serve(config) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => 0,
                 Err(err) => {
                     eprintln!("pubsub-cgi serve: {err}");
-                    ExitCode::FAILURE
+                    1
                 }
             }
         }
