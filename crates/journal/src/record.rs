@@ -58,70 +58,30 @@ pub fn encode(record: &Record) -> Vec<u8> {
 }
 
 /// Encodes the frame of `event` stored as `seq` at `stored_secs`, writing
-/// the MessagePack body directly (the bytes `rmp_serde` writes for
-/// [`Body`]: keys `s`, `t`, `e`, shortest integers, `bin` names and values)
-/// without copying the event first.
+/// the MessagePack body directly with `rmp` (the bytes `rmp_serde` writes
+/// for [`Body`]: keys `s`, `t`, `e`, shortest integers, `bin` names and
+/// values) without copying the event first.
 pub(crate) fn encode_event(seq: u64, stored_secs: u64, event: &Event) -> Vec<u8> {
+    use rmp::encode::{write_bin, write_map_len, write_str, write_uint};
     let mut frame = Vec::with_capacity(FRAME_HEADER + 32 + event.byte_size() + 10 * event.len());
     frame.extend_from_slice(&[0u8; FRAME_HEADER]);
-    frame.push(0x83); // map of 3
-    frame.extend_from_slice(b"\xa1s");
-    msgpack_uint(&mut frame, seq);
-    frame.extend_from_slice(b"\xa1t");
-    msgpack_uint(&mut frame, stored_secs);
-    frame.extend_from_slice(b"\xa1e");
-    msgpack_len(&mut frame, event.len(), [0x80, 0xde, 0xdf], 16);
+    // Writing into a Vec cannot fail.
+    let _ = write_map_len(&mut frame, 3);
+    let _ = write_str(&mut frame, "s");
+    let _ = write_uint(&mut frame, seq);
+    let _ = write_str(&mut frame, "t");
+    let _ = write_uint(&mut frame, stored_secs);
+    let _ = write_str(&mut frame, "e");
+    let _ = write_map_len(&mut frame, event.len() as u32);
     for (name, value) in event.elements() {
-        msgpack_bin(&mut frame, name);
-        msgpack_bin(&mut frame, value);
+        let _ = write_bin(&mut frame, name);
+        let _ = write_bin(&mut frame, value);
     }
     let len = ((frame.len() - FRAME_HEADER) as u32).to_le_bytes();
     let crc = checksum(&len, &frame[FRAME_HEADER..]);
     frame[..4].copy_from_slice(&len);
     frame[4..FRAME_HEADER].copy_from_slice(&crc.to_le_bytes());
     frame
-}
-
-/// A MessagePack unsigned integer in its shortest form.
-fn msgpack_uint(out: &mut Vec<u8>, v: u64) {
-    if v < 0x80 {
-        out.push(v as u8);
-    } else if v <= 0xff {
-        out.extend_from_slice(&[0xcc, v as u8]);
-    } else if v <= 0xffff {
-        out.push(0xcd);
-        out.extend_from_slice(&(v as u16).to_be_bytes());
-    } else if v <= 0xffff_ffff {
-        out.push(0xce);
-        out.extend_from_slice(&(v as u32).to_be_bytes());
-    } else {
-        out.push(0xcf);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
-}
-
-/// A MessagePack length prefix: `markers` are the fix (OR-ed with the
-/// length, below `fix_limit`), 16-bit and 32-bit forms.
-fn msgpack_len(out: &mut Vec<u8>, len: usize, markers: [u8; 3], fix_limit: usize) {
-    if len < fix_limit {
-        out.push(markers[0] | len as u8);
-    } else if len <= 0xffff {
-        out.push(markers[1]);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        out.push(markers[2]);
-        out.extend_from_slice(&(len as u32).to_be_bytes());
-    }
-}
-
-/// A MessagePack `bin` (bin 8 for fewer than 256 bytes).
-fn msgpack_bin(out: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.len() <= 0xff {
-        out.extend_from_slice(&[0xc4, bytes.len() as u8]);
-    } else {
-        msgpack_len(out, bytes.len(), [0, 0xc5, 0xc6], 0);
-    }
-    out.extend_from_slice(bytes);
 }
 
 fn checksum(len: &[u8; 4], body: &[u8]) -> u32 {
