@@ -374,21 +374,29 @@ impl Store {
     /// This server's URL: the configured one, else the first name in
     /// `.names`, else `http://localhost/kn`.
     pub fn server_url(&self) -> String {
-        if let Some(url) = &self.config.server_url {
-            return url.clone();
-        }
-        self.names.read().ok().and_then(|n| n.first().cloned()).unwrap_or_else(|| "http://localhost/kn".to_string())
+        let names = self.names.read().ok();
+        let url = self.named(names.as_deref().map_or(&[], Vec::as_slice)).next().unwrap_or_default().to_string();
+        url
     }
 
     /// Every URL this store knows itself by (the configured one and the
     /// `.names` list).
     pub fn server_names(&self) -> Vec<String> {
-        let own = self.server_url();
-        let mut names = vec![own.clone()];
-        if let Ok(list) = self.names.read() {
-            names.extend(list.iter().filter(|n| **n != own).cloned());
-        }
-        names
+        let names = self.names.read().ok();
+        let all = self.named(names.as_deref().map_or(&[], Vec::as_slice)).map(str::to_string).collect();
+        all
+    }
+
+    /// The URLs of [`Store::server_names`] in its order, borrowed from
+    /// `names` (the `.names` list): this server's URL first (the
+    /// configured one, else the first name, else `http://localhost/kn`),
+    /// then the other names.
+    fn named<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a str> {
+        let own = match &self.config.server_url {
+            Some(url) => url.as_str(),
+            None => names.first().map_or("http://localhost/kn", String::as_str),
+        };
+        std::iter::once(own).chain(names.iter().map(String::as_str).filter(move |n| *n != own))
     }
 
     /// Records that the server is reachable at `url` (kept in `.names`), so
@@ -441,14 +449,8 @@ impl Store {
         }
         let text = std::str::from_utf8(name)
             .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad URL '{}': not UTF-8", String::from_utf8_lossy(name))))?;
-        // The names of `server_names`, in its order, without copying them.
         let names = self.names.read().ok();
-        let list = names.as_deref().map(Vec::as_slice).unwrap_or(&[]);
-        let own = match &self.config.server_url {
-            Some(url) => url.as_str(),
-            None => list.first().map(String::as_str).unwrap_or("http://localhost/kn"),
-        };
-        for own in std::iter::once(own).chain(list.iter().map(String::as_str).filter(|n| *n != own)) {
+        for own in self.named(names.as_deref().map_or(&[], Vec::as_slice)) {
             if let Some(rest) = text.strip_prefix(own) {
                 if rest.starts_with('/') {
                     let path = rest.split(['?', '#']).next().unwrap_or("");
