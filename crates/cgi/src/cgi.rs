@@ -36,11 +36,12 @@ fn limits(config: &Config) -> Limits {
 
 /// Serves the one request of this CGI process. Never reads the command
 /// line: a web server passes a query string without `=` as arguments
-/// (RFC 3875's search-string rule), and those are not orders.
-pub fn main() -> ExitCode {
-    let code = serve_one();
+/// (RFC 3875's search-string rule), and those are not orders. Returns
+/// the exit status.
+pub fn main() -> u8 {
+    let status = if serve_one() == ExitCode::SUCCESS { 0 } else { 1 };
     // Everything is written and every file of the store closed.
-    exit_before_end_of_output(code)
+    exit_before_end_of_output(status)
 }
 
 fn serve_one() -> ExitCode {
@@ -114,12 +115,11 @@ fn serve_one() -> ExitCode {
 /// a `clone` sharing the finished process's memory (no copy). Where that
 /// fails, the process simply exits.
 #[cfg(target_os = "linux")]
-fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
-    let status = if code == ExitCode::SUCCESS { 0 } else { 1 };
+fn exit_before_end_of_output(status: u8) -> u8 {
     // Everything the child needs is prepared before it starts; it then
     // only makes async-signal-safe system calls on that memory.
     let parent = std::process::id() as libc::pid_t;
-    let Ok(stat) = std::ffi::CString::new(format!("/proc/{parent}/stat")) else { return code };
+    let Ok(stat) = std::ffi::CString::new(format!("/proc/{parent}/stat")) else { return status };
     const STACK: usize = 64 << 10;
     // SAFETY: the child shares this process's memory (`CLONE_VM`: no page
     // tables copied, unlike `fork`), runs on a stack of its own mapped
@@ -137,16 +137,16 @@ fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
             0,
         );
         if stack == libc::MAP_FAILED {
-            return code;
+            return status;
         }
         // Readable once the parent has exited: the child sleeps until then.
         let pidfd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as libc::c_int;
         let watch: *mut Watch = Box::into_raw(Box::new(Watch { parent, pidfd, stat }));
         let top = stack.cast::<u8>().add(STACK).cast::<libc::c_void>();
         if libc::clone(hold_output_until_gone, top, libc::CLONE_VM | libc::SIGCHLD, watch.cast()) == -1 {
-            return code;
+            return status;
         }
-        libc::_exit(status)
+        libc::_exit(status.into())
     }
 }
 
@@ -182,8 +182,8 @@ extern "C" fn hold_output_until_gone(watch: *mut libc::c_void) -> libc::c_int {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn exit_before_end_of_output(code: ExitCode) -> ExitCode {
-    code
+fn exit_before_end_of_output(status: u8) -> u8 {
+    status
 }
 
 /// Whether the process whose `/proc/<pid>/stat` is `stat` is gone or a

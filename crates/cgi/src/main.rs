@@ -22,14 +22,6 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     // Under a web server the binary is a CGI and ignores its arguments
     // entirely: `GET /kn?serve+--listen+0.0.0.0:9` reaches it as
     // `serve --listen 0.0.0.0:9` (RFC 3875's search-string rule).
-    let status = if std::env::var_os("GATEWAY_INTERFACE").is_some() {
-        if kn_cgi::cgi::main() == std::process::ExitCode::SUCCESS {
-            0
-        } else {
-            1
-        }
-    } else {
-        kn_cgi::cli::main()
-    };
+    let status = if std::env::var_os("GATEWAY_INTERFACE").is_some() { kn_cgi::cgi::main() } else { kn_cgi::cli::main() };
     std::process::exit(status.into())
 }
