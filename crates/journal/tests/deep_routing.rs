@@ -9,7 +9,10 @@ use std::path::Path;
 use std::thread;
 use std::time::Instant;
 
-use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic};
+mod common;
+use common::{ev, scratch, t};
+
+use kn_journal::{Config, ErrorKind, Selection, Store};
 
 const SERVER: &str = "http://test.example/kn";
 
@@ -20,29 +23,11 @@ const SMALL_STACK: usize = 256 << 10;
 /// Largest peak-RSS growth a deep or wide post may cause.
 const MAX_RSS_GROWTH_KB: u64 = 200 << 10;
 
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new().prefix("kn-deep-routing-").tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 fn store(root: &Path) -> Store {
     let mut c = Config::new(root);
     c.reserve_bytes = 0;
     c.server_url = Some(SERVER.to_string());
     Store::open_with(c).unwrap()
-}
-
-fn t(name: &str) -> Topic {
-    Topic::parse(name).unwrap()
-}
-
-fn ev(pairs: &[(&str, &str)]) -> Event {
-    Event::from_pairs(pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())))
 }
 
 /// Peak resident set size of this process so far, in KiB.
@@ -65,7 +50,7 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 #[test]
 fn a_chain_of_10000_routed_topics_delivers_to_the_last_on_a_small_stack() {
     const N: usize = 10_000;
-    let dir = scratch();
+    let dir = scratch("kn-deep-routing-");
     let store = std::sync::Arc::new(store(dir.path()));
     let started = Instant::now();
     for i in 0..N - 1 {
@@ -97,7 +82,7 @@ fn a_chain_of_10000_routed_topics_delivers_to_the_last_on_a_small_stack() {
 #[test]
 fn one_topic_routed_to_5000_others_delivers_to_all_on_a_small_stack() {
     const N: usize = 5_000;
-    let dir = scratch();
+    let dir = scratch("kn-deep-routing-");
     let store = std::sync::Arc::new(store(dir.path()));
     let started = Instant::now();
     for i in 0..N {
@@ -129,7 +114,7 @@ fn one_topic_routed_to_5000_others_delivers_to_all_on_a_small_stack() {
 /// error naming the limit; the posted event itself is stored.
 #[test]
 fn a_fan_out_beyond_max_forwards_stops_with_a_clear_error() {
-    let dir = scratch();
+    let dir = scratch("kn-deep-routing-");
     let mut c = Config::new(dir.path());
     c.reserve_bytes = 0;
     c.server_url = Some(SERVER.to_string());
@@ -151,7 +136,7 @@ fn a_fan_out_beyond_max_forwards_stops_with_a_clear_error() {
 /// deleted route makes room.
 #[test]
 fn routes_beyond_max_routes_are_refused_with_403() {
-    let dir = scratch();
+    let dir = scratch("kn-deep-routing-");
     let mut c = Config::new(dir.path());
     c.reserve_bytes = 0;
     c.server_url = Some(SERVER.to_string());

@@ -10,6 +10,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod common;
+use common::{ev, scratch, t};
+
 use kn_journal::{Config, Destination, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
 
 // ----- harness ------------------------------------------------------------
@@ -24,7 +27,7 @@ fn config(root: &Path) -> Config {
 }
 
 fn open_with(f: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Store) {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let mut c = config(dir.path());
     f(&mut c);
     let store = Store::open_with(c).unwrap();
@@ -33,27 +36,6 @@ fn open_with(f: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Store) {
 
 fn open() -> (tempfile::TempDir, Store) {
     open_with(|_| {})
-}
-
-/// A scratch directory, on tmpfs when there is one: these tests create
-/// thousands of topic directories, and ext4's inode allocator slows to
-/// milliseconds per file on a disk that other test suites churn.
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new().prefix("kn-journal-test-").tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
-fn t(name: &str) -> Topic {
-    Topic::parse(name).unwrap()
-}
-
-fn ev(pairs: &[(&str, &str)]) -> Event {
-    Event::from_pairs(pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())))
 }
 
 fn id(route_id: &str) -> Event {

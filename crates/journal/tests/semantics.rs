@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod common;
+use common::{ev, scratch, t};
+
 use kn_journal::{encode_record, Config, ErrorKind, Event, Record, Resume, Selection, Store, Topic};
 
 // ----- harness ------------------------------------------------------------
@@ -25,30 +28,9 @@ fn config(root: &Path) -> Config {
 }
 
 fn open() -> (tempfile::TempDir, Store) {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let store = Store::open_with(config(&dir.path().join("kn_events"))).unwrap();
     (dir, store)
-}
-
-/// A scratch directory, on tmpfs when there is one: these tests create
-/// thousands of topic directories, and ext4's inode allocator slows to
-/// milliseconds per file on a disk that other test suites churn.
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new().prefix("kn-journal-test-").tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
-fn t(name: &str) -> Topic {
-    Topic::parse(name).unwrap()
-}
-
-fn ev(pairs: &[(&str, &str)]) -> Event {
-    Event::from_pairs(pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())))
 }
 
 fn payloads(events: &[Event]) -> Vec<String> {
@@ -350,7 +332,7 @@ fn stale_journals_refuse_notify_and_heartbeat_makes_them_fresh() {
 
 #[test]
 fn too_large_events_are_refused() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let mut c = config(dir.path());
     c.max_event_bytes = 1000;
     let store = Store::open_with(c).unwrap();
@@ -582,7 +564,7 @@ fn tunnel_wakes_for_an_event_posted_by_another_process() {
 
 #[test]
 fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let mut c = config(&dir.path().join("kn_events"));
     c.poll_interval = Duration::from_millis(200);
     let store = Store::open_with(c).unwrap();
@@ -618,7 +600,7 @@ fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
 
 #[test]
 fn tunnel_on_a_store_with_a_relative_root_is_woken_by_change_notification() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let out = child("relative_root", &[("KN_SEM_ROOT", dir.path().to_str().unwrap())]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("KN_SEM_CHILD_OK"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -635,7 +617,7 @@ fn thread_cpu() -> Duration {
 
 #[test]
 fn an_idle_waiting_tunnel_sleeps_instead_of_spinning() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let mut c = config(&dir.path().join("kn_events"));
     c.poll_interval = Duration::from_secs(30);
     let store = Store::open_with(c).unwrap();
@@ -702,7 +684,7 @@ fn small_segments(root: &Path) -> Store {
 
 #[test]
 fn compaction_keeps_the_events_and_drops_superseded_records() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let store = small_segments(dir.path());
     let topic = t("/compact/me");
     for i in 0..5000 {
@@ -729,7 +711,7 @@ fn compaction_keeps_the_events_and_drops_superseded_records() {
 
 #[test]
 fn readers_are_unaffected_by_a_concurrent_compaction() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let store = Arc::new(small_segments(dir.path()));
     let topic = t("/compact/busy");
     for i in 0..1500 {
@@ -793,7 +775,7 @@ fn readers_are_unaffected_by_a_concurrent_compaction() {
 
 #[test]
 fn journal_retention_deletes_old_segments_and_reports_a_gap() {
-    let dir = scratch();
+    let dir = scratch("kn-journal-test-");
     let mut c = config(dir.path());
     c.segment_bytes = 4096;
     c.journal_max_bytes = 16 * 1024;
