@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use support::{Apache, Dir};
+use support::{Apache, Dir, Serve};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -400,37 +400,10 @@ fn ping_page_runs_under_pubsub_cgi_serve() {
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = Dir::new("browser_serve");
     let www = Path::new(env!("CARGO_MANIFEST_DIR")).join("www");
-    let (mut serve, url) = start_serve(&dir, Some(&www));
-    let base = url.strip_suffix("/kn").unwrap_or(&url).to_string();
+    let serve = Serve::spawn(Serve::command(&dir.join("events"), Some(&www)));
     let log = String::new;
-    ping(&format!("{base}/ping.html?auto=1&n=200&m=1000"), "pubsub-cgi serve", "ping-serve", &log);
-    let _ = serve.kill();
-    let _ = serve.wait();
-}
-
-/// Starts `pubsub-cgi serve` on a free port with its store in `dir` (and
-/// static files from `www`); returns it and its `/kn` URL.
-fn start_serve(dir: &Dir, www: Option<&Path>) -> (Child, String) {
-    let mut command = Command::new(support::pubsub_cgi());
-    command.args(["serve", "--listen", "127.0.0.1:0", "--root"]).arg(dir.join("events"));
-    if let Some(www) = www {
-        command.arg("--static").arg(www);
-    }
-    let mut serve = command
-        .env_remove("KN_EVENTS")
-        .env_remove("GATEWAY_INTERFACE")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start pubsub-cgi serve");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.take().expect("stdout")), &mut line)
-        .expect("first line");
-    let url = line
-        .strip_prefix("knpubsub serving ")
-        .and_then(|rest| rest.split_once(" (store "))
-        .map(|(url, _)| url.to_string())
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-    (serve, url)
+    ping(&format!("{}/ping.html?auto=1&n=200&m=1000", serve.base), "pubsub-cgi serve", "ping-serve", &log);
+    drop(serve);
 }
 
 /// The fast deployment: Apache serves the pages and proxies `/kn` to
@@ -446,7 +419,8 @@ fn ping_page_through_apache_mod_proxy_to_serve() {
     std::fs::create_dir_all(&www).expect("mkdir www");
     let _ = std::fs::set_permissions(&www, std::os::unix::fs::PermissionsExt::from_mode(0o755));
     copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("www"), &www);
-    let (mut serve, backend) = start_serve(&dir, None);
+    let serve = Serve::spawn(Serve::command(&dir.join("events"), None));
+    let backend = serve.url();
     let conf = format!(
         "ProxyPreserveHost On\nAlias /kn_apps/ {www}/\n<Directory {www}>\n    Require all granted\n</Directory>\n",
         www = www.display()
@@ -460,8 +434,7 @@ fn ping_page_through_apache_mod_proxy_to_serve() {
         &log,
     );
     drop(apache);
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
 }
 
 /// Runs the ping page at `url` and prints its figures.

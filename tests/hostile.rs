@@ -12,13 +12,12 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use support::{Apache, Dir, Stream};
+use support::{Apache, Dir, Serve, Stream};
 
 /// Topic names (as form values, still urlencoded) that try to leave the
 /// store: plain, percent-encoded, double-encoded, overlong UTF-8, NUL,
@@ -255,46 +254,12 @@ fn apache_symlink_planted_in_the_store_is_refused() {
 // ---------------------------------------------------------------------------
 // pubsub-cgi serve
 
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Serve {
-    fn start(store: &Path, www: &Path) -> Serve {
-        let mut child = Command::new(support::pubsub_cgi())
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(store)
-            .arg("--static")
-            .arg(www)
-            .env_remove("KN_EVENTS")
-            .env_remove("KN_OUTBOUND")
-            .env_remove("GATEWAY_INTERFACE")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start pubsub-cgi serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-        let base = line
-            .strip_prefix("knpubsub serving ")
-            .and_then(|rest| rest.split_once("/kn (store "))
-            .map(|(base, _)| base.to_string())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        Serve { child, base }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve_site(name: &str) -> (Serve, Sandbox, PathBuf) {
     let sandbox = Sandbox::new(name);
     let www = sandbox.dir.join("www");
-    let serve = Serve::start(&sandbox.store, &www);
+    let mut command = Serve::command(&sandbox.store, Some(&www));
+    command.env_remove("KN_OUTBOUND");
+    let serve = Serve::spawn(command);
     (serve, sandbox, www)
 }
 
@@ -439,27 +404,17 @@ fn serve_files_are_group_writable_never_world_writable() {
         let dir = Dir::new(&format!("hostile_serve_modes_{umask:03o}"));
         let store = dir.join("kn_events");
         let www = dir.create_dir("www");
+        // `exec` keeps serve's arguments: $0 is the program, $@ the rest.
+        let serve_args = Serve::command(&store, Some(&www));
         let mut command = Command::new("/bin/sh");
         command
             .arg("-c")
             .arg(format!("umask {umask:03o}; exec \"$0\" \"$@\""))
-            .arg(support::pubsub_cgi())
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(&store)
-            .arg("--static")
-            .arg(&www)
+            .arg(serve_args.get_program())
+            .args(serve_args.get_args())
             .env_remove("KN_EVENTS")
-            .env_remove("GATEWAY_INTERFACE")
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("start serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-        let base = line
-            .strip_prefix("knpubsub serving ")
-            .and_then(|rest| rest.split_once("/kn (store "))
-            .map(|(base, _)| base.to_string())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        let serve = Serve { child, base };
+            .env_remove("GATEWAY_INTERFACE");
+        let serve = Serve::spawn(command);
         exercise(&format!("{}/kn", serve.base));
         drop(serve);
         let root = fs::metadata(&store).expect("store created").mode() & 0o7777;

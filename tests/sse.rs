@@ -7,16 +7,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::{Dir, Stream};
 
 /// `pubsub-cgi serve` on a free port over a fresh store.
 struct Serve {
-    child: Child,
-    base: String,
+    server: support::Serve,
     _dir: Dir,
 }
 
@@ -24,36 +21,19 @@ impl Serve {
     fn start(name: &str, env: &[(&str, &str)]) -> Serve {
         let dir = Dir::new(name);
         let www = dir.create_dir("www");
-        let mut child = Command::new(support::pubsub_cgi())
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(dir.join("events"))
-            .arg("--static")
-            .arg(&www)
-            .env_remove("KN_EVENTS")
-            .env_remove("GATEWAY_INTERFACE")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start pubsub-cgi serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-        // knpubsub serving http://127.0.0.1:PORT/kn (store DIR)
-        let base = line
-            .strip_prefix("knpubsub serving ")
-            .and_then(|rest| rest.split_once("/kn (store "))
-            .map(|(base, _)| base.to_string())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        Serve { child, base, _dir: dir }
+        let mut command = support::Serve::command(&dir.join("events"), Some(&www));
+        command.envs(env.iter().copied());
+        Serve { server: support::Serve::spawn(command), _dir: dir }
     }
 
     fn url(&self) -> String {
-        format!("{}/kn", self.base)
+        self.server.url()
     }
 
     /// Opens the SSE tunnel on `journal` with `query` and extra request
     /// header lines, and waits for its `200 Watching topic` status event.
     fn tunnel(&self, journal: &str, query: &str, headers: &str) -> Stream {
-        let host = self.base.trim_start_matches("http://");
+        let host = self.server.base.trim_start_matches("http://");
         let req = format!(
             "GET /kn{journal}?do_method=route&kn_response_format=sse{query} HTTP/1.0\r\nHost: {host}\r\n{headers}\r\n"
         );
@@ -69,13 +49,6 @@ impl Serve {
             &[("kn_to", topic), ("kn_id", id), ("kn_payload", payload), ("kn_response_format", "simple")],
         );
         assert_eq!(r.status, 200, "{}", r.text());
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

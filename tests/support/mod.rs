@@ -46,7 +46,7 @@
 use std::ffi::CString;
 use std::fmt;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -302,6 +302,55 @@ pub fn pubsub_cgi() -> PathBuf {
 /// `hello-cgi`, the minimal CGI that benchmarks measure against.
 pub fn hello_cgi() -> PathBuf {
     cargo_bin("hello-cgi")
+}
+
+/// `pubsub-cgi serve` listening on a free loopback port; killed when
+/// dropped.
+pub struct Serve {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`, without `/kn`.
+    pub base: String,
+}
+
+impl Serve {
+    /// The command line of `pubsub-cgi serve` on a free port over the store
+    /// `root`, with static files from `www`, without the test's own
+    /// `KN_EVENTS` and `GATEWAY_INTERFACE`.
+    pub fn command(root: &Path, www: Option<&Path>) -> Command {
+        let mut command = Command::new(pubsub_cgi());
+        command.args(["serve", "--listen", "127.0.0.1:0", "--root"]).arg(root);
+        if let Some(www) = www {
+            command.arg("--static").arg(www);
+        }
+        command.env_remove("KN_EVENTS").env_remove("GATEWAY_INTERFACE");
+        command
+    }
+
+    /// Starts `command` (a `pubsub-cgi serve` command line) and waits for
+    /// its ready line, `knpubsub serving http://ADDR/kn (store DIR)`.
+    pub fn spawn(mut command: Command) -> Serve {
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("start pubsub-cgi serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+        let base = line
+            .strip_prefix("knpubsub serving ")
+            .and_then(|rest| rest.split_once("/kn (store "))
+            .map(|(base, _)| base.to_string())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
+        Serve { child, base }
+    }
+
+    /// Its `/kn` URL.
+    pub fn url(&self) -> String {
+        format!("{}/kn", self.base)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 struct TargetLayout {
