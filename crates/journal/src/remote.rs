@@ -535,20 +535,7 @@ fn path_is_plain(path: &str) -> bool {
 fn percent_decode(bytes: &[u8]) -> Vec<u8> {
     let mut current = bytes.to_vec();
     for _ in 0..4 {
-        let mut out = Vec::with_capacity(current.len());
-        let mut i = 0;
-        while i < current.len() {
-            let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-            if current[i] == b'%' && i + 2 < current.len() {
-                if let (Some(h), Some(l)) = (hex(current[i + 1]), hex(current[i + 2])) {
-                    out.push(h << 4 | l);
-                    i += 3;
-                    continue;
-                }
-            }
-            out.push(current[i]);
-            i += 1;
-        }
+        let out = crate::event::decode_escapes(&current, b'%');
         if out == current {
             break;
         }
