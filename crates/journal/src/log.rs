@@ -367,12 +367,7 @@ impl Head {
 /// A route generation for a head built from the log: random, so that it
 /// matches no value a process may have kept from an earlier head.
 fn fresh_routes_generation() -> u64 {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        return xxhash_rust::xxh3::xxh3_64(format!("{t}-{}", std::process::id()).as_bytes());
-    }
-    u64::from_le_bytes(bytes)
+    u64::from_le_bytes(crate::store::random_bytes())
 }
 
 /// Fault injection for tests, compiled in only with the `failpoints`

@@ -35,15 +35,7 @@ pub fn now() -> f64 {
 /// ids collide across machines and restarts, these do not.
 pub fn fresh_id() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut bytes = [0u8; 12];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No entropy source: fall back to the clock and a counter mixed by
-        // xxh3 (still unique within this process).
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let seed = format!("{}-{}-{n}", now(), std::process::id());
-        bytes.copy_from_slice(&xxhash_rust::xxh3::xxh3_128(seed.as_bytes()).to_le_bytes()[..12]);
-    }
+    let bytes: [u8; 12] = random_bytes();
     let mut out = String::with_capacity(16);
     for chunk in bytes.chunks(3) {
         let n = (chunk[0] as u32) << 16 | (chunk[1] as u32) << 8 | chunk[2] as u32;
@@ -52,6 +44,20 @@ pub fn fresh_id() -> String {
         }
     }
     out
+}
+
+/// `N` (at most 16) random bytes. Without an entropy source, the clock, the
+/// process id and a counter mixed by xxh3: still unique within this
+/// process.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    if getrandom::fill(&mut bytes).is_err() {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed = format!("{}-{}-{n}", now(), std::process::id());
+        bytes.copy_from_slice(&xxhash_rust::xxh3::xxh3_128(seed.as_bytes()).to_le_bytes()[..N]);
+    }
+    bytes
 }
 
 /// Where a route or a name points: a topic of this store or a remote URL.
