@@ -10,9 +10,9 @@
 
 use std::path::{Component, Path};
 
-use kn_cgi::format::simple;
-use kn_cgi::form::{self, Params};
 use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Topic, KN_PAYLOAD};
+use kn_wire::form::{self, Params};
+use kn_wire::simple;
 
 /// The names of the targets, as in `fuzz/Cargo.toml` and `fuzz/corpus/`.
 pub const TARGETS: [&str; 5] = ["form_parse", "simple_codec", "record_decode", "legacy_event", "topic_parse"];
@@ -51,7 +51,7 @@ pub fn arbitrary_event(data: &[u8]) -> Event {
     event
 }
 
-/// `kn_cgi::form`: the urlencoded form parser and the `PATH_INFO` decoder.
+/// `kn_wire::form`: the urlencoded form parser and the `PATH_INFO` decoder.
 pub fn form_parse(data: &[u8]) {
     if let Ok(params) = Params::parse(data) {
         let pairs = params.into_pairs();
@@ -65,7 +65,7 @@ pub fn form_parse(data: &[u8]) {
     }
 }
 
-/// `kn_cgi::format::simple`: the frame decoder on arbitrary bytes, and the
+/// `kn_wire::simple`: the frame decoder on arbitrary bytes, and the
 /// encode → decode round trip of an arbitrary event.
 pub fn simple_codec(data: &[u8]) {
     let _ = simple::decode_frames(data);

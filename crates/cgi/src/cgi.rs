@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use kn_journal::{Config, Store};
 
-use crate::format::{status_event, Format, Page};
+use kn_wire::{status_event, Format, Page};
+
 use crate::handler::{Handler, Options, Reply};
 use crate::request::{Limits, Request};
 use crate::response::Response;
@@ -26,12 +27,6 @@ pub fn store_root() -> PathBuf {
         Some(dir) => dir.join("kn_events"),
         None => PathBuf::from("kn_events"),
     }
-}
-
-/// The largest request body read: enough for the largest event plus its
-/// encoding overhead.
-fn limits(config: &Config) -> Limits {
-    Limits::new().with_max_body((config.max_event_bytes as u64).saturating_mul(3).max(1 << 20))
 }
 
 /// Serves the one request of this CGI process. Never reads the command
@@ -55,7 +50,7 @@ fn serve_one() -> ExitCode {
         Ok(c) => c,
         Err(err) => return fail(&mut out, 500, "Server misconfigured", &err.to_string()),
     };
-    let request = match Request::from_process(&limits(&config)) {
+    let request = match Request::from_process(&Limits::for_store(&config)) {
         Ok(r) => r,
         Err(err) => {
             let (code, reason) = err.status();

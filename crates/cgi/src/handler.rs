@@ -12,8 +12,8 @@ use kn_journal::{
     parse_expires, Destination, ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
 };
 
-use crate::form::Params;
-use crate::format::{js, status_event, Format, Page};
+use kn_wire::{js, status_event, Format, Page, Params};
+
 use crate::request::Request;
 use crate::response::{Head, Response, Status};
 
@@ -77,14 +77,6 @@ type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
 /// cannot post without bound (its body is bounded too, but small entries
 /// would still make hundreds of thousands of posts).
 pub const MAX_BATCH_ENTRIES: usize = 1000;
-
-/// The parameters that are never event elements (PROTOCOL.md 3).
-const CONTROL: &[&[u8]] =
-    &[b"do_method", b"kn_from", b"kn_to", b"kn_debug", b"kn_status_from", b"kn_status_to", b"kn_response_format"];
-
-fn elements_of(params: &Params) -> Event {
-    Event::from_pairs(params.first_values().into_iter().filter(|(n, _)| !CONTROL.contains(n)))
-}
 
 impl Handler {
     /// A handler over `store`.
@@ -258,14 +250,14 @@ impl Handler {
 
     fn notify(&self, params: &Params, path_info: &[u8]) -> Outcome {
         let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
-        let report = self.store.notify(&topic, elements_of(params)).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
+        let report = self.store.notify(&topic, params.elements()).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
         Ok((200, "Notified", wrote_lines(&report.writes)))
     }
 
     fn route(&self, params: &Params, path_info: &[u8]) -> Outcome {
         let from = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
         let to = params.get("kn_to").unwrap_or_default();
-        let mut elements = elements_of(params);
+        let mut elements = params.elements();
         elements.remove(KN_PAYLOAD);
         let report = if to.is_empty() {
             let Some(id) = params.get("kn_id").filter(|id| !id.is_empty()) else {
@@ -327,7 +319,7 @@ impl Handler {
 
     fn tunnel(&self, request: &Request, params: &Params, path_info: &[u8], format: Format) -> Result<TunnelReply, Failure> {
         let topic = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
-        let mut selection = Selection::from_params(&elements_of(params)).map_err(|e| Failure::journal(e, "Bad request"))?;
+        let mut selection = Selection::from_params(&params.elements()).map_err(|e| Failure::journal(e, "Bad request"))?;
         if format == Format::Sse {
             // EventSource resumes with a Last-Event-ID header; its first
             // connection can only carry a query parameter.

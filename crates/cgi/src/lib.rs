@@ -5,15 +5,19 @@
 //! server hands a CGI program and the [`Event`]s the journal stores, with no
 //! pubsub rule of its own (those live in `kn-journal`).
 //!
-//! * [`form`]: `application/x-www-form-urlencoded` parsing and encoding,
-//!   byte-exact ([`Params`]).
+//! The bytes of the protocol, the form codec and the response formats
+//! ([`Params`], [`Format`], [`Page`], [`status_event`]), are kn-wire's;
+//! this crate reads requests, runs them and writes the answers:
+//!
 //! * [`request`]: a CGI/1.1 request read from the environment and stdin, or
 //!   built from a plain HTTP request ([`Request`]), with the server URL.
-//! * [`format`]: the response formats `js`, `simple`, `flash` and `sse`
-//!   ([`Format`]), status events ([`status_event`]) and a decoder of the
-//!   simple format.
 //! * [`response`]: one-shot CGI responses written with one `write`
 //!   ([`Response`]) and streaming tunnels ([`TunnelWriter`]).
+//! * [`handler`]: one request in, one reply out ([`Handler`]): what each
+//!   `do_method` does, through kn-journal.
+//! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
+//!   server (`pubsub-cgi serve`), with the pages of `www/` built in
+//!   ([`pages`]); [`cli`]: its command line.
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
@@ -52,16 +56,13 @@ use std::fmt;
 pub mod assets;
 pub mod cgi;
 pub mod cli;
-pub mod form;
-pub mod format;
 pub mod handler;
 pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
 
-pub use form::Params;
-pub use format::{status_event, Format, Page};
+pub use kn_wire::{status_event, Format, Page, Params};
 pub use kn_journal::fresh_id;
 pub use kn_journal::Event;
 pub use request::{HttpRequest, Limits, Method, Request};
@@ -73,17 +74,14 @@ pub use response::{Head, Response, Status, TunnelWriter};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Malformed urlencoded data: a bad `%` escape (400).
-    BadForm,
+    /// Bad protocol bytes: malformed form data (400), an unknown
+    /// `kn_response_format` (403), with kn-wire's own kind.
+    Wire(kn_wire::ErrorKind),
     /// A malformed CGI request, such as a bad `CONTENT_LENGTH` or a body
     /// shorter than announced (400).
     BadRequest,
     /// A body larger than [`Limits::max_body`] (413). The body was not read.
     TooLarge,
-    /// An unknown `kn_response_format` (403, always answered in `js`).
-    UnsupportedFormat,
-    /// A simple-format stream that could not be decoded (tools and tests).
-    BadFrame,
     /// A failure of the event store, with its own kind.
     Journal(kn_journal::ErrorKind),
     /// Reading the request or writing the response failed (500).
@@ -95,16 +93,15 @@ impl ErrorKind {
     ///
     /// ```
     /// use kn_cgi::ErrorKind;
-    /// assert_eq!(ErrorKind::UnsupportedFormat.status(), (403, "Unsupported kn_response_format value"));
+    /// let unsupported = ErrorKind::Wire(kn_wire::ErrorKind::UnsupportedFormat);
+    /// assert_eq!(unsupported.status(), (403, "Unsupported kn_response_format value"));
     /// assert_eq!(ErrorKind::TooLarge.status().0, 413);
     /// ```
     pub fn status(self) -> (u16, &'static str) {
         match self {
-            ErrorKind::BadForm => (400, "Bad form data"),
+            ErrorKind::Wire(kind) => kind.status(),
             ErrorKind::BadRequest => (400, "Bad request"),
             ErrorKind::TooLarge => (413, "Request too large"),
-            ErrorKind::UnsupportedFormat => (403, "Unsupported kn_response_format value"),
-            ErrorKind::BadFrame => (400, "Bad simple-format frame"),
             ErrorKind::Journal(kind) => kind.status(),
             ErrorKind::Io => (500, "Internal Server Error"),
         }
@@ -166,23 +163,11 @@ impl From<kn_journal::Error> for Error {
     }
 }
 
+impl From<kn_wire::Error> for Error {
+    fn from(err: kn_wire::Error) -> Error {
+        Error { kind: ErrorKind::Wire(err.kind()), message: err.message().to_owned(), source: Some(Box::new(err)) }
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Shows outside bytes in an error message: lossy UTF-8, control bytes
-/// escaped, at most `max` bytes of input.
-pub(crate) fn show(bytes: &[u8], max: usize) -> String {
-    let cut = &bytes[..bytes.len().min(max)];
-    let mut text = String::new();
-    for c in String::from_utf8_lossy(cut).chars() {
-        if c.is_control() {
-            text.extend(c.escape_debug());
-        } else {
-            text.push(c);
-        }
-    }
-    if cut.len() < bytes.len() {
-        text.push('…');
-    }
-    text
-}

@@ -8,15 +8,10 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use kn_journal::Event;
+use kn_journal::Config;
+use kn_wire::{form, Params};
 
-use crate::form::{self, Params};
 use crate::{Error, ErrorKind};
-
-/// The parameters that steer a request and never become event elements
-/// (PROTOCOL.md section 3).
-pub const CONTROL_PARAMETERS: [&str; 7] =
-    ["do_method", "kn_from", "kn_to", "kn_debug", "kn_status_from", "kn_status_to", "kn_response_format"];
 
 /// The HTTP method of a request. Only `GET` and `POST` are served; every
 /// other method, `HEAD` included, is answered `501`.
@@ -82,6 +77,24 @@ impl Limits {
     /// The default limits (a 16 MiB body).
     pub fn new() -> Limits {
         Limits::default()
+    }
+
+    /// The limits of a server over the store `config` describes: a body
+    /// may hold the largest event the store accepts with its encoding
+    /// overhead (`max_event_bytes` × 3, at least 1 MiB).
+    ///
+    /// ```
+    /// use kn_cgi::Limits;
+    /// use kn_journal::Config;
+    ///
+    /// let mut config = Config::new("kn_events");
+    /// config.max_event_bytes = 1 << 20;
+    /// assert_eq!(Limits::for_store(&config).max_body(), 3 << 20);
+    /// config.max_event_bytes = 1000;
+    /// assert_eq!(Limits::for_store(&config).max_body(), 1 << 20);
+    /// ```
+    pub fn for_store(config: &Config) -> Limits {
+        Limits::new().with_max_body((config.max_event_bytes as u64).saturating_mul(3).max(1 << 20))
     }
 
     /// Sets the largest request body accepted, in bytes; a larger
@@ -152,7 +165,7 @@ impl Request {
     /// body is looked at), so that they are always answered `501`.
     ///
     /// Errors: [`ErrorKind::TooLarge`] when `CONTENT_LENGTH` exceeds
-    /// `limits` (nothing read), [`ErrorKind::BadForm`] for a malformed
+    /// `limits` (nothing read), [`ErrorKind::Wire`] (`BadForm`) for a malformed
     /// `%` escape, [`ErrorKind::BadRequest`] for a bad `CONTENT_LENGTH` or a
     /// short body, [`ErrorKind::Io`] when reading fails.
     pub fn from_cgi_env<I, K, V, R>(vars: I, body: R, limits: &Limits) -> Result<Request, Error>
@@ -287,24 +300,6 @@ impl Request {
     pub fn last_event_id(&self) -> Option<&[u8]> {
         self.last_event_id.as_deref()
     }
-
-    /// The event elements the request carries: the first value of every
-    /// parameter that is not one of [`CONTROL_PARAMETERS`].
-    ///
-    /// ```
-    /// use kn_cgi::{form::Params, Limits, Request};
-    /// use std::collections::HashMap;
-    ///
-    /// let env = HashMap::from([("QUERY_STRING", "kn_to=/a;kn_payload=x;dup=1;dup=2")]);
-    /// let event = Request::from_cgi_env(&env, std::io::empty(), &Limits::default()).unwrap().elements();
-    /// assert_eq!(event.get("dup"), Some(&b"1"[..]));
-    /// assert_eq!(event.payload(), b"x");
-    /// assert!(!event.contains("kn_to"));
-    /// ```
-    pub fn elements(&self) -> Event {
-        let is_control = |name: &[u8]| CONTROL_PARAMETERS.iter().any(|c| c.as_bytes() == name);
-        Event::from_pairs(self.params.first_values().into_iter().filter(|(name, _)| !is_control(name)))
-    }
 }
 
 /// The absolute URL of the script of this CGI process, from its
@@ -329,7 +324,7 @@ impl Env {
 }
 
 fn query_params(env: &Env) -> Result<Params, Error> {
-    Params::parse(env.get("QUERY_STRING").unwrap_or_default()).map_err(|e| in_context(e, "in the query string"))
+    Params::parse(env.get("QUERY_STRING").unwrap_or_default()).map_err(|e| in_context(e.into(), "in the query string"))
 }
 
 fn body_params(env: &Env, body: impl Read, limits: &Limits) -> Result<Params, Error> {
@@ -342,7 +337,7 @@ fn body_params(env: &Env, body: impl Read, limits: &Limits) -> Result<Params, Er
             format!("the request body ended after {} of its {length} bytes (CONTENT_LENGTH)", bytes.len()),
         ));
     }
-    Params::parse(&bytes).map_err(|e| in_context(e, "in the request body"))
+    Params::parse(&bytes).map_err(|e| in_context(e.into(), "in the request body"))
 }
 
 /// `CONTENT_LENGTH`, checked against the limit before anything is read.
@@ -357,7 +352,7 @@ fn content_length(env: &Env, limits: &Limits) -> Result<u64, Error> {
         _ => {
             return Err(Error::new(
                 ErrorKind::BadRequest,
-                format!("bad CONTENT_LENGTH '{}': expected a byte count", crate::show(raw, 40)),
+                format!("bad CONTENT_LENGTH '{}': expected a byte count", kn_wire::show_bytes(raw, 40)),
             ))
         }
     };

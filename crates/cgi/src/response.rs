@@ -9,8 +9,8 @@
 use std::io::{self, Write};
 
 use kn_journal::{Event, STATUS};
+use kn_wire::{Format, Page};
 
-use crate::format::{Format, Page};
 use crate::{Error, ErrorKind};
 
 /// An HTTP status: code and reason phrase, as in `Status: 200 Notified`.
@@ -194,7 +194,7 @@ impl<W: Write> TunnelWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::status_event;
+    use kn_wire::status_event;
 
     #[test]
     fn one_shot_is_one_buffer_with_content_length() {

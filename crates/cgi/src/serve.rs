@@ -42,11 +42,12 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::format::{status_event, Format, Page};
+use kn_wire::{status_event, Format, Page, Params};
+
 use crate::handler::{Handler, Options, Reply, TunnelReply};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
-use crate::{Error, ErrorKind, Params};
+use crate::{Error, ErrorKind};
 
 /// Where the protocol is mounted: the path the JavaScript library expects
 /// by default (PROTOCOL.md 3.8).
@@ -198,7 +199,7 @@ impl Server {
     fn new(config: ServeConfig, local: SocketAddr) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
-        let limits = Limits::new().with_max_body((store_config.max_event_bytes as u64).saturating_mul(3).max(1 << 20));
+        let limits = Limits::for_store(&store_config);
         let inline = handles_inline(&store_config);
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
@@ -450,7 +451,7 @@ fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
 /// percent-decoded, `index.html` for a directory; `..` segments (plain or
 /// percent-encoded), backslashes and NULs are refused (400).
 fn static_path(path: &str) -> Result<PathBuf, StatusCode> {
-    let decoded = crate::form::decode_path(path.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let decoded = kn_wire::form::decode_path(path.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
     let decoded = String::from_utf8(decoded).map_err(|_| StatusCode::NOT_FOUND)?;
     if decoded.split('/').any(|segment| segment == "..") || decoded.contains(['\\', '\0']) {
         return Err(StatusCode::BAD_REQUEST);

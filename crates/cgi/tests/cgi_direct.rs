@@ -18,8 +18,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kn_cgi::format::simple;
 use kn_cgi::Event;
+use kn_wire::simple;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pubsub-cgi");
 const JOURNAL: &str = "/who/a/s/1/kn_journal";

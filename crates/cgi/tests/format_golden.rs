@@ -1,4 +1,4 @@
-//! The encoders of `kn_cgi::format` against the bytes of the original
+//! The encoders of `kn_wire` against the bytes of the original
 //! server (`tests/golden/`): every recorded simple frame and js script
 //! block, decoded and re-encoded in the recorded element order, must come
 //! out byte for byte the same. (The binary writes elements in name order;
@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use kn_cgi::format::{js, simple, Format, Page};
+use kn_wire::{js, simple, Format, Page};
 
 fn response_body(name: &str) -> Vec<u8> {
     let raw = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.response"))).unwrap();

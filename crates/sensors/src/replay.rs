@@ -274,7 +274,7 @@ fn post(store: &Store, origin: &Origin, event: Event, options: &ReplayOptions) -
 fn post_remote(url: &str, event: &Event, options: &ReplayOptions) -> Result<bool, SensorError> {
     let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
     pairs.extend(event.elements());
-    let body = kn_cgi::form::encode(pairs).into_bytes();
+    let body = kn_wire::form::encode(pairs).into_bytes();
     let timeout = Duration::from_secs(10);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
@@ -291,7 +291,7 @@ fn post_remote(url: &str, event: &Event, options: &ReplayOptions) -> Result<bool
     let mut reply = request.send(&body[..]).map_err(temp)?;
     let status = reply.status().as_u16();
     let bytes = reply.body_mut().with_config().limit(1 << 20).read_to_vec().map_err(temp)?;
-    let line = kn_cgi::format::simple::decode_frames(&bytes)
+    let line = kn_wire::simple::decode_frames(&bytes)
         .ok()
         .and_then(|events| events.into_iter().find_map(|e| e.get_str(kn_journal::STATUS)));
     match line {

@@ -118,7 +118,7 @@ fn post_remote(url: &str, event: &Event) -> Result<Posted, SensorError> {
     let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
     pairs.extend(event.elements());
     let reply = remote.post_form(url, &pairs).map_err(|e| SensorError::from_journal(e, "cannot post"))?;
-    let status = kn_cgi::format::simple::decode_frames(&reply.body)
+    let status = kn_wire::simple::decode_frames(&reply.body)
         .ok()
         .and_then(|events| events.into_iter().find(|e| e.contains(kn_journal::STATUS)));
     let Some(status) = status else {

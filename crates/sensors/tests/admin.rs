@@ -66,7 +66,7 @@ fn events_prints_current_events_in_three_formats() {
     let json = ok(kn(dir.path(), &["events", "/what/chat", "--format", "json", "--max-n", "1"]));
     assert_eq!(json, "{\"kn_id\":\"e1\",\"kn_payload\":\"first, edited\",\"kn_route_checkpoint\":\"3\",\"kn_time_t\":\"979273892\"}\n");
     let simple = kn(dir.path(), &["events", "/what/chat", "--format", "simple"]).stdout;
-    let events = kn_cgi::format::simple::decode_frames(&simple).unwrap();
+    let events = kn_wire::simple::decode_frames(&simple).unwrap();
     assert_eq!(events.len(), 2);
     assert_eq!(events[0].payload(), b"second\nline");
     // The journal keeps every forwarded copy, with the route's elements.

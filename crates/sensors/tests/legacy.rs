@@ -193,7 +193,7 @@ fn every_legacy_event_comes_out_identical_and_a_rerun_imports_nothing() {
     };
     // Byte-exact in the simple format.
     let simple = kn(root, &["events", "/what/chat", "--format", "simple", "--max-n", "2"]).stdout;
-    let decoded = kn_cgi::format::simple::decode_frames(&simple).unwrap();
+    let decoded = kn_wire::simple::decode_frames(&simple).unwrap();
     assert_eq!(decoded[0].get("nul"), Some(&b"x\0y\tz\x7f"[..]));
 
     // The heartbeat time, the server names, the route.

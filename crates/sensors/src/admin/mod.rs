@@ -61,7 +61,7 @@ pub fn write_event(out: &mut dyn Write, event: &Event, format: EventFormat, topi
             if let Some(t) = topic {
                 e.set(EXPORT_TOPIC, t.as_str());
             }
-            out.write_all(&kn_cgi::format::simple::frame(&e))
+            out.write_all(&kn_wire::simple::frame(&e))
         }
         EventFormat::Text => {
             let mut buf = Vec::new();
@@ -69,9 +69,9 @@ pub fn write_event(out: &mut dyn Write, event: &Event, format: EventFormat, topi
                 buf.extend_from_slice(format!("{EXPORT_TOPIC}: {t}\n").as_bytes());
             }
             for (name, value) in event.elements().filter(|(n, _)| *n != KN_PAYLOAD) {
-                kn_cgi::format::simple::escape(name, &mut buf);
+                kn_wire::simple::escape(name, &mut buf);
                 buf.extend_from_slice(b": ");
-                kn_cgi::format::simple::escape(value, &mut buf);
+                kn_wire::simple::escape(value, &mut buf);
                 buf.push(b'\n');
             }
             buf.push(b'\n');
@@ -122,7 +122,7 @@ pub fn route_line(route: &Route) -> String {
             continue;
         }
         let mut v = Vec::new();
-        kn_cgi::format::simple::escape(value, &mut v);
+        kn_wire::simple::escape(value, &mut v);
         line.push_str(&format!("\t{}={}", String::from_utf8_lossy(name), String::from_utf8_lossy(&v)));
     }
     line

@@ -5,7 +5,19 @@
 //! UTF-8 validation happens here, because event elements are arbitrary byte
 //! strings (PROTOCOL.md section 1).
 
+use kn_journal::Event;
+
 use crate::{Error, ErrorKind};
+
+/// The parameters that steer a request and never become event elements
+/// (PROTOCOL.md section 3).
+pub const CONTROL_PARAMETERS: [&str; 7] =
+    ["do_method", "kn_from", "kn_to", "kn_debug", "kn_status_from", "kn_status_to", "kn_response_format"];
+
+/// True when `name` is one of the [`CONTROL_PARAMETERS`].
+pub fn is_control_parameter(name: &[u8]) -> bool {
+    CONTROL_PARAMETERS.iter().any(|c| c.as_bytes() == name)
+}
 
 /// Form parameters: `(name, value)` byte pairs in the order they were sent,
 /// repeated names included.
@@ -14,7 +26,7 @@ use crate::{Error, ErrorKind};
 /// ([`Params::get`]); [`Params::get_all`] still sees every value.
 ///
 /// ```
-/// use kn_cgi::form::Params;
+/// use kn_wire::form::Params;
 ///
 /// let p = Params::parse(b"dup=1;dup=2&kn_payload=a+b").unwrap();
 /// assert_eq!(p.get("dup"), Some(&b"1"[..]));
@@ -80,6 +92,21 @@ impl Params {
         self.iter().filter(|(name, _)| seen.insert(*name)).collect()
     }
 
+    /// The event elements the parameters carry: the first value of every
+    /// name that is not one of [`CONTROL_PARAMETERS`].
+    ///
+    /// ```
+    /// use kn_wire::form::Params;
+    ///
+    /// let event = Params::parse(b"kn_to=/a;kn_payload=x;dup=1;dup=2").unwrap().elements();
+    /// assert_eq!(event.get("dup"), Some(&b"1"[..]));
+    /// assert_eq!(event.payload(), b"x");
+    /// assert!(!event.contains("kn_to"));
+    /// ```
+    pub fn elements(&self) -> Event {
+        Event::from_pairs(self.first_values().into_iter().filter(|(name, _)| !is_control_parameter(name)))
+    }
+
     /// The number of pairs (repeated names counted each time).
     pub fn len(&self) -> usize {
         self.pairs.len()
@@ -110,7 +137,7 @@ impl<N: Into<Vec<u8>>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Params {
 /// [`ErrorKind::BadForm`] naming the offending pair.
 ///
 /// ```
-/// use kn_cgi::form::parse;
+/// use kn_wire::form::parse;
 ///
 /// let pairs = parse(b"a=%00%FF;b&c=x+y").unwrap();
 /// assert_eq!(pairs[0], (b"a".to_vec(), vec![0x00, 0xff]));
@@ -137,8 +164,8 @@ fn parse_pair(pair: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
             ErrorKind::BadForm,
             format!(
                 "bad form parameter '{}': malformed percent escape '{}'",
-                crate::show(pair, 80),
-                crate::show(escape, 3)
+                crate::show_bytes(pair, 80),
+                crate::show_bytes(escape, 3)
             ),
         )
     };
@@ -191,7 +218,7 @@ pub fn decode_path(path: &[u8]) -> Result<Vec<u8>, Error> {
         let (Some(hi), Some(lo)) = (hi, lo) else {
             return Err(Error::new(
                 ErrorKind::BadForm,
-                format!("bad path '{}': malformed percent escape at byte {i}", crate::show(path, 80)),
+                format!("bad path '{}': malformed percent escape at byte {i}", crate::show_bytes(path, 80)),
             ));
         };
         out.push(hi << 4 | lo);
@@ -213,7 +240,7 @@ fn hex_value(b: u8) -> Option<u8> {
 /// (remote notifies, content transforms).
 ///
 /// ```
-/// use kn_cgi::form::{encode, parse};
+/// use kn_wire::form::{encode, parse};
 ///
 /// let pairs = [(&b"kn_payload"[..], &b"a b&c\0\xff"[..])];
 /// let body = encode(pairs);
