@@ -13,6 +13,8 @@
 //! the stack, heap and libraries but not to the program's own code).
 //! Build with `KN_CGI_PIE=1` to keep the default position-independent link.
 fn main() {
+    // `www/` is built into the binary (src/pages.rs): rebuild when it changes.
+    println!("cargo:rerun-if-changed=../../www");
     println!("cargo:rerun-if-env-changed=KN_CGI_PIE");
     if std::env::var_os("KN_CGI_PIE").is_some_and(|v| !v.is_empty() && v != "0") {
         return;

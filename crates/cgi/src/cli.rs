@@ -42,8 +42,9 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the PubSub protocol at /kn over HTTP/1.1, and static files
-    /// for every other path, until Ctrl-C.
+    /// Serve the PubSub protocol at /kn over HTTP/1.1, and the pages built
+    /// into the program (or --static DIR) for every other path, until
+    /// Ctrl-C.
     ///
     /// One persistent process with thousands of open tunnels; put it
     /// behind Apache's mod_proxy or nginx, or use it directly.
@@ -60,7 +61,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Serve static files from DIR for paths outside /kn (`/` is
-    /// DIR/index.html) [default: ./www if it exists].
+    /// DIR/index.html) instead of the pages built into the program (the
+    /// chat, topic browser and ping pages of the source tree's www/)
+    /// [default: the built-in pages].
     #[arg(long = "static", value_name = "DIR")]
     pub static_dir: Option<PathBuf>,
     /// This server's URL as clients reach it, used for routes and
@@ -76,14 +79,13 @@ impl ServeArgs {
             .root
             .or_else(|| std::env::var_os("KN_EVENTS").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("kn_events"));
-        let static_dir = self.static_dir.or_else(|| Some(PathBuf::from("www")).filter(|d| d.is_dir()));
         if let Some(url) = &self.public_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with('/') {
                 return Err(format!("bad --public-url '{url}': give the absolute URL of {MOUNT}, e.g. http://example.org{MOUNT}"));
             }
         }
         let mut config = ServeConfig::new(listen, root);
-        config.static_dir = static_dir;
+        config.static_dir = self.static_dir;
         config.public_url = self.public_url;
         Ok(config)
     }

@@ -57,6 +57,7 @@ pub mod assets;
 pub mod cgi;
 pub mod cli;
 pub mod handler;
+pub mod pages;
 pub mod request;
 pub mod response;
 pub mod selftest;

@@ -2,8 +2,9 @@
 //!
 //! It mounts the very same [`Handler`] a CGI process runs at `/kn`, in one
 //! persistent process sharing one [`Store`] (the speed mod_perl gave the
-//! original), and serves static files from a directory for every other
-//! path. Put it behind a web server's reverse proxy (Apache `mod_proxy`,
+//! original), and for every other path serves the pages of `www/` built
+//! into the binary ([`pages`](crate::pages)), or the files of a directory
+//! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse proxy (Apache `mod_proxy`,
 //! nginx `proxy_pass`) or use it directly.
 //!
 //! A request (notify, route, batch, ...) is some 50 µs of page-cache file
@@ -74,7 +75,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The event store's root directory.
     pub root: PathBuf,
-    /// The directory of static files served for paths outside `/kn`.
+    /// The directory of static files served for paths outside `/kn`;
+    /// `None` serves the pages built into the binary
+    /// ([`pages`](crate::pages)) instead.
     pub static_dir: Option<PathBuf>,
     /// This server's URL (routes and `kn_routed_from` use it); `None` means
     /// `http://<listen address>/kn`.
@@ -84,7 +87,7 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// Serves the store at `root` on `listen`, no static files.
+    /// Serves the store at `root` on `listen`, and the built-in pages.
     pub fn new(listen: SocketAddr, root: impl Into<PathBuf>) -> ServeConfig {
         ServeConfig { listen, root: root.into(), static_dir: None, public_url: None, options: Options::default() }
     }
@@ -179,7 +182,8 @@ struct Server {
     handler: Handler,
     store: Arc<Store>,
     limits: Limits,
-    /// Canonical, so that a resolved file can be checked to lie inside.
+    /// Canonical, so that a resolved file can be checked to lie inside;
+    /// `None` for the built-in pages.
     static_dir: Option<PathBuf>,
     local: SocketAddr,
     /// Handle requests on the async worker itself (see [`handles_inline`]).
@@ -311,9 +315,6 @@ impl Server {
             reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             return reply;
         }
-        let Some(root) = self.static_dir.clone() else {
-            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
-        };
         let relative = match static_path(request.uri().path()) {
             Ok(r) => r,
             Err(code) => return plain(code, if code == StatusCode::BAD_REQUEST { "400 Bad Request\n" } else { "404 Not Found\n" }),
@@ -321,26 +322,31 @@ impl Server {
         let Some(content_type) = content_type(&relative) else {
             return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
         };
-        let Some((path, size)) = find_inside(&root, &relative) else {
-            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
+        let body = match &self.static_dir {
+            Some(root) => read_inside(root, &relative).await.map(Bytes::from),
+            None => crate::pages::get(&relative).map(Bytes::from_static),
         };
-        // Small files come from the page cache at once; a large one is read
-        // on the blocking pool so that it holds up no other request.
-        let read = if size <= INLINE_FILE_BYTES {
-            std::fs::read(&path).ok()
-        } else {
-            tokio::task::spawn_blocking(move || std::fs::read(path).ok()).await.ok().flatten()
-        };
-        let Some(body) = read else {
+        let Some(body) = body else {
             return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
         };
         let length = body.len();
-        let body = if head_request { Body::empty() } else { Body::full(body) };
+        let body = if head_request { Body::empty() } else { Body::Full(Some(body)) };
         let mut reply = hyper::Response::new(body);
         reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
         reply
     }
+}
+
+/// The contents of `root/relative` if it is a file that really lies inside
+/// `root`. Small files come from the page cache at once; a large one is
+/// read on the blocking pool so that it holds up no other request.
+async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
+    let (path, size) = find_inside(root, relative)?;
+    if size <= INLINE_FILE_BYTES {
+        return std::fs::read(&path).ok();
+    }
+    tokio::task::spawn_blocking(move || std::fs::read(path).ok()).await.ok().flatten()
 }
 
 /// Follows a tunnel until the client goes away or `kn_expires` passes:

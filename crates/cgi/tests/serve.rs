@@ -28,11 +28,18 @@ impl Server {
         std::fs::write(www.join("js/app.js"), "var kn_test = 1;\n").unwrap();
         std::fs::write(www.join("notes.exe"), "MZ").unwrap();
         std::fs::write(dir.path().join("secret.txt"), "outside the static dir\n").unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(dir.path().join("events"))
-            .arg("--static")
-            .arg(&www)
+        Server::launch(dir, Some(&www), env)
+    }
+
+    /// `serve` run in `dir` (its working directory and store), with
+    /// `--static static_dir`, or without it to serve its built-in pages.
+    fn launch(dir: tempfile::TempDir, static_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--root"]).arg(dir.path().join("events")).current_dir(dir.path());
+        if let Some(static_dir) = static_dir {
+            command.arg("--static").arg(static_dir);
+        }
+        let mut child = command
             .env_remove("KN_EVENTS")
             .env_remove("GATEWAY_INTERFACE")
             .envs(env.iter().copied())
@@ -397,6 +404,56 @@ fn static_files_are_served_with_their_type_and_slash_is_the_index() {
     assert_eq!(server.request("GET", "/missing.html", b"").status_line, "HTTP/1.1 404 Not Found");
     assert_eq!(server.request("GET", "/knx", b"").status_line, "HTTP/1.1 404 Not Found");
     assert_eq!(server.request("POST", "/index.html", b"a=b").status_line, "HTTP/1.1 405 Method Not Allowed");
+}
+
+/// The pages of `www/` are built into the binary: `serve` started in a
+/// directory without `www/` (as after `cargo install`, or from a service
+/// manager) serves them, byte for byte, with their types.
+#[test]
+fn built_in_pages_are_served_from_any_directory() {
+    let server = Server::launch(tempfile::tempdir().unwrap(), None, &[]);
+    assert!(!server.path().join("www").exists());
+    let www = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../www");
+    let html = "text/html; charset=utf-8";
+    for (target, file, content_type) in [
+        ("/", "index.html", html),
+        ("/chat.html", "chat.html", html),
+        ("/js/chat.js", "js/chat.js", "text/javascript; charset=utf-8"),
+        ("/css/kn.css", "css/kn.css", "text/css; charset=utf-8"),
+    ] {
+        let reply = server.request("GET", target, b"");
+        assert_eq!(reply.status_line, "HTTP/1.1 200 OK", "{target}");
+        assert_eq!(reply.header("content-type"), Some(content_type), "{target}");
+        assert_eq!(reply.body, std::fs::read(www.join(file)).unwrap(), "{target}");
+    }
+    let head = server.request("HEAD", "/js/chat.js", b"");
+    assert_eq!(head.header("content-length"), Some(std::fs::metadata(www.join("js/chat.js")).unwrap().len().to_string().as_str()));
+    for missing in ["/missing.html", "/js/missing.js", "/js", "/js/", "/../www/index.html"] {
+        let reply = server.request("GET", missing, b"");
+        assert!(reply.status_line == "HTTP/1.1 404 Not Found" || reply.status_line == "HTTP/1.1 400 Bad Request", "{missing}: {}", reply.status_line);
+    }
+    assert_eq!(server.request("GET", "/missing.html", b"").text(), "404 Not Found\n");
+    // The pages load the JavaScript client from the protocol itself.
+    let lib = server.request("GET", "/kn?do_method=lib", b"");
+    assert_eq!(lib.status_line, "HTTP/1.1 200 OK");
+    assert!(lib.text().contains("knpubsub JavaScript client"), "{}", lib.text());
+}
+
+/// `--static DIR` replaces the built-in pages entirely: a changed page is
+/// served from DIR, and what DIR lacks is missing (not taken from the
+/// built-in pages).
+#[test]
+fn static_dir_overrides_the_built_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    std::fs::write(pages.join("chat.html"), "<h1>a changed chat</h1>\n").unwrap();
+    let server = Server::launch(dir, Some(&pages), &[]);
+    let chat = server.request("GET", "/chat.html", b"");
+    assert_eq!(chat.status_line, "HTTP/1.1 200 OK");
+    assert_eq!(chat.text(), "<h1>a changed chat</h1>\n");
+    assert_eq!(server.request("GET", "/", b"").status_line, "HTTP/1.1 404 Not Found");
+    assert_eq!(server.request("GET", "/js/chat.js", b"").status_line, "HTTP/1.1 404 Not Found");
 }
 
 #[test]
