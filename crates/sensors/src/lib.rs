@@ -12,6 +12,11 @@
 //! * `kn-feed` ([`feed`]): each item of an RSS or Atom feed becomes one
 //!   event, keyed by the item's id so that reruns post only what changed.
 //!
+//! The status events a server answers a URL target with are read with
+//! kn-wire's `simple` decoder, and forms are encoded with kn-wire's codec:
+//! the sensors share the wire format with pubsub.cgi but not its web
+//! server (no kn-cgi, hyper or tokio among their dependencies).
+//!
 //! Failures carry sysexits(3) codes ([`SensorError::exit_code`]): `75`
 //! (temporary: disk full, server unreachable) makes a mail system retry.
 //!
