@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use kn_journal::{Config, Store};
-
 use kn_wire::{status_event, Format, Page};
 
 use crate::handler::{Handler, Options, Reply};

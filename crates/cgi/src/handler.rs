@@ -11,7 +11,6 @@ use std::time::{Duration, Instant, SystemTime};
 use kn_journal::{
     parse_expires, Destination, ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
 };
-
 use kn_wire::{js, status_event, Format, Page, Params};
 
 use crate::request::Request;

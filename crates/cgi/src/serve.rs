@@ -4,8 +4,8 @@
 //! persistent process sharing one [`Store`] (the speed mod_perl gave the
 //! original), and for every other path serves the pages of `www/` built
 //! into the binary ([`pages`](crate::pages)), or the files of a directory
-//! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse proxy (Apache `mod_proxy`,
-//! nginx `proxy_pass`) or use it directly.
+//! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse
+//! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
 //! A request (notify, route, batch, ...) is some 50 µs of page-cache file
 //! I/O, handled on the async worker itself; but when remote URLs may be
@@ -42,7 +42,6 @@ use kn_journal::{Config, OutboundPolicy, Store, SyncPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
 use kn_wire::{status_event, Format, Page, Params};
 
 use crate::handler::{Handler, Options, Reply, TunnelReply};
