@@ -39,10 +39,10 @@ use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use kn_journal::{Config, OutboundPolicy, Store, SyncPolicy};
+use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use kn_wire::{status_event, Format, Page, Params};
 
 use crate::handler::{Handler, Options, Reply, TunnelReply};
 use crate::request::{HttpRequest, Limits, Request};
