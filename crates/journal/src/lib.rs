@@ -35,6 +35,7 @@
 mod config;
 mod error;
 mod event;
+mod ids;
 mod log;
 mod record;
 mod remote;
