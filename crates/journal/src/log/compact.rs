@@ -19,7 +19,7 @@ use super::writer::Writer;
 
 /// Compaction of an ordinary topic starts once it holds this many
 /// superseded records and more of them than live ones.
-pub(super) const COMPACT_MIN_GARBAGE: u64 = 1000;
+const COMPACT_MIN_GARBAGE: u64 = 1000;
 
 impl Writer<'_> {
     /// Whether enough superseded records piled up to compact.
@@ -109,7 +109,7 @@ impl Writer<'_> {
         Ok(report)
     }
 
-    pub(super) fn rewrite_segment(&self, seg: &Planned) -> Result<()> {
+    fn rewrite_segment(&self, seg: &Planned) -> Result<()> {
         if seg.first == self.head.active || !seg.changed {
             return Ok(());
         }
@@ -147,7 +147,7 @@ impl Writer<'_> {
         sync_dir(&self.dir)
     }
 
-    pub(super) fn rebuild_index_from(&mut self, segments: &[Planned]) -> Result<()> {
+    fn rebuild_index_from(&mut self, segments: &[Planned]) -> Result<()> {
         let mut entries: HashMap<u64, u64> = HashMap::new();
         for seg in segments {
             for r in &seg.records {
@@ -175,21 +175,21 @@ pub struct CompactReport {
     pub segments_after: usize,
 }
 
-pub(super) fn id_key(event: &Event) -> u128 {
+fn id_key(event: &Event) -> u128 {
     xxhash_rust::xxh3::xxh3_128(event.get(KN_ID).unwrap_or(b""))
 }
 
 /// A segment as compaction will leave it.
-pub(super) struct Planned {
+struct Planned {
     pub(super) first: u64,
     pub(super) records: Vec<Record>,
     pub(super) changed: bool,
-    pub(super) absorbed: Vec<u64>,
+    absorbed: Vec<u64>,
 }
 
 /// Merges runs of adjacent sealed segments whose records fit together in
 /// half a segment, so that compaction does not leave many tiny files.
-pub(super) fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_bytes: u64) -> Vec<Planned> {
+fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_bytes: u64) -> Vec<Planned> {
     let size = |rs: &[Record]| rs.iter().map(|r| 64 + r.event.byte_size() as u64).sum::<u64>();
     let mut out: Vec<Planned> = Vec::new();
     for (first, records, changed) in segments {

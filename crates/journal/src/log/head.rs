@@ -14,10 +14,10 @@ use crate::error::{Error, Result};
 use super::{FILE_MODE, HEAD_FILE, group_writable, open_rw, sync_dir};
 use super::segment::{list_segments, scan_segment, segment_name};
 
-pub(super) const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x03";
+const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x03";
 pub(super) const HEAD_SIZE: u64 = 128;
 /// Offset of the header's CRC-32C, which covers the bytes before it.
-pub(super) const HEAD_CRC: usize = 72;
+const HEAD_CRC: usize = 72;
 pub(super) const SLOT_SIZE: u64 = 12;
 pub(super) const INITIAL_SLOTS: u64 = 64;
 
@@ -77,7 +77,7 @@ impl Head {
 
 /// A route generation for a head built from the log: random, so that it
 /// matches no value a process may have kept from an earlier head.
-pub(super) fn fresh_routes_generation() -> u64 {
+fn fresh_routes_generation() -> u64 {
     u64::from_le_bytes(crate::ids::random_bytes())
 }
 

@@ -10,13 +10,13 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::record::{self, Decoded, Record};
 
-pub(super) const SEGMENT_PREFIX: &str = ".seg-";
+const SEGMENT_PREFIX: &str = ".seg-";
 
 pub(crate) fn segment_name(first_seq: u64) -> String {
     format!("{SEGMENT_PREFIX}{first_seq:016x}")
 }
 
-pub(super) fn parse_segment_name(name: &str) -> Option<u64> {
+fn parse_segment_name(name: &str) -> Option<u64> {
     let hex = name.strip_prefix(SEGMENT_PREFIX)?;
     if hex.len() != 16 {
         return None;

@@ -39,7 +39,7 @@ pub(crate) struct Writer<'c> {
     pub(super) segment: File,
     /// The first seq (name) of the segment `segment` really is: it differs
     /// from `head.active` only after a roll failed half-way.
-    pub(super) segment_first: u64,
+    segment_first: u64,
 }
 
 /// A topic's open files, kept by a process between appends (unlocked).
@@ -51,7 +51,7 @@ pub(crate) struct TopicFiles {
     pub(super) lock: File,
     pub(super) head_file: HeadFile,
     pub(super) segment: File,
-    pub(super) segment_first: u64,
+    segment_first: u64,
 }
 
 /// Free space as last queried, so that the free-space check of every
@@ -213,7 +213,7 @@ impl<'c> Writer<'c> {
     /// the head (it was killed), and truncates a torn tail.
     /// Returns false when the open segment was deleted (its name must be
     /// opened again) or the head lags behind the log (it must be rebuilt).
-    pub(super) fn recover_tail(&mut self) -> Result<bool> {
+    fn recover_tail(&mut self) -> Result<bool> {
         let meta = match stat_fd(&self.segment) {
             Ok(meta) => meta,
             Err(e) => return Err(Error::io("cannot stat segment", &self.dir.join(segment_name(self.head.active)), e)),
@@ -247,7 +247,7 @@ impl<'c> Writer<'c> {
         Ok(true)
     }
 
-    pub(super) fn write_head(&mut self) -> Result<()> {
+    fn write_head(&mut self) -> Result<()> {
         self.head_file
             .write_all_at(&self.head.encode(), 0)
             .map_err(|e| Error::io("cannot write head", &self.dir.join(HEAD_FILE), e))
@@ -255,7 +255,7 @@ impl<'c> Writer<'c> {
 
     /// Looks `id` up in the duplicate index: the digest of its current
     /// event's end-to-end elements, if it has one.
-    pub(super) fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
+    fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
         let h = id_hash(id);
         let mask = self.head.slots - 1;
         let mut i = h & mask;
@@ -297,13 +297,13 @@ impl<'c> Writer<'c> {
         self.write_slot(slot, id_hash(id), event.end_to_end_digest() as u64)
     }
 
-    pub(super) fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
+    fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
         self.head_file
             .write_all_at(&encode_slot(hash, digest), HEAD_SIZE + slot * SLOT_SIZE)
             .map_err(|e| Error::io("cannot write index", &self.dir.join(HEAD_FILE), e))
     }
 
-    pub(super) fn grow_index(&mut self) -> Result<()> {
+    fn grow_index(&mut self) -> Result<()> {
         let path = self.dir.join(HEAD_FILE);
         let mut table = vec![0u8; (self.head.slots * SLOT_SIZE) as usize];
         self.head_file.read_exact_at(&mut table, HEAD_SIZE).map_err(|e| Error::io("cannot read index", &path, e))?;
