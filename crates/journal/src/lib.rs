@@ -8,6 +8,34 @@
 //! `kn_subtopics` announcements, heartbeats, and waiting for new events.
 //! `pubsub.cgi` and every sensor call this crate and nothing else.
 //!
+//! # Where things live
+//!
+//! Data flows one way: [`Store`] -> `log` -> files; nothing below imports
+//! anything above it.
+//!
+//! * `store/mod.rs`: [`Store`] itself: opening, configuration, server names
+//!   and [`Store::resolve`], topic directories, the cache of kept topic files,
+//!   [`raise_open_file_limit`].
+//! * `store/post.rs`: [`Store::notify`] / [`Store::post`]: the job queue,
+//!   storing an event, `kn_subtopics` announcements, forwarding, poisoning.
+//! * `store/routes.rs`: [`Store::route`], [`Store::delete_route`], [`Route`],
+//!   route limits, destinations and content filters.
+//! * `store/read.rs`: [`Store::events`], [`Selection`], resuming at a
+//!   checkpoint, [`Store::tunnel`] and [`Tunnel`].
+//! * `store/lifecycle.rs`: topics, compaction, verify and repair, journal
+//!   heartbeats and expiry.
+//! * `store/admin.rs`: tools' APIs: [`TopicStat`], restore, setting a
+//!   heartbeat.
+//! * `log/`: one topic's files, knowing nothing of the store: `segment`
+//!   (names, scans, reads, [`LogCursor`]), `head` (the `.head` and its
+//!   `kn_id` index), `writer` (the locked appender), `compact`
+//!   ([`CompactReport`], retention), `verify`.
+//! * `watch.rs`: the process-wide change notifier that wakes tunnels.
+//! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
+//!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
+//!   HTTP to other servers; `error.rs`: [`Error`]; `ids.rs`: the clock
+//!   ([`now`]) and [`fresh_id`].
+//!
 //! ```
 //! use kn_journal::{Event, Selection, Store, Topic};
 //!
@@ -35,6 +63,7 @@
 mod config;
 mod error;
 mod event;
+mod ids;
 mod log;
 mod record;
 mod remote;

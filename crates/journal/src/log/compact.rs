@@ -1,0 +1,209 @@
+//! Compaction and retention of one topic: the plan (which records stay,
+//! which small segments merge), the rewrite of each segment, the rebuilt
+//! index, and the deletion of old journal segments.
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, Result};
+use crate::event::{Event, KN_ID};
+use crate::record::{self, Record};
+
+use super::{FILE_MODE, group_writable, sync_dir};
+use super::head::{Head, id_hash, table_slots, write_head_file};
+use super::segment::{list_segments, scan_segment, segment_name};
+use super::writer::Writer;
+
+/// Compaction of an ordinary topic starts once it holds this many
+/// superseded records and more of them than live ones.
+const COMPACT_MIN_GARBAGE: u64 = 1000;
+
+impl Writer<'_> {
+    /// Whether enough superseded records piled up to compact.
+    pub(crate) fn wants_compaction(&self) -> bool {
+        self.ordinary && self.head.garbage >= COMPACT_MIN_GARBAGE && self.head.garbage > self.head.live
+    }
+
+    /// Deletes whole sealed journal segments that are too old or beyond
+    /// the byte budget, oldest first.
+    pub(crate) fn apply_retention(&mut self) -> Result<usize> {
+        let segments = list_segments(&self.dir)?;
+        let sealed: Vec<(u64, u64, SystemTime)> = segments
+            .iter()
+            .filter(|&&f| f != self.head.active)
+            .filter_map(|&f| {
+                let m = fs::metadata(self.dir.join(segment_name(f))).ok()?;
+                Some((f, m.len(), m.modified().ok()?))
+            })
+            .collect();
+        let active_len = self.head.active_len;
+        let mut total: u64 = sealed.iter().map(|s| s.1).sum::<u64>() + active_len;
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for (first, len, modified) in sealed {
+            let too_old = now.duration_since(modified).unwrap_or(Duration::ZERO) > self.config.journal_max_age;
+            if !too_old && total <= self.config.journal_max_bytes {
+                break;
+            }
+            let path = self.dir.join(segment_name(first));
+            fs::remove_file(&path).map_err(|e| Error::io("cannot delete old segment", &path, e))?;
+            total -= len;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Rewrites the sealed segments keeping only live records: on an
+    /// ordinary topic the current event of each `kn_id`, everywhere
+    /// nothing expired longer than `expired_grace` ago. Each segment is
+    /// replaced by one atomic rename, so a concurrent reader sees either the
+    /// old or the new file, both valid; appends wait for the lock we hold.
+    pub(crate) fn compact(&mut self, now: f64) -> Result<CompactReport> {
+        let mut report = CompactReport::default();
+        let segments = list_segments(&self.dir)?;
+        // Pass 1: the newest sequence number of every kn_id.
+        let mut latest: HashMap<u128, u64> = HashMap::new();
+        let mut scans = Vec::new();
+        for &first in &segments {
+            let Some(scan) = scan_segment(&self.dir.join(segment_name(first)), 0)? else { continue };
+            if self.ordinary {
+                for (_, r) in &scan.records {
+                    latest.insert(id_key(&r.event), r.seq);
+                }
+            }
+            scans.push((first, scan));
+        }
+        // Pass 2: rewrite what changes, then merge small neighbours.
+        let horizon = now - self.config.expired_grace.as_secs_f64();
+        let mut last_seq = 0u64;
+        let mut kept_segments: Vec<(u64, Vec<Record>, bool)> = Vec::new();
+        for (first, scan) in scans {
+            report.records_before += scan.records.len();
+            let active = first == self.head.active;
+            let total = scan.records.len();
+            let mut keep = Vec::with_capacity(total);
+            for (_, r) in scan.records {
+                let repeated = r.seq <= last_seq;
+                last_seq = last_seq.max(r.seq);
+                let superseded = self.ordinary && latest.get(&id_key(&r.event)) != Some(&r.seq);
+                let long_expired = matches!(r.event.expires_at(now), Ok(Some(t)) if t <= horizon);
+                if active || !(repeated || superseded || long_expired) {
+                    keep.push(r);
+                }
+            }
+            let changed = keep.len() != total;
+            kept_segments.push((first, keep, changed));
+        }
+        let merged = merge_small(kept_segments, self.head.active, self.config.segment_bytes);
+        for seg in &merged {
+            report.records_after += seg.records.len();
+            self.rewrite_segment(seg)?;
+        }
+        if self.ordinary {
+            self.rebuild_index_from(&merged)?;
+        }
+        report.segments_after = merged.iter().filter(|s| !s.records.is_empty() || s.first == self.head.active).count();
+        Ok(report)
+    }
+
+    fn rewrite_segment(&self, seg: &Planned) -> Result<()> {
+        if seg.first == self.head.active || !seg.changed {
+            return Ok(());
+        }
+        let path = self.dir.join(segment_name(seg.first));
+        if seg.records.is_empty() {
+            return match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io("cannot delete emptied segment", &path, e)),
+            };
+        }
+        let tmp = self.dir.join(format!(".tmp-compact-{:016x}", seg.first));
+        let mut bytes = Vec::new();
+        for r in &seg.records {
+            bytes.extend_from_slice(&record::encode(r));
+        }
+        let write = || -> std::io::Result<()> {
+            let f = OpenOptions::new().write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+            group_writable(&f)?;
+            f.write_all_at(&bytes, 0)?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io("cannot write compacted segment", &tmp, e));
+        }
+        fs::rename(&tmp, &path).map_err(|e| Error::io("cannot install compacted segment", &path, e))?;
+        sync_dir(&self.dir)?;
+        // Merged-away neighbours go only after the merged file is durably in
+        // place: a crash in between leaves records twice, which readers skip.
+        for &gone in &seg.absorbed {
+            let p = self.dir.join(segment_name(gone));
+            let _ = fs::remove_file(p);
+        }
+        sync_dir(&self.dir)
+    }
+
+    fn rebuild_index_from(&mut self, segments: &[Planned]) -> Result<()> {
+        let mut entries: HashMap<u64, u64> = HashMap::new();
+        for seg in segments {
+            for r in &seg.records {
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+            }
+        }
+        let live = entries.len() as u64;
+        let slots = table_slots(live);
+        let head = Head { live, garbage: 0, slots, used: live, ..self.head };
+        let list: Vec<(u64, u64)> = entries.into_iter().collect();
+        self.head_file = write_head_file(&self.dir, &head, &list)?;
+        self.head = head;
+        Ok(())
+    }
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Records in the topic before.
+    pub records_before: usize,
+    /// Records kept.
+    pub records_after: usize,
+    /// Segment files left.
+    pub segments_after: usize,
+}
+
+fn id_key(event: &Event) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(event.get(KN_ID).unwrap_or(b""))
+}
+
+/// A segment as compaction will leave it.
+struct Planned {
+    pub(super) first: u64,
+    pub(super) records: Vec<Record>,
+    pub(super) changed: bool,
+    absorbed: Vec<u64>,
+}
+
+/// Merges runs of adjacent sealed segments whose records fit together in
+/// half a segment, so that compaction does not leave many tiny files.
+fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_bytes: u64) -> Vec<Planned> {
+    let size = |rs: &[Record]| rs.iter().map(|r| 64 + r.event.byte_size() as u64).sum::<u64>();
+    let mut out: Vec<Planned> = Vec::new();
+    for (first, records, changed) in segments {
+        if first != active {
+            if let Some(prev) = out.last_mut() {
+                if prev.first != active && size(&prev.records) + size(&records) <= segment_bytes / 2 {
+                    prev.records.extend(records);
+                    prev.changed = true;
+                    prev.absorbed.push(first);
+                    continue;
+                }
+            }
+        }
+        out.push(Planned { first, records, changed, absorbed: Vec::new() });
+    }
+    out
+}

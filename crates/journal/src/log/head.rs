@@ -1,0 +1,290 @@
+//! The writer's `.head`: the header (`Head`), its memory-mapped file
+//! (`HeadFile`), the `kn_id` duplicate index slots, and writing or
+//! rebuilding a head from the log.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::config::{Config, SyncPolicy};
+use crate::error::{Error, Result};
+
+use super::{FILE_MODE, HEAD_FILE, group_writable, open_rw, sync_dir};
+use super::segment::{list_segments, scan_segment, segment_name};
+
+const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x03";
+pub(super) const HEAD_SIZE: u64 = 128;
+/// Offset of the header's CRC-32C, which covers the bytes before it.
+const HEAD_CRC: usize = 72;
+pub(super) const SLOT_SIZE: u64 = 12;
+pub(super) const INITIAL_SLOTS: u64 = 64;
+
+/// The writer's state, kept in the first bytes of `.head`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Head {
+    pub(super) next_seq: u64,
+    pub(super) active: u64,
+    pub(super) active_len: u64,
+    pub(super) live: u64,
+    pub(super) garbage: u64,
+    pub(super) slots: u64,
+    pub(super) used: u64,
+    /// The route generation: changes (is incremented) before every write
+    /// to this topic's `kn_routes`, and starts at a random value in every
+    /// head built from the log, so that a process may keep the routes it
+    /// read for as long as it finds the same value here.
+    pub(super) routes: u64,
+}
+
+impl Head {
+    pub(super) fn encode(&self) -> [u8; HEAD_SIZE as usize] {
+        let mut b = [0u8; HEAD_SIZE as usize];
+        b[..8].copy_from_slice(HEAD_MAGIC);
+        let fields =
+            [self.next_seq, self.active, self.active_len, self.live, self.garbage, self.slots, self.used, self.routes];
+        for (i, f) in fields.iter().enumerate() {
+            b[8 + i * 8..16 + i * 8].copy_from_slice(&f.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..HEAD_CRC]);
+        b[HEAD_CRC..HEAD_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Option<Head> {
+        if b.len() < HEAD_CRC + 4 || &b[..8] != HEAD_MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes([b[HEAD_CRC], b[HEAD_CRC + 1], b[HEAD_CRC + 2], b[HEAD_CRC + 3]]);
+        if crc32c::crc32c(&b[..HEAD_CRC]) != crc {
+            return None;
+        }
+        let f = |i: usize| u64::from_le_bytes(b[8 + i * 8..16 + i * 8].try_into().unwrap_or([0; 8]));
+        let head = Head {
+            next_seq: f(0),
+            active: f(1),
+            active_len: f(2),
+            live: f(3),
+            garbage: f(4),
+            slots: f(5),
+            used: f(6),
+            routes: f(7),
+        };
+        (head.slots == 0 || head.slots.is_power_of_two()).then_some(head)
+    }
+}
+
+/// A route generation for a head built from the log: random, so that it
+/// matches no value a process may have kept from an earlier head.
+fn fresh_routes_generation() -> u64 {
+    u64::from_le_bytes(crate::ids::random_bytes())
+}
+
+/// How many `kn_id`s the duplicate index of the ordinary topic in `dir`
+/// holds, from its head: at least the number of its current events (a
+/// cheap bound for limits). `u64::MAX` when there is no valid head.
+pub(crate) fn indexed_ids(dir: &Path) -> u64 {
+    let mut buf = [0u8; HEAD_SIZE as usize];
+    File::open(dir.join(HEAD_FILE))
+        .ok()
+        .and_then(|f| f.read_exact_at(&mut buf, 0).ok())
+        .and_then(|_| Head::decode(&buf))
+        .map(|h| h.used.max(h.live))
+        .unwrap_or(u64::MAX)
+}
+
+/// The 32-bit hash of a `kn_id` in the duplicate index (never 0, which
+/// marks an empty slot). Two ids may share a hash: a duplicate needs the
+/// 64-bit digest of the end-to-end elements to match as well.
+pub(super) fn id_hash(id: &[u8]) -> u64 {
+    (xxhash_rust::xxh3::xxh3_64(id) as u32 | 1) as u64
+}
+
+/// One index slot: id hash (u32 LE), digest (u64 LE).
+pub(super) fn encode_slot(hash: u64, digest: u64) -> [u8; SLOT_SIZE as usize] {
+    let mut s = [0u8; SLOT_SIZE as usize];
+    s[..4].copy_from_slice(&(hash as u32).to_le_bytes());
+    s[4..].copy_from_slice(&digest.to_le_bytes());
+    s
+}
+
+pub(super) fn decode_slot(s: &[u8]) -> (u64, u64) {
+    let hash = u32::from_le_bytes(s[..4].try_into().unwrap_or([0; 4])) as u64;
+    let digest = u64::from_le_bytes(s[4..12].try_into().unwrap_or([0; 8]));
+    (hash, digest)
+}
+
+/// The index grows (doubles) before it is more than 80 % full.
+pub(super) fn index_full(used: u64, slots: u64) -> bool {
+    (used + 1) * 10 > slots * 8
+}
+
+/// The open `.head`, mapped shared: the head read, the index probe and the
+/// slot and header updates of a post are memory accesses, not system calls.
+/// Other processes see the same page cache, exactly as with `pread` and
+/// `pwrite`; the store never truncates a `.head` in place (a new one is
+/// written aside and renamed), so the mapping never loses its pages.
+pub(crate) struct HeadFile {
+    pub(super) file: File,
+    pub(super) map: memmap2::MmapRaw,
+}
+
+impl HeadFile {
+    /// Maps `file`; fails (the head is then rebuilt) when it is shorter
+    /// than a header.
+    pub(super) fn new(file: File) -> std::io::Result<HeadFile> {
+        let len = file.metadata()?.len();
+        if len < HEAD_SIZE {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "head shorter than its header"));
+        }
+        let map = memmap2::MmapOptions::new().len(len as usize).map_raw(&file)?;
+        Ok(HeadFile { file, map })
+    }
+
+    pub(super) fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let end = offset as usize + buf.len();
+        if end > self.map.len() {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "read past the end of the head"));
+        }
+        // SAFETY: in bounds of a live mapping of a file that is never
+        // truncated in place; other processes' concurrent writes are
+        // excluded by the topic lock held by every writer of the head.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    pub(super) fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        let end = offset as usize + bytes.len();
+        if end > self.map.len() {
+            return Err(std::io::Error::new(IoKind::UnexpectedEof, "write past the end of the head"));
+        }
+        // SAFETY: as in `read_exact_at`; the caller holds the topic lock.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.as_mut_ptr().add(offset as usize), bytes.len()) };
+        Ok(())
+    }
+
+    pub(super) fn sync_data(&self) -> std::io::Result<()> {
+        self.map.flush()?;
+        self.file.sync_data()
+    }
+}
+
+pub(super) fn table_slots(live: u64) -> u64 {
+    let mut slots = INITIAL_SLOTS;
+    while index_full(live, slots) {
+        slots *= 2;
+    }
+    slots
+}
+
+/// Writes a complete `.head` (header and table) under a temporary name and
+/// renames it into place; returns it opened.
+pub(super) fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -> Result<HeadFile> {
+    let mut bytes = vec![0u8; (HEAD_SIZE + head.slots * SLOT_SIZE) as usize];
+    bytes[..HEAD_SIZE as usize].copy_from_slice(&head.encode());
+    if head.slots > 0 {
+        let mask = head.slots - 1;
+        for &(h, digest) in entries {
+            let mut i = h & mask;
+            loop {
+                let at = (HEAD_SIZE + i * SLOT_SIZE) as usize;
+                if bytes[at..at + 4] == [0u8; 4] {
+                    bytes[at..at + SLOT_SIZE as usize].copy_from_slice(&encode_slot(h, digest));
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+    }
+    let tmp = dir.join(".tmp-head");
+    let path = dir.join(HEAD_FILE);
+    // Processes keeping the old head open (TopicFiles) must notice that it
+    // is replaced: clear its magic first (we hold the topic's lock).
+    if let Ok(old) = OpenOptions::new().write(true).open(&path) {
+        let _ = old.write_all_at(&[0u8; 8], 0);
+    }
+    let write = || -> std::io::Result<HeadFile> {
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+        group_writable(&f)?;
+        f.write_all_at(&bytes, 0)?;
+        let mapped = HeadFile::new(f)?;
+        fs::rename(&tmp, &path)?;
+        Ok(mapped)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io("cannot write head", &path, e)
+    })
+}
+
+/// Rebuilds `.head` from a full scan of the log: the slow path, taken only
+/// when the head is missing or does not match the log (a crash, a power
+/// cut with `sync=none`, an old store).
+pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Result<(HeadFile, Head)> {
+    let mut segments = list_segments(dir)?;
+    let mut max_seq = 0u64;
+    let mut entries: HashMap<u64, u64> = HashMap::new();
+    let mut records = 0u64;
+    let mut active_len = 0u64;
+    let mut kept = Vec::new();
+    let last = segments.last().copied();
+    for first in segments.drain(..) {
+        let path = dir.join(segment_name(first));
+        let Some(scan) = scan_segment(&path, 0)? else { continue };
+        if scan.records.is_empty() && Some(first) != last {
+            // An empty sealed segment (a crash while rolling): drop it.
+            let _ = fs::remove_file(&path);
+            continue;
+        }
+        for (_, r) in &scan.records {
+            if r.seq <= max_seq {
+                continue;
+            }
+            max_seq = r.seq;
+            records += 1;
+            if ordinary {
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+            }
+        }
+        if Some(first) == last {
+            if scan.stop.is_some() {
+                let f = open_rw(&path, false).map_err(|e| Error::io("cannot open segment", &path, e))?;
+                f.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
+            }
+            active_len = scan.end;
+        }
+        kept.push(first);
+    }
+    let active = match kept.last() {
+        Some(&f) => f,
+        None => {
+            let path = dir.join(segment_name(1));
+            open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
+            if config.sync == SyncPolicy::Always {
+                sync_dir(dir)?;
+            }
+            1
+        }
+    };
+    let next_seq = (max_seq + 1).max(active);
+    let live = entries.len() as u64;
+    let slots = if ordinary { table_slots(live) } else { 0 };
+    let head = Head {
+        next_seq,
+        active,
+        active_len,
+        live: if ordinary { live } else { records },
+        garbage: if ordinary { records.saturating_sub(live) } else { 0 },
+        slots,
+        used: if ordinary { live } else { 0 },
+        routes: fresh_routes_generation(),
+    };
+    let list: Vec<(u64, u64)> = entries.into_iter().collect();
+    let file = write_head_file(dir, &head, &list)?;
+    Ok((file, head))
+}

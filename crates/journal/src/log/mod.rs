@@ -1,0 +1,107 @@
+//! One topic's log: append-only segments, the writer's `.head` (state and
+//! duplicate index), torn-tail repair, reading, compaction and retention.
+//!
+//! FORMAT.md explains the files; this module is the code that keeps the
+//! promises made there. It sits below the store and knows nothing of it
+//! (nor of `watch`): it takes a topic directory and a [`Config`].
+//!
+//! * `segment`: segment names, listing, scanning, reading (after a seq,
+//!   backwards, new records behind a [`LogCursor`]).
+//! * `head`: the `.head` header, its mapping, the `kn_id` index slots,
+//!   writing and rebuilding a head.
+//! * `writer`: [`Writer`], the locked appender (attach or reuse, torn-tail
+//!   recovery, duplicate check, append, roll) and the free-space gauge.
+//! * `compact`: compaction and journal retention ([`CompactReport`]).
+//! * `verify`: checking every record of a topic.
+//! * here: the shared file names and modes, opening files group-writable,
+//!   syncing a directory, and the test failpoints.
+//!
+//! [`Config`]: crate::Config
+
+use std::fs::{self, File, OpenOptions};
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+mod compact;
+mod head;
+mod segment;
+mod verify;
+mod writer;
+
+pub use compact::CompactReport;
+pub use segment::LogCursor;
+pub(crate) use head::indexed_ids;
+pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_after, read_backwards, read_new, segment_name, Stop};
+pub(crate) use verify::verify_dir;
+pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer};
+
+pub(crate) const LOCK_FILE: &str = ".lock";
+pub(crate) const HEAD_FILE: &str = ".head";
+
+/// Modes of files and directories the store creates: group-writable so the
+/// web server and sensors run by other users of one group can all write,
+/// never world-writable (the umask may remove more).
+pub(crate) const FILE_MODE: u32 = 0o664;
+
+/// Fault injection for tests, compiled in only with the `failpoints`
+/// feature: true when the file named by `KN_FAILPOINT` lists `name`
+/// (`append-eio`: half a record is written, then EIO; `fsync-eio`: the
+/// `fdatasync` of `KN_SYNC=always` fails with EIO).
+#[cfg(feature = "failpoints")]
+fn failpoint(name: &str) -> bool {
+    std::env::var_os("KN_FAILPOINT")
+        .and_then(|path| fs::read_to_string(path).ok())
+        .is_some_and(|armed| armed.split_whitespace().any(|w| w == name))
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn failpoint(_name: &str) -> bool {
+    false
+}
+
+fn eio() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::EIO)
+}
+
+fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
+    match OpenOptions::new().read(true).write(true).open(path) {
+        Err(e) if create && e.kind() == IoKind::NotFound => open_shared(path, false),
+        other => other,
+    }
+}
+
+/// Opens `path` for reading and writing (appending if `append`), creating
+/// it group-writable if it does not exist. The mode is set only on
+/// creation: changing the mode of another user's file is not allowed.
+pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).append(append);
+    match options.open(path) {
+        Err(e) if e.kind() == IoKind::NotFound => {
+            let mut create = options.clone();
+            match create.create_new(true).mode(FILE_MODE).open(path) {
+                Ok(f) => group_writable(&f).map(|_| f),
+                // Another process created it first: it set the mode.
+                Err(e) if e.kind() == IoKind::AlreadyExists => options.open(path),
+                Err(e) => Err(e),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Gives a file the store's mode whatever the umask: group-writable, so
+/// that the web server and sensors of one group can all write, and never
+/// world-writable. Called only when a file is created.
+pub(crate) fn group_writable(f: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("cannot sync directory", dir, e))
+}

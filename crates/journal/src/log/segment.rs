@@ -1,0 +1,288 @@
+//! Segment files: their names, listing, scanning (with the frame that
+//! stopped a scan) and reading records after a sequence number, backwards,
+//! or as they arrive (`LogCursor`).
+
+use std::fs::{self, File};
+use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::record::{self, Decoded, Record};
+
+const SEGMENT_PREFIX: &str = ".seg-";
+
+pub(crate) fn segment_name(first_seq: u64) -> String {
+    format!("{SEGMENT_PREFIX}{first_seq:016x}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix(SEGMENT_PREFIX)?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+pub(crate) fn is_segment_file(name: &std::ffi::OsStr) -> bool {
+    name.to_str().and_then(parse_segment_name).is_some()
+}
+
+/// The first sequence numbers of the segments of `dir`, ascending. A
+/// missing directory has none.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("cannot list topic directory", dir, e)),
+    };
+    let mut firsts: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(parse_segment_name))
+        .collect();
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+/// Reads the records of a segment starting at byte `from`. Stops at the
+/// first incomplete or corrupt frame: readers treat it as not yet written.
+/// Returns the records with their offsets, the end of the valid prefix and
+/// what stopped the scan (`None` at a clean end).
+pub(crate) fn scan_segment(path: &Path, from: u64) -> Result<Option<Scan>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("cannot open segment", path, e)),
+    };
+    let ino = stat_fd(&file).map(|s| s.ino).unwrap_or(0);
+    Ok(Some(scan_file(&mut file, path, from, ino)?))
+}
+
+/// What the store asks `statx` about an open file.
+pub(crate) struct FdStat {
+    pub size: u64,
+    pub links: u64,
+    pub ino: u64,
+}
+
+/// The size, link count and inode number of an open file, from a `statx`
+/// that asks for nothing else. Not asking for the file's times matters:
+/// with multigrain timestamps (Linux 6.13+), a file whose change time was
+/// asked for gets a fine-grained new one at its next write, so every
+/// append after such an `fstat` would also update the segment's inode;
+/// unasked, appends within one clock tick leave it alone.
+pub(crate) fn stat_fd(file: &File) -> std::io::Result<FdStat> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx only writes the struct it is given; an all-zero
+    // `libc::statx` is a valid value of that plain-data struct.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_SIZE | libc::STATX_NLINK | libc::STATX_INO;
+    // SAFETY: a valid descriptor, a NUL-terminated empty path with
+    // AT_EMPTY_PATH, and a pointer to the struct above.
+    let rc = unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, mask, &mut sx) };
+    if rc == 0 {
+        return Ok(FdStat { size: sx.stx_size, links: sx.stx_nlink as u64, ino: sx.stx_ino });
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    let m = file.metadata()?;
+    Ok(FdStat { size: m.len(), links: m.nlink(), ino: m.ino() })
+}
+
+/// The result of scanning part of a segment.
+pub(crate) struct Scan {
+    pub records: Vec<(u64, Record)>,
+    /// Offset just past the last valid record.
+    pub end: u64,
+    /// Why the scan stopped before the end of the file, if it did.
+    pub stop: Option<Stop>,
+    /// The inode of the segment file scanned.
+    pub ino: u64,
+}
+
+/// Why a scan stopped before the end of the file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Stop {
+    Incomplete,
+    Corrupt(String),
+}
+
+pub(super) fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Result<Scan> {
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
+    file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
+    let mut records = Vec::new();
+    let mut pos = 0usize;
+    let mut stop = None;
+    while pos < bytes.len() {
+        match record::decode(&bytes[pos..]) {
+            Decoded::Record(r, len) => {
+                records.push((from + pos as u64, r));
+                pos += len;
+            }
+            Decoded::Incomplete => {
+                stop = Some(Stop::Incomplete);
+                break;
+            }
+            Decoded::Corrupt(why) => {
+                stop = Some(Stop::Corrupt(why));
+                break;
+            }
+        }
+    }
+    Ok(Scan { records, end: from + pos as u64, stop, ino })
+}
+
+/// Reads every record with `seq > after`, in order, skipping repeats (a
+/// crash during a segment merge may leave a record in two segments).
+pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut last = after;
+    // A segment that vanished between listing and opening was merged into
+    // an earlier one by compaction: list again and go on from `last`.
+    'listing: loop {
+        let segments = list_segments(dir)?;
+        let start = segments.iter().rposition(|&first| first <= last.saturating_add(1)).unwrap_or(0);
+        for &first in &segments[start..] {
+            let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue 'listing };
+            for (_, r) in scan.records {
+                if r.seq > last {
+                    last = r.seq;
+                    out.push(r);
+                }
+            }
+        }
+        return Ok(out);
+    }
+}
+
+/// Visits records newest first until `visit` returns false. Costs the
+/// records visited plus at most one segment read in full.
+pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
+    let segments = list_segments(dir)?;
+    let mut floor = u64::MAX;
+    for &first in segments.iter().rev() {
+        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+        for (_, r) in scan.records.into_iter().rev() {
+            if r.seq >= floor {
+                continue;
+            }
+            floor = r.seq;
+            if !visit(r) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A reader's position in a topic's log: just after record `last_seq`,
+/// which ends at `offset` in segment `segment`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogCursor {
+    pub(crate) last_seq: u64,
+    pub(crate) segment: u64,
+    pub(crate) offset: u64,
+    pub(crate) ino: u64,
+}
+
+impl LogCursor {
+    /// The checkpoint of the last record this cursor has passed (0 before
+    /// the first).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+}
+
+/// A cursor at the current end of the log of `dir`.
+pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
+    let segments = list_segments(dir)?;
+    let Some(&last) = segments.last() else {
+        return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
+    };
+    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0)? else {
+        return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0 });
+    };
+    let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
+    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino })
+}
+
+/// Reads the records after `cursor` and advances it. Cheap when nothing is
+/// new: one `stat`, one `read` and, at the end of a segment, one listing.
+pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    loop {
+        let path = dir.join(segment_name(cursor.segment));
+        let positioned = cursor.ino != 0;
+        let scan = if positioned { scan_segment(&path, cursor.offset)? } else { None };
+        match scan {
+            Some(scan) if scan.ino == cursor.ino => {
+                for (_, r) in scan.records {
+                    if r.seq > cursor.last_seq {
+                        cursor.last_seq = r.seq;
+                        out.push(r);
+                    }
+                }
+                cursor.offset = scan.end;
+                if !out.is_empty() {
+                    // Report what we have; the rest comes on the next call.
+                    return Ok(out);
+                }
+                // At the end of this segment, or at a frame not written
+                // completely: wait for more, unless a newer segment exists
+                // (then this one is sealed and a bad frame in it is
+                // corruption that `verify` reports: skip past it).
+                let segments = list_segments(dir)?;
+                match segments.iter().find(|&&f| f > cursor.segment) {
+                    Some(&next) => {
+                        // Records appended to this segment after our read
+                        // but before the roll: read them first.
+                        if let Some(late) = scan_segment(&path, cursor.offset)?.filter(|s| s.ino == cursor.ino) {
+                            cursor.offset = late.end;
+                            for (_, r) in late.records {
+                                if r.seq > cursor.last_seq {
+                                    cursor.last_seq = r.seq;
+                                    out.push(r);
+                                }
+                            }
+                            if !out.is_empty() {
+                                return Ok(out);
+                            }
+                        }
+                        cursor.segment = next;
+                        cursor.offset = 0;
+                        cursor.ino = File::open(dir.join(segment_name(next))).and_then(|f| stat_fd(&f)).map(|s| s.ino).unwrap_or(0);
+                        if cursor.ino == 0 {
+                            return Ok(out);
+                        }
+                    }
+                    None => return Ok(out),
+                }
+            }
+            _ => {
+                // The segment was replaced (compaction) or the cursor is not
+                // placed yet: find the segment holding `last_seq + 1` again.
+                let segments = list_segments(dir)?;
+                let Some(idx) = segments
+                    .iter()
+                    .rposition(|&f| f <= cursor.last_seq.saturating_add(1))
+                    .or(if segments.is_empty() { None } else { Some(0) })
+                else {
+                    return Ok(out);
+                };
+                let first = segments[idx];
+                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+                cursor.segment = first;
+                cursor.ino = scan.ino;
+                cursor.offset = 0;
+                // Re-enter the positioned branch from the start of this
+                // segment; records up to `last_seq` are skipped there.
+                if scan.ino == 0 {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The `Writer`: exclusive, locked access to append to one topic (attach
+//! or reuse the open files, recover a torn tail, look up and index `kn_id`s,
+//! append, roll to a new segment), and the free-space gauge of appends.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, SyncPolicy};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::Event;
+use crate::record;
+
+use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, eio, failpoint, group_writable, open_rw, sync_dir};
+use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, write_head_file};
+use super::segment::{scan_file, segment_name, stat_fd};
+
+/// What an append did to an ordinary topic's current state.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// Stored under this sequence number.
+    Stored(u64),
+    /// Same `kn_id` and end-to-end elements as the current event: not stored.
+    Duplicate,
+}
+
+/// Exclusive access to append to one topic. Holding it holds the topic's
+/// lock; dropping it releases the lock. [`Writer::release`] unlocks and
+/// hands back the open files, so that a long-lived process can append to
+/// the topic again without opening anything ([`TopicFiles`]).
+pub(crate) struct Writer<'c> {
+    pub(super) dir: PathBuf,
+    pub(super) config: &'c Config,
+    pub(super) ordinary: bool,
+    pub(super) lock: File,
+    pub(super) head_file: HeadFile,
+    pub(super) head: Head,
+    pub(super) segment: File,
+    /// The first seq (name) of the segment `segment` really is: it differs
+    /// from `head.active` only after a roll failed half-way.
+    segment_first: u64,
+}
+
+/// A topic's open files, kept by a process between appends (unlocked).
+/// Reused only after re-locking and re-reading the head: another process
+/// may have appended, rolled, or replaced the head meanwhile (a replaced
+/// head is invalidated first, see [`write_head_file`]).
+pub(crate) struct TopicFiles {
+    pub(super) dir: PathBuf,
+    pub(super) lock: File,
+    pub(super) head_file: HeadFile,
+    pub(super) segment: File,
+    segment_first: u64,
+}
+
+/// Free space as last queried, so that the free-space check of every
+/// append does not need a `statvfs` each time: it is queried again after
+/// 100 ms, or as soon as the bytes written since approach half of the
+/// headroom above the reserve.
+#[derive(Default)]
+pub(crate) struct SpaceGauge {
+    pub(super) state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
+}
+
+impl<'c> Writer<'c> {
+    /// Locks the topic in `dir` (which must exist) and brings the writer's
+    /// state up to date with the log, truncating a torn tail.
+    pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        let head_path = dir.join(HEAD_FILE);
+        let existing = match open_rw(&head_path, false) {
+            Ok(f) => HeadFile::new(f).ok().and_then(|f| {
+                let mut buf = [0u8; HEAD_SIZE as usize];
+                let head = f.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
+                head.map(|h| (f, h))
+            }),
+            Err(e) if e.kind() == IoKind::NotFound => None,
+            Err(e) => return Err(Error::io("cannot open head", &head_path, e)),
+        };
+        let (head_file, head) = match existing {
+            Some(x) => x,
+            None => rebuild_head(dir, config, ordinary)?,
+        };
+        let mut w = match Writer::attach(dir, config, ordinary, lock, head_file, head)? {
+            Ok(w) => w,
+            Err(lock) => {
+                let (head_file, head) = rebuild_head(dir, config, ordinary)?;
+                match Writer::attach(dir, config, ordinary, lock, head_file, head)? {
+                    Ok(w) => w,
+                    Err(_) => return Err(Error::new(ErrorKind::Corrupt, format!("cannot recover the log in '{}'", dir.display()))),
+                }
+            }
+        };
+        if w.recover_tail()? {
+            return Ok(w);
+        }
+        // The head does not match the log after all: rebuild it, once.
+        let (head_file, head) = rebuild_head(dir, config, ordinary)?;
+        if let Ok(mut w) = Writer::attach(dir, config, ordinary, w.lock, head_file, head)? {
+            if w.recover_tail()? {
+                return Ok(w);
+            }
+        }
+        Err(Error::new(ErrorKind::Corrupt, format!("cannot recover the log in '{}'", dir.display())))
+    }
+
+    /// Locks the topic with `files` kept from an earlier append, when they
+    /// still match the topic's state (see [`TopicFiles`]); `None` (files
+    /// closed, lock released) when it must be opened afresh. Opens nothing
+    /// and looks no path up.
+    pub(crate) fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        let Some(mut w) = Writer::reuse(config, ordinary, files)? else { return Ok(None) };
+        Ok(if w.recover_tail()? { Some(w) } else { None })
+    }
+
+    /// Locks with kept files; `None` (files closed, lock released) when the
+    /// head was replaced or the active segment changed: open afresh.
+    pub(super) fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        if let Err(e) = files.lock.lock() {
+            return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
+        }
+        let mut buf = [0u8; HEAD_SIZE as usize];
+        let head = files.head_file.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
+        match head {
+            Some(head) if head.active == files.segment_first && (!ordinary || head.slots > 0) => Ok(Some(Writer {
+                dir: files.dir,
+                config,
+                ordinary,
+                lock: files.lock,
+                head_file: files.head_file,
+                head,
+                segment: files.segment,
+                segment_first: files.segment_first,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    /// The topic's route generation (see `Head::routes`), as of now: the
+    /// routes read after this call are at least as new as this value says.
+    pub(crate) fn routes_generation(&self) -> u64 {
+        self.head.routes
+    }
+
+    /// Marks that this topic's routes are about to change, so that no
+    /// process keeps using the routes it read before. Call it before
+    /// writing to `kn_routes`, and keep this writer (its lock) until that
+    /// write is done.
+    pub(crate) fn routes_changing(&mut self) -> Result<()> {
+        self.head.routes = self.head.routes.wrapping_add(1);
+        self.write_head()
+    }
+
+    /// Unlocks the topic and returns its open files for a later append.
+    pub(crate) fn release(self) -> TopicFiles {
+        let _ = self.lock.unlock();
+        TopicFiles {
+            dir: self.dir,
+            lock: self.lock,
+            head_file: self.head_file,
+            segment: self.segment,
+            segment_first: self.segment_first,
+        }
+    }
+
+    /// Opens the active segment named by `head`. `Err(lock)` hands the lock
+    /// back when the head does not match the log (it must be rebuilt).
+    pub(super) fn attach(
+        dir: &Path,
+        config: &'c Config,
+        ordinary: bool,
+        lock: File,
+        head_file: HeadFile,
+        head: Head,
+    ) -> Result<std::result::Result<Writer<'c>, File>> {
+        let path = dir.join(segment_name(head.active));
+        let segment = match open_rw(&path, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == IoKind::NotFound && head.active_len == 0 => {
+                let f = open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
+                if config.sync == SyncPolicy::Always {
+                    sync_dir(dir)?;
+                }
+                f
+            }
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(Err(lock)),
+            Err(e) => return Err(Error::io("cannot open segment", &path, e)),
+        };
+        let size = stat_fd(&segment).map_err(|e| Error::io("cannot stat segment", &path, e))?.size;
+        if size < head.active_len || (ordinary && head.slots == 0) {
+            return Ok(Err(lock));
+        }
+        // A head shorter than its own table (cut by a crash) must be rebuilt.
+        let head_len = head_file.len();
+        if head_len < HEAD_SIZE + head.slots * SLOT_SIZE {
+            return Ok(Err(lock));
+        }
+        // A roll always starts the new segment at `next_seq`: if that file
+        // exists while the head names an older one, the head lost writes (a
+        // power cut) and must be rebuilt from the log, or sequence numbers
+        // would be reused.
+        if head.next_seq != head.active && dir.join(segment_name(head.next_seq)).exists() {
+            return Ok(Err(lock));
+        }
+        let segment_first = head.active;
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first }))
+    }
+
+    /// Adopts whole records that a writer appended but did not record in
+    /// the head (it was killed), and truncates a torn tail.
+    /// Returns false when the open segment was deleted (its name must be
+    /// opened again) or the head lags behind the log (it must be rebuilt).
+    fn recover_tail(&mut self) -> Result<bool> {
+        let meta = match stat_fd(&self.segment) {
+            Ok(meta) => meta,
+            Err(e) => return Err(Error::io("cannot stat segment", &self.dir.join(segment_name(self.head.active)), e)),
+        };
+        if meta.links == 0 {
+            return Ok(false);
+        }
+        let size = meta.size;
+        if size == self.head.active_len {
+            return Ok(true);
+        }
+        let path = self.dir.join(segment_name(self.head.active));
+        let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
+        let adopted_next = scan.records.iter().map(|(_, r)| r.seq + 1).max().unwrap_or(0).max(self.head.next_seq);
+        if adopted_next != self.head.active && self.dir.join(segment_name(adopted_next)).exists() {
+            // The head lags behind the log across a roll (a power cut with
+            // sync=none): only a rebuild knows the right next seq.
+            return Ok(false);
+        }
+        for (_, r) in &scan.records {
+            self.head.next_seq = self.head.next_seq.max(r.seq + 1);
+            if self.ordinary {
+                self.index(&r.event)?;
+            }
+        }
+        if scan.end < size {
+            self.segment.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
+        }
+        self.head.active_len = scan.end;
+        self.write_head()?;
+        Ok(true)
+    }
+
+    fn write_head(&mut self) -> Result<()> {
+        self.head_file
+            .write_all_at(&self.head.encode(), 0)
+            .map_err(|e| Error::io("cannot write head", &self.dir.join(HEAD_FILE), e))
+    }
+
+    /// Looks `id` up in the duplicate index: the digest of its current
+    /// event's end-to-end elements, if it has one.
+    fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
+        let h = id_hash(id);
+        let mask = self.head.slots - 1;
+        let mut i = h & mask;
+        let mut buf = [0u8; 4 * SLOT_SIZE as usize];
+        loop {
+            // Read up to four slots at once: most probes end in the first.
+            let n = (4 - (i & 3)).min(self.head.slots - i) as usize;
+            let bytes = &mut buf[..n * SLOT_SIZE as usize];
+            self.head_file
+                .read_exact_at(bytes, HEAD_SIZE + i * SLOT_SIZE)
+                .map_err(|e| Error::io("cannot read index", &self.dir.join(HEAD_FILE), e))?;
+            for k in 0..n {
+                let (slot_hash, digest) = decode_slot(&bytes[k * SLOT_SIZE as usize..(k + 1) * SLOT_SIZE as usize]);
+                if slot_hash == 0 {
+                    return Ok((i + k as u64, None));
+                }
+                if slot_hash == h {
+                    return Ok((i + k as u64, Some(digest)));
+                }
+            }
+            i = (i + n as u64) & mask;
+        }
+    }
+
+    /// Records `event` as the current one for its `kn_id`.
+    pub(super) fn index(&mut self, event: &Event) -> Result<()> {
+        let id = event.id().unwrap_or(b"");
+        if index_full(self.head.used, self.head.slots) {
+            self.grow_index()?;
+        }
+        let (slot, old) = self.lookup(id)?;
+        match old {
+            Some(_) => self.head.garbage += 1,
+            None => {
+                self.head.used += 1;
+                self.head.live += 1;
+            }
+        }
+        self.write_slot(slot, id_hash(id), event.end_to_end_digest() as u64)
+    }
+
+    fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
+        self.head_file
+            .write_all_at(&encode_slot(hash, digest), HEAD_SIZE + slot * SLOT_SIZE)
+            .map_err(|e| Error::io("cannot write index", &self.dir.join(HEAD_FILE), e))
+    }
+
+    fn grow_index(&mut self) -> Result<()> {
+        let path = self.dir.join(HEAD_FILE);
+        let mut table = vec![0u8; (self.head.slots * SLOT_SIZE) as usize];
+        self.head_file.read_exact_at(&mut table, HEAD_SIZE).map_err(|e| Error::io("cannot read index", &path, e))?;
+        let entries: Vec<(u64, u64)> =
+            table.chunks_exact(SLOT_SIZE as usize).map(decode_slot).filter(|&(h, _)| h != 0).collect();
+        let slots = (self.head.slots * 2).max(INITIAL_SLOTS);
+        let head = Head { slots, used: entries.len() as u64, ..self.head };
+        self.head_file = write_head_file(&self.dir, &head, &entries)?;
+        self.head = head;
+        Ok(())
+    }
+
+    /// Appends `event` (which must carry a `kn_id`) as one record. On an
+    /// ordinary topic a duplicate is not stored.
+    pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
+        // One index probe serves both the duplicate check and the update.
+        let digest = if self.ordinary { event.end_to_end_digest() as u64 } else { 0 };
+        let id = event.id().unwrap_or(b"");
+        let slot = if self.ordinary {
+            if index_full(self.head.used, self.head.slots) {
+                self.grow_index()?;
+            }
+            let (slot, old) = self.lookup(id)?;
+            if old == Some(digest) {
+                return Ok(Appended::Duplicate);
+            }
+            Some((slot, old.is_some()))
+        } else {
+            None
+        };
+        let seq = self.head.next_seq;
+        let frame = record::encode_event(seq, stored_secs, event);
+        if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
+            self.roll()?;
+        }
+        gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
+        let path = || self.dir.join(segment_name(self.head.active));
+        let written = if failpoint("append-eio") {
+            // Half a record reaches the file, then the device fails.
+            self.segment.write_all_at(&frame[..frame.len() / 2], self.head.active_len).and(Err(eio()))
+        } else {
+            self.segment.write_all_at(&frame, self.head.active_len)
+        };
+        if let Err(e) = written {
+            // Never leave a partial record behind (ENOSPC, EIO...).
+            let _ = self.segment.set_len(self.head.active_len);
+            return Err(Error::io("cannot append to", &path(), e));
+        }
+        if self.config.sync == SyncPolicy::Always {
+            let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
+            if let Err(e) = synced {
+                let _ = self.segment.set_len(self.head.active_len);
+                return Err(Error::io("cannot sync", &path(), e));
+            }
+        }
+        if let Some((slot, replaced)) = slot {
+            if replaced {
+                self.head.garbage += 1;
+            } else {
+                self.head.used += 1;
+                self.head.live += 1;
+            }
+            self.write_slot(slot, id_hash(id), digest)?;
+        }
+        self.head.next_seq = seq + 1;
+        self.head.active_len += frame.len() as u64;
+        self.write_head()?;
+        if self.config.sync == SyncPolicy::Always {
+            // The head is derived data, but a stale index after a power cut
+            // could misjudge duplicates: keep it as durable as the log.
+            self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
+        }
+        Ok(Appended::Stored(seq))
+    }
+
+    /// Seals the active segment and starts a new one at `next_seq`. The
+    /// head names the new segment before the file exists, so a crash
+    /// in between leaves nothing a reader could misplace.
+    pub(super) fn roll(&mut self) -> Result<()> {
+        let first = self.head.next_seq;
+        self.head.active = first;
+        self.head.active_len = 0;
+        self.write_head()?;
+        let path = self.dir.join(segment_name(first));
+        // `attach` has checked that no segment `first` exists; should one
+        // appear anyway, never truncate records: refuse, and the next
+        // writer rebuilds the head from the log.
+        self.segment = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&path)
+            .and_then(|f| group_writable(&f).map(|_| f))
+            .map_err(|e| Error::io("cannot create segment", &path, e))?;
+        self.segment_first = first;
+        if self.config.sync == SyncPolicy::Always {
+            sync_dir(&self.dir)?;
+        }
+        if !self.ordinary {
+            self.apply_retention()?;
+        }
+        Ok(())
+    }
+}
+
+impl SpaceGauge {
+    /// Fails with [`ErrorKind::DiskFull`] unless `needed` bytes fit above
+    /// the reserve on the file system of `dir`.
+    pub(crate) fn check(&self, dir: &Path, reserve: u64, needed: u64) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = match *state {
+            Some((at, free, written)) => {
+                let headroom = free.saturating_sub(reserve);
+                at.elapsed() < std::time::Duration::from_millis(100) && (written + needed) * 2 < headroom
+            }
+            None => false,
+        };
+        if fresh {
+            if let Some((_, _, written)) = state.as_mut() {
+                *written += needed;
+            }
+            return Ok(());
+        }
+        let free = fs4::available_space(dir).map_err(|e| Error::io("cannot query free space of", dir, e))?;
+        if free < reserve.saturating_add(needed) {
+            *state = None;
+            return Err(Error::new(
+                ErrorKind::DiskFull,
+                format!(
+                    "disk full: {free} bytes free on the file system of '{}', below the reserve of {reserve} bytes",
+                    dir.display()
+                ),
+            ));
+        }
+        *state = Some((std::time::Instant::now(), free, needed));
+        Ok(())
+    }
+}

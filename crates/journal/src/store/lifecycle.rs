@@ -1,0 +1,179 @@
+//! Topic lifecycle: the topic list, compaction, verify and repair, and
+//! journal heartbeats (stale, refreshed, expired).
+
+use std::fs;
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids::now;
+use crate::log::{self, CompactReport, Writer};
+use crate::topic::Topic;
+
+use super::{HEARTBEAT_FILE, Kept, Store};
+
+impl Store {
+    /// Every topic of the store, sorted (the tree, walked with `walkdir`).
+    pub fn topics(&self) -> Result<Vec<Topic>> {
+        let root = &self.config.root;
+        let mut out = Vec::new();
+        for entry in walkdir::WalkDir::new(root).min_depth(1).follow_links(false).into_iter().filter_entry(|e| {
+            !e.file_name().to_string_lossy().starts_with('.')
+        }) {
+            let entry = entry.map_err(|e| Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display())))?;
+            if !entry.file_type().is_dir() {
+                continue;
+            }
+            let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+            if let Ok(t) = Topic::parse(&rel.to_string_lossy()) {
+                out.push(t);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Rewrites `topic`'s sealed segments without superseded records and
+    /// events expired longer than `expired_grace`; on a journal also applies
+    /// retention. Safe while others read and post.
+    pub fn compact(&self, topic: &Topic) -> Result<CompactReport> {
+        let dir = self.dir(topic);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::BadTopic, format!("no topic '{topic}' in the store")));
+        }
+        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
+        if topic.is_journal() {
+            writer.apply_retention()?;
+        }
+        writer.compact(now())
+    }
+
+    /// Checks every record of every topic: the count of valid records and
+    /// the bad ones found.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut report = VerifyReport::default();
+        let mut dirs = vec![self.config.root.clone()];
+        dirs.extend(self.topics()?.iter().map(|t| self.dir(t)));
+        for dir in dirs {
+            let (good, bad) = log::verify_dir(&dir)?;
+            report.records += good;
+            report.problems.extend(bad.into_iter().map(|(path, offset, stop)| VerifyProblem {
+                path,
+                offset,
+                reason: match stop {
+                    log::Stop::Incomplete => "incomplete record (torn tail)".to_string(),
+                    log::Stop::Corrupt(why) => why,
+                },
+            }));
+        }
+        Ok(report)
+    }
+
+    /// Truncates the torn tail of every topic (what the next writer would
+    /// do), making `verify` clean after a crash. Returns how many topics it
+    /// touched.
+    pub fn repair(&self) -> Result<usize> {
+        let mut touched = 0;
+        for t in std::iter::once(Topic::root()).chain(self.topics()?) {
+            let dir = self.dir(&t);
+            let (_, bad) = log::verify_dir(&dir)?;
+            if bad.is_empty() {
+                continue;
+            }
+            drop(Writer::open(&dir, &self.config, !t.is_journal())?);
+            touched += 1;
+        }
+        Ok(touched)
+    }
+
+    /// True when `journal` has no heartbeat or one older than
+    /// `heartbeat_stale` (100 s). Ordinary topics are never stale.
+    pub fn is_stale(&self, journal: &Topic) -> bool {
+        if !journal.is_journal() {
+            return false;
+        }
+        let path = self.dir(journal).join(HEARTBEAT_FILE);
+        match fs::metadata(&path).and_then(|m| m.modified()) {
+            Ok(t) => SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > self.config.heartbeat_stale,
+            Err(_) => true,
+        }
+    }
+
+    /// [`Store::is_stale`], through the heartbeat in `kept` (opened and
+    /// kept there when this process writes to the journal): an `fstat`
+    /// instead of a path lookup. A heartbeat deleted since (expired, or
+    /// replaced) is unlinked: the path decides then.
+    pub(super) fn journal_stale(&self, journal: &Topic, kept: &mut Kept) -> bool {
+        if kept.files.is_none() {
+            return self.is_stale(journal);
+        }
+        let linked = |f: &fs::File| f.metadata().ok().filter(|m| m.nlink() > 0);
+        let meta = match kept.heartbeat.as_ref().and_then(linked) {
+            Some(meta) => meta,
+            None => match fs::File::open(self.dir(journal).join(HEARTBEAT_FILE)) {
+                Ok(f) => {
+                    let meta = linked(&f);
+                    kept.heartbeat = Some(f);
+                    match meta {
+                        Some(meta) => meta,
+                        None => return true,
+                    }
+                }
+                Err(_) => {
+                    kept.heartbeat = None;
+                    return self.is_stale(journal);
+                }
+            },
+        };
+        match meta.modified() {
+            Ok(t) => SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > self.config.heartbeat_stale,
+            Err(_) => true,
+        }
+    }
+
+    /// Refreshes `journal`'s heartbeat (a tunnel reading it does so).
+    pub fn heartbeat(&self, journal: &Topic) -> Result<()> {
+        let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
+        let beat = || -> std::io::Result<()> {
+            let f = log::open_shared(&path, false)?;
+            // A write sets the modification time to now with write
+            // permission alone; setting a time explicitly (utimensat with a
+            // value) is allowed only to the file's owner, and the web server
+            // and sensors of one group are different users.
+            std::os::unix::fs::FileExt::write_all_at(&f, b"\n", 0)
+        };
+        beat().map_err(|e| Error::io("cannot refresh heartbeat", &path, e))
+    }
+
+    /// Makes `journal` stale at once (a tunnel's `kn_expires` passed).
+    pub fn expire(&self, journal: &Topic) -> Result<()> {
+        let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("cannot expire heartbeat", &path, e)),
+        }
+    }
+}
+
+/// What [`Store::verify`] found.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyReport {
+    /// Valid records.
+    pub records: usize,
+    /// Bad frames: where and why.
+    pub problems: Vec<VerifyProblem>,
+}
+
+/// One bad frame found by [`Store::verify`].
+#[derive(Clone, Debug)]
+pub struct VerifyProblem {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Offset of the bad frame.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+}

@@ -1,0 +1,363 @@
+//! The store: topics on disk and the PubSub rules of posting, routing and
+//! reading (PROTOCOL.md sections 1, 2 and 4).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{ErrorKind as IoKind, Write as _};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::*;
+use crate::log::{self, SpaceGauge, TopicFiles};
+use crate::remote::{HttpRemote, Remote};
+use crate::topic::Topic;
+use crate::watch::Hub;
+pub use crate::ids::{fresh_id, now};
+
+mod admin;
+mod lifecycle;
+mod post;
+mod read;
+mod routes;
+
+pub use admin::TopicStat;
+pub use lifecycle::{VerifyProblem, VerifyReport};
+pub use post::{Poisoned, PostReport, Write};
+pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
+pub use routes::{Route, RouteReport};
+
+use routes::RouteList;
+
+const HEARTBEAT_FILE: &str = ".heartbeat";
+const NAMES_FILE: &str = ".names";
+const DIR_MODE: u32 = 0o2775;
+
+/// Where a route or a name points: a topic of this store or a remote URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// A topic of this store.
+    Local(Topic),
+    /// An absolute `http(s)://` URL of another server.
+    Remote(String),
+}
+
+/// The event store. Cheap to share between threads (`Arc<Store>`); every
+/// method takes `&self`.
+///
+/// ```
+/// use kn_journal::{Event, Selection, Store, Topic};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path()).unwrap();
+/// let chat = Topic::parse("/what/chat").unwrap();
+/// let mut e = Event::new();
+/// e.set("kn_id", "e1").set("kn_payload", "hello");
+/// let report = store.notify(&chat, e.clone()).unwrap();
+/// assert!(!report.duplicate);
+/// // Posting the same event again is a duplicate on an ordinary topic.
+/// assert!(store.notify(&chat, e).unwrap().duplicate);
+/// let got = store.events(&chat, &Selection::all()).unwrap().events;
+/// assert_eq!(got.len(), 1);
+/// assert_eq!(got[0].payload(), b"hello");
+/// ```
+pub struct Store {
+    config: Config,
+    names: RwLock<Vec<String>>,
+    remote: Arc<dyn Remote>,
+    hub: OnceLock<Arc<Hub>>,
+    /// What the store keeps of recently written topics (see
+    /// `Config::open_topics`).
+    kept: Mutex<KeptCache>,
+    gauge: SpaceGauge,
+}
+
+/// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
+/// that threads posting to one topic at once (the workers of `serve`) each
+/// find files of their own instead of opening the topic afresh, and at
+/// most `Config::open_topics` sets in all.
+#[derive(Default)]
+struct KeptCache {
+    topics: HashMap<Topic, Vec<Kept>>,
+    count: usize,
+}
+
+/// How many sets of files a store keeps of one topic: enough for the
+/// threads that post to it at once; the topic's lock lets one write at a
+/// time anyway.
+const KEPT_PER_TOPIC: usize = 4;
+
+/// What a `Store` keeps of a topic it writes to, between posts.
+#[derive(Default)]
+struct Kept {
+    /// The log's open files (taken by a writer while it appends).
+    files: Option<TopicFiles>,
+    /// A journal's heartbeat, open: its staleness is then an `fstat`.
+    heartbeat: Option<fs::File>,
+    /// The topic's routes (active or not) with the route generation they
+    /// were read at (see `Writer::routes_generation`).
+    routes: Option<(u64, RouteList)>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.config.root).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` with the default
+    /// configuration.
+    pub fn open(root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(Config::new(root.as_ref()))
+    }
+
+    /// Opens the store described by `config` (see [`Config::from_env`]).
+    pub fn open_with(config: Config) -> Result<Store> {
+        if !config.root.is_dir() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(&config.root)
+                .and_then(|_| {
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&config.root, fs::Permissions::from_mode(DIR_MODE))
+                })
+                .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
+        }
+        let names = read_names(&config.root)?;
+        let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
+        if config.open_topics > 0 {
+            // .lock, .head, the segment and a journal's heartbeat per topic.
+            raise_open_file_limit(config.open_topics as u64 * 4 + 1024);
+        }
+        Ok(Store {
+            config,
+            names: RwLock::new(names),
+            remote,
+            hub: OnceLock::new(),
+            kept: Mutex::new(KeptCache::default()),
+            gauge: SpaceGauge::default(),
+        })
+    }
+
+    /// Replaces the HTTP implementation used for remote routes and content
+    /// transforms.
+    pub fn with_remote(mut self, remote: Arc<dyn Remote>) -> Store {
+        self.remote = remote;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.config.root
+    }
+
+    /// This server's URL: the configured one, else the first name in
+    /// `.names`, else `http://localhost/kn`.
+    pub fn server_url(&self) -> String {
+        let names = self.names.read().ok();
+        let url = self.named(names.as_deref().map_or(&[], Vec::as_slice)).next().unwrap_or_default().to_string();
+        url
+    }
+
+    /// Every URL this store knows itself by (the configured one and the
+    /// `.names` list).
+    pub fn server_names(&self) -> Vec<String> {
+        let names = self.names.read().ok();
+        let all = self.named(names.as_deref().map_or(&[], Vec::as_slice)).map(str::to_string).collect();
+        all
+    }
+
+    /// The URLs of [`Store::server_names`] in its order, borrowed from
+    /// `names` (the `.names` list): this server's URL first (the
+    /// configured one, else the first name, else `http://localhost/kn`),
+    /// then the other names.
+    fn named<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a str> {
+        let own = match &self.config.server_url {
+            Some(url) => url.as_str(),
+            None => names.first().map_or("http://localhost/kn", String::as_str),
+        };
+        std::iter::once(own).chain(names.iter().map(String::as_str).filter(move |n| *n != own))
+    }
+
+    /// Records that the server is reachable at `url` (kept in `.names`), so
+    /// absolute URLs starting with it name local topics.
+    pub fn add_server_name(&self, url: &str) -> Result<()> {
+        if url.is_empty() || self.names.read().map(|n| n.iter().any(|x| x == url)).unwrap_or(false) {
+            return Ok(());
+        }
+        let path = self.config.root.join(NAMES_FILE);
+        let lock_path = self.config.root.join(log::LOCK_FILE);
+        let lock = log::open_shared(&lock_path, false).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("cannot lock", &lock_path, e))?;
+        let current = read_names(&self.config.root)?;
+        if !current.iter().any(|x| x == url) {
+            let mut f = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
+            f.write_all(format!("{url}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
+        }
+        let mut names = read_names(&self.config.root)?;
+        if !names.iter().any(|x| x == url) {
+            names.push(url.to_string());
+        }
+        if let Ok(mut n) = self.names.write() {
+            *n = names;
+        }
+        // Kept routes were resolved with the old names.
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.topics.values_mut().flatten().for_each(|k| k.routes = None);
+        }
+        Ok(())
+    }
+
+    /// Resolves a topic name or absolute URL: a URL starting with one of
+    /// this server's names followed by `/` is a local topic (percent escapes
+    /// in it decoded); any other `http(s)://` URL is remote.
+    ///
+    /// ```
+    /// use kn_journal::{Config, Destination, Store, Topic};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let mut config = Config::new(dir.path());
+    /// config.server_url = Some("http://example.org/kn".into());
+    /// let store = Store::open_with(config).unwrap();
+    /// assert_eq!(store.resolve(b"what/chat").unwrap(), Destination::Local(Topic::parse("/what/chat").unwrap()));
+    /// assert_eq!(store.resolve(b"http://example.org/kn/a").unwrap(), Destination::Local(Topic::parse("/a").unwrap()));
+    /// assert!(matches!(store.resolve(b"http://example.org/knfoo").unwrap(), Destination::Remote(_)));
+    /// ```
+    pub fn resolve(&self, name: &[u8]) -> Result<Destination> {
+        let scheme = |s: &[u8]| name.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+        if !(scheme(b"http://") || scheme(b"https://")) {
+            return Ok(Destination::Local(Topic::parse_bytes(name)?));
+        }
+        let text = std::str::from_utf8(name)
+            .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad URL '{}': not UTF-8", String::from_utf8_lossy(name))))?;
+        let names = self.names.read().ok();
+        for own in self.named(names.as_deref().map_or(&[], Vec::as_slice)) {
+            if let Some(rest) = text.strip_prefix(own) {
+                if rest.starts_with('/') {
+                    let path = rest.split(['?', '#']).next().unwrap_or("");
+                    return Ok(Destination::Local(Topic::parse_bytes(&decode_escapes(path.as_bytes(), b'%'))?));
+                }
+            }
+        }
+        Ok(Destination::Remote(text.to_string()))
+    }
+
+    /// The absolute URL of a local topic.
+    pub fn topic_url(&self, topic: &Topic) -> String {
+        // The root topic is `<server-url>/`: the bare server URL is not a
+        // local topic name (`resolve` wants the `/`), so a route to `/`
+        // would have been taken for a remote destination.
+        format!("{}{}", self.server_url(), topic.as_str())
+    }
+
+    fn dir(&self, topic: &Topic) -> PathBuf {
+        topic.dir(&self.config.root)
+    }
+
+    /// The directory of `topic`, refused (403) when one of its components
+    /// below the store root is a symbolic link: a topic never leaves the
+    /// store, even if someone planted `kn_events/evil -> /elsewhere`.
+    /// Missing components are fine (the topic is not created yet).
+    fn checked_dir(&self, topic: &Topic) -> Result<PathBuf> {
+        let mut dir = self.config.root.clone();
+        for segment in topic.segments() {
+            dir.push(segment);
+            match fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(Error::new(
+                        ErrorKind::Forbidden,
+                        format!("topic '{topic}' refused: {} is a symbolic link, and a topic never leaves the store", dir.display()),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == IoKind::NotFound => break,
+                Err(e) => return Err(Error::io("cannot check topic directory", &dir, e)),
+            }
+        }
+        Ok(self.dir(topic))
+    }
+
+    /// Takes one set of what the store keeps of `topic` out of the cache
+    /// (an empty entry if none is there), for [`Store::put_kept`]: another
+    /// thread posting to the topic meanwhile takes another set, or opens
+    /// its own files.
+    fn take_kept(&self, topic: &Topic) -> (Option<Topic>, Kept) {
+        let Ok(mut cache) = self.kept.lock() else { return (None, Kept::default()) };
+        let Some(sets) = cache.topics.get_mut(topic) else { return (None, Kept::default()) };
+        let Some(kept) = sets.pop() else { return (None, Kept::default()) };
+        let key = if sets.is_empty() { cache.topics.remove_entry(topic).map(|(key, _)| key) } else { Some(topic.clone()) };
+        cache.count -= 1;
+        (key, kept)
+    }
+
+    /// Puts back what [`Store::take_kept`] took, within
+    /// `Config::open_topics`; files only (nothing else is kept without
+    /// them).
+    fn put_kept(&self, (topic, kept): (Option<Topic>, Kept)) {
+        let Some(topic) = topic else { return };
+        if kept.files.is_none() {
+            return;
+        }
+        if let Ok(mut cache) = self.kept.lock() {
+            if cache.count >= self.config.open_topics {
+                return;
+            }
+            let sets = cache.topics.entry(topic).or_default();
+            if sets.len() < KEPT_PER_TOPIC {
+                sets.push(kept);
+                cache.count += 1;
+            }
+        }
+    }
+
+    fn hub(&self) -> &Arc<Hub> {
+        self.hub.get_or_init(|| Arc::new(Hub::new()))
+    }
+}
+
+/// Creates one topic directory with the store's mode (setgid, group
+/// writable, whatever the umask), so files inside keep the directory's
+/// group. Fails with `AlreadyExists` if another process was first.
+fn create_topic_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::DirBuilder::new().mode(DIR_MODE).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
+}
+
+/// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to
+/// `wanted`, or to the hard limit if that is lower; never lowers it, and
+/// ignores failure (the limit then stays as it was). [`Store::open_with`]
+/// calls it to make room for the topic files it keeps; a server holding
+/// thousands of tunnels calls it with `u64::MAX` (the hard limit).
+///
+/// ```
+/// kn_journal::raise_open_file_limit(1024);
+/// ```
+pub fn raise_open_file_limit(wanted: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= wanted as libc::rlim_t {
+            return;
+        }
+        limit.rlim_cur = (wanted as libc::rlim_t).min(limit.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
+fn read_names(root: &Path) -> Result<Vec<String>> {
+    let path = root.join(NAMES_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io("cannot read", &path, e)),
+    }
+}

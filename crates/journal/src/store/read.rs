@@ -1,0 +1,291 @@
+//! Reading: selecting events (PROTOCOL.md 3.3), resuming at a checkpoint,
+//! and tunnels that follow a topic as events land.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::*;
+use crate::ids::now;
+use crate::log::{self, LogCursor};
+use crate::record::Record;
+use crate::topic::Topic;
+use crate::watch::Subscription;
+
+use super::Store;
+use super::post::PostReport;
+
+/// Which existing events to send first on a new route or tunnel
+/// (PROTOCOL.md 3.3). With nothing set, none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    /// Events stored in the last N seconds (`f64::INFINITY` for all).
+    pub max_age: Option<f64>,
+    /// The N most recent events.
+    pub max_n: Option<usize>,
+    /// Every event stored after the one with this checkpoint.
+    pub since_checkpoint: Option<Vec<u8>>,
+}
+
+impl Selection {
+    /// Every current event.
+    pub fn all() -> Selection {
+        Selection { max_age: Some(f64::INFINITY), ..Selection::default() }
+    }
+
+    /// True when nothing is asked for.
+    pub fn is_empty(&self) -> bool {
+        self.max_age.is_none() && self.max_n.is_none() && self.since_checkpoint.is_none()
+    }
+
+    /// Reads `do_max_age`, `do_max_n` and `do_since_checkpoint` from an
+    /// event's elements (route parameters). Malformed values are errors.
+    pub fn from_params(params: &Event) -> Result<Selection> {
+        let mut s = Selection::default();
+        if let Some(v) = params.get("do_max_age") {
+            let text = String::from_utf8_lossy(v);
+            let t = text.trim();
+            s.max_age = Some(if t.eq_ignore_ascii_case("infinity") {
+                f64::INFINITY
+            } else {
+                t.parse::<f64>().ok().filter(|x| *x >= 0.0).ok_or_else(|| {
+                    Error::new(ErrorKind::BadRequest, format!("bad do_max_age '{t}': expected seconds or 'infinity'"))
+                })?
+            });
+        }
+        if let Some(v) = params.get("do_max_n") {
+            let text = String::from_utf8_lossy(v);
+            s.max_n = Some(text.trim().parse::<usize>().map_err(|_| {
+                Error::new(ErrorKind::BadRequest, format!("bad do_max_n '{}': expected a count", text.trim()))
+            })?);
+        }
+        if let Some(v) = params.get("do_since_checkpoint") {
+            s.since_checkpoint = Some(v.to_vec());
+        }
+        Ok(s)
+    }
+}
+
+/// How a `since_checkpoint` selection related to what the topic retains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// No checkpoint was asked for.
+    NotAsked,
+    /// Resumed exactly after the checkpoint.
+    Exact,
+    /// The checkpoint is unknown here: everything retained was selected.
+    Unknown,
+    /// Events after the checkpoint were already deleted by retention:
+    /// everything retained was selected, with a gap before it.
+    Gap,
+}
+
+/// Events selected from a topic, oldest first, each with its
+/// `kn_route_checkpoint`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selected {
+    /// The events.
+    pub events: Vec<Event>,
+    /// What became of a `since_checkpoint`.
+    pub resume: Resume,
+}
+
+impl Store {
+    /// The selected unexpired events of `topic`, oldest first, each with its
+    /// `kn_route_checkpoint`. On an ordinary topic only the current event of
+    /// each `kn_id` counts, ordered by when it was last stored.
+    pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
+        self.select(topic, selection, false)
+    }
+
+    pub(super) fn select(&self, topic: &Topic, selection: &Selection, include_expired: bool) -> Result<Selected> {
+        let dir = self.checked_dir(topic)?;
+        let ordinary = !topic.is_journal();
+        let t = now();
+        let live = |r: &Record| include_expired || !r.event.is_expired(t);
+        if let Some(cp) = &selection.since_checkpoint {
+            let (after, resume) = self.resume_point(&dir, cp)?;
+            let mut records = log::read_after(&dir, after)?;
+            if ordinary {
+                records = latest_per_id(records);
+            }
+            let events = records.into_iter().filter(|r| live(r)).map(with_checkpoint).collect();
+            return Ok(Selected { events, resume });
+        }
+        if selection.is_empty() {
+            return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked });
+        }
+        let max_n = selection.max_n.unwrap_or(usize::MAX);
+        // Stored times are whole seconds, as the original's file times were:
+        // the window is compared at that resolution, inclusively.
+        let cutoff = selection.max_age.map(|a| if a.is_finite() { (t - a).floor() } else { f64::MIN }).unwrap_or(f64::MIN);
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut picked = Vec::new();
+        if max_n > 0 {
+            log::read_backwards(&dir, |r| {
+                if (r.stored_secs as f64) < cutoff {
+                    return false;
+                }
+                if ordinary && !seen.insert(r.event.id().unwrap_or(b"").to_vec()) {
+                    return true; // superseded by a newer record
+                }
+                if live(&r) {
+                    picked.push(r);
+                }
+                picked.len() < max_n
+            })?;
+        }
+        picked.reverse();
+        Ok(Selected { events: picked.into_iter().map(with_checkpoint).collect(), resume: Resume::NotAsked })
+    }
+
+    fn resume_point(&self, dir: &Path, checkpoint: &[u8]) -> Result<(u64, Resume)> {
+        let parsed = std::str::from_utf8(checkpoint).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let end = log::cursor_at_end(dir)?.last_seq();
+        match parsed {
+            Some(c) if c <= end && c > 0 => {
+                // Only journal retention deletes events a client has not
+                // seen; compaction of an ordinary topic removes superseded
+                // and expired ones, which are no gap.
+                let first = log::list_segments(dir)?.first().copied().unwrap_or(1);
+                let journal = dir.file_name().map(|n| n == crate::topic::JOURNAL_SEGMENT).unwrap_or(false);
+                Ok((c, if journal && first > c + 1 { Resume::Gap } else { Resume::Exact }))
+            }
+            _ => Ok((0, Resume::Unknown)),
+        }
+    }
+
+    /// Opens a tunnel on `topic` (PROTOCOL.md 3.4): creates the topic (the
+    /// report lists the announcements), refreshes a journal's heartbeat,
+    /// and returns the initially selected events. Then call
+    /// [`Tunnel::next`] / [`Tunnel::wait`] for events as they land.
+    pub fn tunnel(&self, topic: &Topic, selection: &Selection) -> Result<TunnelStart> {
+        let mut report = PostReport::default();
+        let jobs = self.ensure_topic(topic, &mut report)?;
+        // Routes on kn_subtopics fire for the announcements.
+        let mut forwarded = PostReport::default();
+        self.run(jobs, &mut forwarded)?;
+        report.writes.extend(forwarded.writes);
+        report.poisoned.extend(forwarded.poisoned);
+        if topic.is_journal() {
+            self.heartbeat(topic)?;
+        }
+        let dir = self.dir(topic);
+        let subscription = self.hub().subscribe(&dir);
+        let cursor = log::cursor_at_end(&dir)?;
+        let mut initial = self.select(topic, selection, false)?;
+        initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
+        let tunnel = Tunnel {
+            topic: topic.clone(),
+            dir,
+            cursor,
+            subscription,
+            last_beat: Instant::now(),
+            poll: self.config.poll_interval,
+        };
+        Ok(TunnelStart { tunnel, created: report, initial })
+    }
+}
+
+/// What [`Store::tunnel`] returns.
+pub struct TunnelStart {
+    /// The open tunnel.
+    pub tunnel: Tunnel,
+    /// The topics the tunnel created, with their announcements.
+    pub created: PostReport,
+    /// The initially selected events, oldest first.
+    pub initial: Selected,
+}
+
+/// A reader following a topic as events land. Wakeups come from the
+/// process-wide change notifier; without one, [`Tunnel::wait`] polls.
+pub struct Tunnel {
+    pub(super) topic: Topic,
+    pub(super) dir: PathBuf,
+    cursor: LogCursor,
+    subscription: Subscription,
+    last_beat: Instant,
+    poll: Duration,
+}
+
+/// Tunnels refresh their journal's heartbeat at least this often.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(20);
+
+impl Tunnel {
+    /// The topic followed.
+    pub fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// The checkpoint of the last event returned.
+    pub fn checkpoint(&self) -> u64 {
+        self.cursor.last_seq()
+    }
+
+    /// The events stored since the last call (never blocks), oldest first,
+    /// unexpired, with checkpoints. Refreshes a journal's heartbeat when due.
+    pub fn next(&mut self, store: &Store) -> Result<Vec<Event>> {
+        if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY {
+            store.heartbeat(&self.topic)?;
+            self.last_beat = Instant::now();
+        }
+        let t = now();
+        let records = log::read_new(&self.dir, &mut self.cursor)?;
+        Ok(records.into_iter().filter(|r| !r.event.is_expired(t)).map(with_checkpoint).collect())
+    }
+
+    /// Waits until new events are available or `timeout` passes, then
+    /// returns them (possibly none). Wakes within a millisecond of an
+    /// append by any process on a local disk; polls every
+    /// `poll_interval` otherwise.
+    pub fn wait(&mut self, store: &Store, timeout: Duration) -> Result<Vec<Event>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let listener = self.subscription.listen();
+            let events = self.next(store)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !events.is_empty() || left.is_zero() {
+                return Ok(events);
+            }
+            Subscription::wait(listener, left.min(self.poll));
+        }
+    }
+
+    /// An armed wakeup for async servers: `.await` it (it is a `Future`),
+    /// then call [`Tunnel::next`]. Arm it *before* calling `next` so that
+    /// no append slips in between.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.subscription.listen()
+    }
+
+    /// The longest an async server should wait on [`Tunnel::listen`] before
+    /// re-reading anyway (the polling fallback).
+    pub fn poll_interval(&self) -> Duration {
+        self.poll
+    }
+
+    /// False when this tunnel relies on polling alone.
+    pub fn is_notified(&self) -> bool {
+        self.subscription.is_notified()
+    }
+}
+
+fn with_checkpoint(r: Record) -> Event {
+    let mut e = r.event;
+    e.set(KN_ROUTE_CHECKPOINT, r.seq.to_string());
+    e
+}
+
+fn checkpoint_of(e: &Event) -> u64 {
+    e.checkpoint().and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Keeps the last record of each `kn_id`, in the order of those records.
+fn latest_per_id(records: Vec<Record>) -> Vec<Record> {
+    let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
+    for r in &records {
+        last.insert(r.event.id().unwrap_or(b"").to_vec(), r.seq);
+    }
+    records.into_iter().filter(|r| last.get(r.event.id().unwrap_or(b"")) == Some(&r.seq)).collect()
+}

@@ -1,0 +1,233 @@
+//! Routes: creating and deleting them, listing them (with the kept list a
+//! post reads), the per-topic limit, checking destinations and content
+//! filters.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::*;
+use crate::ids::{fresh_id, now};
+use crate::log;
+use crate::topic::Topic;
+
+use super::{Destination, Store};
+use super::post::{Poisoned, PostReport, SourceUrls, Write};
+use super::read::Selection;
+
+/// What a route request did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteReport {
+    /// The route repeated an identical existing one: `200 Ignored route`.
+    pub ignored: bool,
+    /// The route's id.
+    pub id: Vec<u8>,
+    /// Everything stored: the route event and initially populated events.
+    pub writes: Vec<Write>,
+    /// Routes poisoned on the way (this one, if its destination failed).
+    pub poisoned: Vec<Poisoned>,
+}
+
+/// A static route: an event of `T/kn_routes`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The topic routed from.
+    pub source: Topic,
+    /// The route event as stored (`kn_id`, `kn_payload` = destination,
+    /// `kn_uri`, `kn_content_filter`, ...).
+    pub event: Event,
+}
+
+impl Route {
+    /// The route's id.
+    pub fn id(&self) -> &[u8] {
+        self.event.id().unwrap_or(b"")
+    }
+
+    /// The absolute destination URL; empty for an inactive (deleted or
+    /// poisoned) route.
+    pub fn destination(&self) -> &[u8] {
+        self.event.payload()
+    }
+
+    /// True when the route forwards events: a destination and not expired.
+    pub fn is_active(&self, now: f64) -> bool {
+        !self.destination().is_empty() && !self.event.is_expired(now)
+    }
+}
+
+/// A topic's routes as a post reads them, each with its destination
+/// resolved at most once (resolving depends only on this store's names:
+/// [`Store::add_server_name`] drops every kept list when they change).
+pub(super) type RouteList = Arc<Vec<(Route, OnceLock<std::result::Result<Destination, String>>)>>;
+
+impl Store {
+    /// Reads the routes of `topic` (active or not). With the route
+    /// generation of a post to it (read under its lock before this), keeps
+    /// them for the next posts while the generation stays the same: a
+    /// route change since shows as another generation, never as routes
+    /// older than this one.
+    pub(super) fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<RouteList> {
+        let routes: RouteList = Arc::new(self.all_routes(topic)?.into_iter().map(|r| (r, OnceLock::new())).collect());
+        if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
+            for k in kept.topics.get_mut(topic).into_iter().flatten() {
+                k.routes = Some((generation, Arc::clone(&routes)));
+            }
+        }
+        Ok(routes)
+    }
+
+    /// The routes of `topic` (active and inactive), oldest first.
+    pub fn all_routes(&self, topic: &Topic) -> Result<Vec<Route>> {
+        let routes = topic.routes();
+        if !self.dir(&routes).is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .select(&routes, &Selection::all(), true)?
+            .events
+            .into_iter()
+            .map(|event| Route { source: topic.clone(), event })
+            .collect())
+    }
+
+    /// The active routes of `topic`: a destination and not expired.
+    pub fn routes(&self, topic: &Topic) -> Result<Vec<Route>> {
+        let t = now();
+        Ok(self.all_routes(topic)?.into_iter().filter(|r| r.is_active(t)).collect())
+    }
+
+    /// Creates a static route from `from` to `to` (a topic name or absolute
+    /// URL) with the route's elements in `params` (`kn_id`, `kn_uri`,
+    /// `kn_expires`, `kn_content_filter`, `kn_content_transform`,
+    /// `do_max_age`, `do_max_n`). PROTOCOL.md 3.2 and 3.3: refused from a
+    /// journal (403); an identical repeat is ignored; a new route first
+    /// carries the selected existing events.
+    pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        if from.is_journal() {
+            return Err(Error::new(
+                ErrorKind::Forbidden,
+                format!("static routes from journal '{from}' are refused: without duplicate suppression they could loop forever"),
+            ));
+        }
+        if to.is_empty() {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("empty route destination from '{from}': use delete_route to delete a route"),
+            ));
+        }
+        let destination = self.route_destination(to)?;
+        let selection = Selection::from_params(&params)?;
+        if let Some(filter) = params.get("kn_content_filter") {
+            self.compile_filter(filter)?;
+        }
+        self.check_route_limit(from, params.id())?;
+        let mut event = params;
+        event.set(KN_PAYLOAD, destination);
+        let mut report = self.post_route_event(from, event)?;
+        if report.ignored || selection.is_empty() {
+            return Ok(report);
+        }
+        let route = Route { source: from.clone(), event: self.current_route(from, &report.id)? };
+        let mut post = PostReport::default();
+        let mut filters = HashMap::new();
+        let urls = SourceUrls::of(self, from);
+        for event in self.select(from, &selection, false)?.events {
+            let mut queue = VecDeque::new();
+            let destination = || self.resolve(route.destination()).map_err(|e| e.to_string());
+            self.forward(from, &urls, &route, destination, &event, &mut filters, &mut queue, &mut post);
+            self.run_queue(queue, &mut post);
+            // A failed delivery poisoned the route: it carries nothing more
+            // (and a silent remote must not cost one timeout per event).
+            if post.poisoned.iter().any(|p| p.source == *from && p.route_id == report.id) {
+                break;
+            }
+        }
+        report.writes.extend(post.writes);
+        report.poisoned.extend(post.poisoned);
+        Ok(report)
+    }
+
+    /// Refuses a new route from `from` when it has `max_routes` active
+    /// ones already (replacing one of them, same `kn_id`, is allowed). The
+    /// routes are counted only when the index says there may be that many.
+    fn check_route_limit(&self, from: &Topic, id: Option<&[u8]>) -> Result<()> {
+        let max = self.config.max_routes;
+        if log::indexed_ids(&self.dir(&from.routes())) < max as u64 {
+            return Ok(());
+        }
+        let active = self.routes(from)?;
+        let replaces = id.is_some_and(|id| !id.is_empty() && active.iter().any(|r| r.id() == id));
+        if active.len() < max || replaces {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Forbidden,
+            format!("'{from}' has {} active routes, the maximum (KN_MAX_ROUTES is {max}): delete one first", active.len()),
+        ))
+    }
+
+    fn current_route(&self, from: &Topic, id: &[u8]) -> Result<Event> {
+        self.all_routes(from)?
+            .into_iter()
+            .find(|r| r.id() == id)
+            .map(|r| r.event)
+            .ok_or_else(|| Error::new(ErrorKind::Io, format!("route '{}' of '{from}' vanished", String::from_utf8_lossy(id))))
+    }
+
+    /// Deletes route `id` of `from`: it is replaced by an inactive route
+    /// (empty destination), which watchers of `kn_routes` see; `expires`
+    /// lets the deletion itself be reclaimed.
+    pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
+        let mut event = Event::new();
+        event.set(KN_ID, id).set(KN_PAYLOAD, "");
+        if let Some(e) = expires {
+            event.set(KN_EXPIRES, e);
+        }
+        self.post_route_event(from, event)
+    }
+
+    fn post_route_event(&self, from: &Topic, mut event: Event) -> Result<RouteReport> {
+        if event.id().map(|i| i.is_empty()).unwrap_or(true) {
+            event.set(KN_ID, fresh_id());
+        }
+        let post = self.post(&from.routes(), event)?;
+        Ok(RouteReport { ignored: post.duplicate, id: post.id, writes: post.writes, poisoned: post.poisoned })
+    }
+
+    /// Checks a route destination (PROTOCOL.md 3.2) and makes it absolute.
+    fn route_destination(&self, to: &[u8]) -> Result<Vec<u8>> {
+        if let Some(&b) = to.iter().find(|&&b| b <= b' ' || b == 0x7f || matches!(b, b'"' | b'#' | b'<' | b'>')) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("bad route destination '{}': byte 0x{b:02X} is not allowed", String::from_utf8_lossy(to)),
+            ));
+        }
+        match self.resolve(to)? {
+            Destination::Local(topic) => {
+                if topic.is_reserved() {
+                    return Err(Error::new(ErrorKind::BadRequest, format!("bad route destination '{topic}': can't route into a reserved topic")));
+                }
+                Ok(self.topic_url(&topic).into_bytes())
+            }
+            Destination::Remote(url) => {
+                self.config.outbound.check(&url)?;
+                Ok(url.into_bytes())
+            }
+        }
+    }
+
+    pub(super) fn compile_filter(&self, pattern: &[u8]) -> Result<regex::bytes::Regex> {
+        let text = String::from_utf8_lossy(pattern);
+        if pattern.len() > self.config.max_filter_bytes {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("kn_content_filter of {} bytes is longer than the maximum of {}", pattern.len(), self.config.max_filter_bytes),
+            ));
+        }
+        regex::bytes::RegexBuilder::new(&text)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("bad kn_content_filter '{text}': {e}")))
+    }
+}
