@@ -35,6 +35,7 @@
 mod config;
 mod error;
 mod event;
+mod http;
 mod log;
 mod record;
 mod remote;
@@ -45,6 +46,7 @@ mod watch;
 pub use config::{Config, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
+pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
 pub use record::{decode as decode_record, encode as encode_record, Decoded, Record};
 pub use remote::*;
