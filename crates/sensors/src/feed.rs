@@ -56,8 +56,11 @@ impl Source {
     /// Reads the whole document. Errors name the file or URL: a missing
     /// file is `EX_NOINPUT` (66), an unreachable or failing server
     /// `EX_TEMPFAIL` (75), an `https://` URL `EX_USAGE` (64: this build has
-    /// no TLS; fetch with curl and pipe into `-`).
-    pub fn read(&self, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError> {
+    /// no TLS; fetch with curl and pipe into `-`), a redirect to a URL that
+    /// is neither on the feed's own origin nor allowed by `KN_OUTBOUND`
+    /// `EX_UNAVAILABLE` (69). `timeout` bounds a fetch (default
+    /// `KN_REMOTE_TIMEOUT_MS`).
+    pub fn read(&self, timeout: Option<std::time::Duration>) -> Result<Vec<u8>, SensorError> {
         let mut bytes = Vec::new();
         match self {
             Source::Stdin => {
@@ -93,13 +96,13 @@ impl std::fmt::Display for Source {
 }
 
 /// GETs `url` through the project's one client ([`HttpRemote::from_config`]:
-/// `timeout` for the whole request (kn-feed's `--timeout`), the other
-/// `KN_REMOTE_*` limits (connect timeout, response size), `KN_HTTP_PROXY`, never a
+/// the `KN_REMOTE_*` limits (timeouts, response size; `timeout`, kn-feed's
+/// `--timeout`, replaces the whole-request one), `KN_HTTP_PROXY`, never a
 /// proxy from the environment). Redirects are followed up to
 /// `KN_REMOTE_MAX_REDIRECTS` times, each hop only to the feed's own origin
 /// (scheme, host and port of `url`, which the operator named) or to a URL
 /// the outbound policy (`KN_OUTBOUND`) allows.
-fn fetch(url: &str, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError> {
+fn fetch(url: &str, timeout: Option<std::time::Duration>) -> Result<Vec<u8>, SensorError> {
     if url.to_ascii_lowercase().starts_with("https://") {
         return Err(SensorError::usage(format!(
             "cannot fetch '{url}': https is not supported by this build (no TLS); use 'curl -sf {url} | kn-feed - TARGET'"
@@ -107,7 +110,11 @@ fn fetch(url: &str, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError
     }
     let config = Config::from_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
     let policy = allow_origin(&config.outbound, url)?;
-    let reply = HttpRemote::builder_from(&config).timeout(timeout).build().get(url, &policy).map_err(|e| match e.kind() {
+    let mut client = HttpRemote::builder_from(&config);
+    if let Some(timeout) = timeout {
+        client = client.timeout(timeout);
+    }
+    let reply = client.build().get(url, &policy).map_err(|e| match e.kind() {
         JournalKind::BadRequest => SensorError::usage(format!("bad feed URL '{url}': {}", e.message())),
         JournalKind::Forbidden => SensorError::new(SensorErrorKind::Unavailable, format!("cannot fetch feed '{url}': {}", e.message())),
         _ => SensorError::new(SensorErrorKind::TempFail, format!("cannot fetch feed '{url}': {}", e.message())),
@@ -232,7 +239,7 @@ pub struct Summary {
 /// run at once with its error, and the next run picks up from there; an
 /// item refused as malformed is reported on stderr and counted, and the
 /// run goes on.
-pub fn run(source: &Source, target: &Target, extra: &Event, timeout: std::time::Duration) -> Result<Summary, SensorError> {
+pub fn run(source: &Source, target: &Target, extra: &Event, timeout: Option<std::time::Duration>) -> Result<Summary, SensorError> {
     let document = source.read(timeout)?;
     let events = events_from_feed(&document, &source.to_string(), source.base_uri())?;
     let mut summary = Summary::default();
