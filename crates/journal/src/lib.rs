@@ -8,6 +8,13 @@
 //! `kn_subtopics` announcements, heartbeats, and waiting for new events.
 //! `pubsub.cgi` and every sensor call this crate and nothing else.
 //!
+//! Every outbound HTTP request of the project (remote route deliveries,
+//! content transforms, sensor posts, `kn-replay`, `kn-feed`) goes through
+//! one client, [`HttpRemote`] (`http.rs`), made from the [`Config`]: its
+//! timeouts, response size limit and proxy (`KN_HTTP_PROXY`, never a proxy
+//! variable of the environment), no redirects for POSTs, canonical header
+//! names. Which URLs it may reach is the [`OutboundPolicy`] (`remote.rs`).
+//!
 //! ```
 //! use kn_journal::{Event, Selection, Store, Topic};
 //!
