@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
+use crate::http::HttpProxy;
 use crate::remote::OutboundPolicy;
 
 /// When appended records reach stable storage.
@@ -47,7 +48,11 @@ impl std::str::FromStr for SyncPolicy {
 /// | `heartbeat_stale` | 100 s | — (protocol constant) |
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
-/// | `remote_timeout` | 5 s (connect 2 s) | `KN_REMOTE_TIMEOUT_MS` |
+/// | `remote_timeout` | 5 s | `KN_REMOTE_TIMEOUT_MS` |
+/// | `remote_connect_timeout` | 2 s | `KN_REMOTE_CONNECT_TIMEOUT_MS` |
+/// | `remote_max_bytes` | 8 MiB per response body | `KN_REMOTE_MAX_BYTES` |
+/// | `remote_max_redirects` | 5 (GETs only; POSTs follow none) | `KN_REMOTE_MAX_REDIRECTS` |
+/// | `http_proxy` | none (`HTTP_PROXY` and the like are never read) | `KN_HTTP_PROXY` (`http://host:port`) |
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
@@ -80,8 +85,20 @@ pub struct Config {
     pub server_url: Option<String>,
     /// Which remote URLs routes and content transforms may send requests to.
     pub outbound: OutboundPolicy,
-    /// Whole-request timeout of outbound HTTP requests.
+    /// Whole-request timeout of outbound HTTP requests (every request of
+    /// the project goes through [`HttpRemote`](crate::HttpRemote)).
     pub remote_timeout: Duration,
+    /// Time an outbound HTTP request may take to open its connection.
+    pub remote_connect_timeout: Duration,
+    /// Largest outbound HTTP response body accepted, in bytes; a longer
+    /// one fails the request.
+    pub remote_max_bytes: u64,
+    /// Most redirects an outbound GET follows (each hop checked against
+    /// the outbound policy); POSTs follow none.
+    pub remote_max_redirects: usize,
+    /// The HTTP proxy of outbound requests, if any. Only this setting
+    /// names one: proxy variables of the environment are never read.
+    pub http_proxy: Option<HttpProxy>,
     /// Most deliveries one post may cause (a guard against routing loops
     /// that duplicate suppression cannot end, e.g. through transforms).
     pub max_forwards: usize,
@@ -116,7 +133,11 @@ impl Config {
             heartbeat_stale: Duration::from_secs(100),
             server_url: None,
             outbound: OutboundPolicy::DenyAll,
-            remote_timeout: Duration::from_secs(5),
+            remote_timeout: crate::http::DEFAULT_TIMEOUT,
+            remote_connect_timeout: crate::http::DEFAULT_CONNECT_TIMEOUT,
+            remote_max_bytes: crate::http::DEFAULT_MAX_BODY,
+            remote_max_redirects: crate::http::DEFAULT_MAX_REDIRECTS,
+            http_proxy: None,
             max_forwards: 100_000,
             max_routes: 10_000,
             max_filter_bytes: 4096,
@@ -174,6 +195,25 @@ impl Config {
         }
         if let Some(v) = var("KN_REMOTE_TIMEOUT_MS")? {
             self.remote_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_REMOTE_CONNECT_TIMEOUT_MS")? {
+            self.remote_connect_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_REMOTE_MAX_BYTES")? {
+            self.remote_max_bytes = v;
+        }
+        if let Some(v) = var("KN_REMOTE_MAX_REDIRECTS")? {
+            self.remote_max_redirects = v;
+        }
+        if let Ok(v) = std::env::var("KN_HTTP_PROXY") {
+            let v = v.trim();
+            self.http_proxy = if v.is_empty() {
+                None
+            } else {
+                Some(v.parse().map_err(|e: Error| {
+                    Error::new(ErrorKind::BadRequest, format!("bad value for environment variable KN_HTTP_PROXY: {}", e.message()))
+                })?)
+            };
         }
         if let Some(v) = var("KN_OPEN_TOPICS")? {
             self.open_topics = v;

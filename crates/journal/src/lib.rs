@@ -33,8 +33,16 @@
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
-//!   HTTP to other servers; `error.rs`: [`Error`]; `ids.rs`: the clock
-//!   ([`now`]) and [`fresh_id`].
+//!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
+//!   client; `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
+//!   [`fresh_id`].
+//!
+//! Every outbound HTTP request of the project (remote route deliveries,
+//! content transforms, sensor posts, `kn-replay`, `kn-feed`) goes through
+//! one client, [`HttpRemote`] (`http.rs`), made from the [`Config`]: its
+//! timeouts, response size limit and proxy (`KN_HTTP_PROXY`, never a proxy
+//! variable of the environment), no redirects for POSTs, canonical header
+//! names. Which URLs it may reach is the [`OutboundPolicy`] (`remote.rs`).
 //!
 //! ```
 //! use kn_journal::{Event, Selection, Store, Topic};
@@ -63,6 +71,7 @@
 mod config;
 mod error;
 mod event;
+mod http;
 mod ids;
 mod log;
 mod record;
@@ -74,6 +83,7 @@ mod watch;
 pub use config::{Config, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
+pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
 pub use record::{decode as decode_record, encode as encode_record, Decoded, Record};
 pub use remote::*;

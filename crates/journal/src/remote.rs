@@ -3,8 +3,8 @@
 //! URLs it may send them to.
 //!
 //! Everything goes through the [`Remote`] trait, so the CGI and the sensors
-//! share one HTTP implementation ([`HttpRemote`]) and tests can substitute
-//! their own.
+//! share one HTTP implementation ([`HttpRemote`], in `http.rs`, which also
+//! holds the client's rules) and tests can substitute their own.
 //!
 //! ```
 //! use kn_journal::OutboundPolicy;
@@ -17,10 +17,11 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
 use crate::event::Event;
+// store.rs names the client through this module.
+pub(crate) use crate::http::HttpRemote;
 
 /// The answer of a remote server: its status code and body, whatever the
 /// status (a `404` is an answer, not an error).
@@ -45,248 +46,10 @@ pub trait Remote: Send + Sync {
     fn post_form(&self, url: &str, pairs: &[(&[u8], &[u8])]) -> Result<RemoteReply, Error>;
 }
 
-/// Default time allowed to open a connection.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time allowed for a whole request, from DNS lookup to the last
-/// byte of the response body.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default cap on a response body.
-const DEFAULT_MAX_BODY: u64 = 8 * 1024 * 1024;
-
-/// The [`Remote`] that speaks HTTP/1.1 (plain `http://` only: this build
-/// has no TLS, and `https://` URLs fail with a message saying so).
-///
-/// It never follows redirects (a `3xx` is returned as the reply), never
-/// uses a proxy unless one is configured (in a CGI, `HTTP_PROXY` comes from
-/// the client's `Proxy:` header, so the environment is not trusted), and
-/// bounds both time and memory: a remote that never answers, answers
-/// slowly or answers without end fails with [`ErrorKind::Remote`].
-///
-/// ```
-/// use std::time::Duration;
-/// use kn_journal::HttpRemote;
-///
-/// let remote = HttpRemote::builder()
-///     .connect_timeout(Duration::from_secs(1))
-///     .timeout(Duration::from_secs(3))
-///     .max_body(1 << 20)
-///     .build();
-/// assert_eq!(remote.timeout(), Duration::from_secs(3));
-/// ```
-#[derive(Clone)]
-pub struct HttpRemote {
-    agent: ureq::Agent,
-    connect_timeout: Duration,
-    timeout: Duration,
-    max_body: u64,
-}
-
-/// Options for an [`HttpRemote`]; made by [`HttpRemote::builder`].
-#[derive(Clone, Debug)]
-pub struct HttpRemoteBuilder {
-    connect_timeout: Duration,
-    timeout: Duration,
-    max_body: u64,
-    proxy: Option<String>,
-}
-
-impl HttpRemoteBuilder {
-    /// Time allowed to open the TCP connection (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> HttpRemoteBuilder {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Time allowed for the whole request, from DNS lookup to the last
-    /// byte of the response body (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> HttpRemoteBuilder {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The largest response body accepted, in bytes (default 8 MiB); a
-    /// longer one fails the request.
-    pub fn max_body(mut self, bytes: u64) -> HttpRemoteBuilder {
-        self.max_body = bytes;
-        self
-    }
-
-    /// Sends every request through this HTTP proxy (`http://host:port`).
-    /// By default no proxy is used, whatever the environment says.
-    pub fn proxy(mut self, url: impl Into<String>) -> HttpRemoteBuilder {
-        self.proxy = Some(url.into());
-        self
-    }
-
-    /// Builds the remote. Fails with [`ErrorKind::BadRequest`] only if the
-    /// proxy URL is invalid.
-    pub fn try_build(self) -> Result<HttpRemote, Error> {
-        let proxy = match &self.proxy {
-            None => None,
-            Some(url) => Some(
-                ureq::Proxy::new(url)
-                    .map_err(|e| Error::new(ErrorKind::BadRequest, format!("bad proxy URL '{url}': {e}")))?,
-            ),
-        };
-        let config = ureq::Agent::config_builder()
-            // A 4xx or 5xx is the remote's answer: the caller decides.
-            .http_status_as_error(false)
-            // A redirect could point anywhere, past the outbound policy.
-            .max_redirects(0)
-            .proxy(proxy)
-            .timeout_connect(Some(self.connect_timeout))
-            .timeout_global(Some(self.timeout))
-            .user_agent(concat!("knpubsub/", env!("CARGO_PKG_VERSION")))
-            .build();
-        Ok(HttpRemote {
-            agent: ureq::Agent::new_with_config(config),
-            connect_timeout: self.connect_timeout,
-            timeout: self.timeout,
-            max_body: self.max_body,
-        })
-    }
-
-    /// Builds the remote.
-    ///
-    /// # Panics
-    ///
-    /// If a [`proxy`](HttpRemoteBuilder::proxy) URL was set and is invalid;
-    /// use [`try_build`](HttpRemoteBuilder::try_build) for configured values.
-    pub fn build(self) -> HttpRemote {
-        match self.try_build() {
-            Ok(remote) => remote,
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
-impl HttpRemote {
-    /// A remote with the default limits: connect 2 s, whole request 5 s,
-    /// body 8 MiB, no proxy.
-    pub fn new() -> HttpRemote {
-        HttpRemote::builder().build()
-    }
-
-    /// A builder starting from the default limits.
-    pub fn builder() -> HttpRemoteBuilder {
-        HttpRemoteBuilder {
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            timeout: DEFAULT_TIMEOUT,
-            max_body: DEFAULT_MAX_BODY,
-            proxy: None,
-        }
-    }
-
-    /// The time allowed to open a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
-    /// The time allowed for a whole request.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The largest response body accepted, in bytes.
-    pub fn max_body(&self) -> u64 {
-        self.max_body
-    }
-
-    /// Turns a ureq failure into our error, naming the URL and what
-    /// happened in words an operator can act on.
-    fn failure(&self, url: &str, err: ureq::Error) -> Error {
-        use ureq::Error as U;
-        let (kind, what) = match err {
-            U::BadUri(e) => (ErrorKind::BadRequest, format!("bad remote URL: {e}")),
-            U::Http(e) => (ErrorKind::BadRequest, format!("bad remote URL: {e}")),
-            U::Timeout(t) => (
-                ErrorKind::Remote,
-                format!(
-                    "no answer in time ({t:?} timeout; connect {:?}, whole request {:?})",
-                    self.connect_timeout, self.timeout
-                ),
-            ),
-            U::HostNotFound => (ErrorKind::Remote, "host not found".to_string()),
-            U::ConnectionFailed => (ErrorKind::Remote, "could not connect".to_string()),
-            U::BodyExceedsLimit(limit) => {
-                (ErrorKind::Remote, format!("response body larger than the {limit} byte limit"))
-            }
-            U::Protocol(e) => (ErrorKind::Remote, format!("the answer is not valid HTTP: {e}")),
-            U::Io(e) => (ErrorKind::Remote, io_failure(&e)),
-            other => (ErrorKind::Remote, other.to_string()),
-        };
-        Error::new(kind, format!("remote request to '{url}' failed: {what}"))
-    }
-}
-
-impl Default for HttpRemote {
-    fn default() -> HttpRemote {
-        HttpRemote::new()
-    }
-}
-
-impl fmt::Debug for HttpRemote {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpRemote")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("timeout", &self.timeout)
-            .field("max_body", &self.max_body)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Describes an I/O failure talking to a remote.
-fn io_failure(err: &std::io::Error) -> String {
-    use std::io::ErrorKind as K;
-    match err.kind() {
-        K::ConnectionRefused => format!("connection refused ({err})"),
-        K::ConnectionReset | K::ConnectionAborted => format!("connection reset ({err})"),
-        K::UnexpectedEof => format!("connection closed before a complete answer ({err})"),
-        K::TimedOut | K::WouldBlock => format!("no answer in time ({err})"),
-        // std reports a failed DNS lookup as an uncategorised I/O error.
-        _ if err.to_string().contains("lookup address") => format!("host not found ({err})"),
-        _ => format!("I/O error: {err}"),
-    }
-}
-
-impl Remote for HttpRemote {
-    fn post_form(&self, url: &str, pairs: &[(&[u8], &[u8])]) -> Result<RemoteReply, Error> {
-        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("http") => {}
-            // Without a TLS feature ureq would speak plain HTTP to the TLS
-            // port (or panic): refuse clearly instead.
-            Some("https") => {
-                return Err(Error::new(
-                    ErrorKind::Remote,
-                    format!("remote request to '{url}' failed: https is not supported by this build (no TLS); use an http:// URL"),
-                ))
-            }
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::BadRequest,
-                    format!("bad remote URL '{url}': only http:// URLs can be posted to"),
-                ))
-            }
-        }
-        let body = form_urlencode(pairs);
-        let mut response = self
-            .agent
-            .post(url)
-            .content_type("application/x-www-form-urlencoded")
-            .send(&body[..])
-            .map_err(|e| self.failure(url, e))?;
-        let status = response.status().as_u16();
-        let body =
-            response.body_mut().with_config().limit(self.max_body).read_to_vec().map_err(|e| self.failure(url, e))?;
-        Ok(RemoteReply { status, body })
-    }
-}
-
 /// Encodes `pairs` as `application/x-www-form-urlencoded`: every byte but
 /// `A-Z a-z 0-9 - . _ ~` is percent-encoded, space as `+`, pairs joined by
 /// `&`. Any byte string (NUL, `&`, `=`, `;`, invalid UTF-8) survives.
-fn form_urlencode(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
+pub(crate) fn form_urlencode(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, (name, value)) in pairs.iter().enumerate() {
         if i > 0 {

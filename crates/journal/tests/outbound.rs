@@ -222,3 +222,35 @@ fn a_refusal_says_how_to_allow_the_url() {
     assert_eq!(err.kind(), ErrorKind::Forbidden);
     assert!(err.to_string().contains("add 'http://other.example/'"), "{err}");
 }
+
+/// The store sends its deliveries and transforms through the client its
+/// `Config` describes: here through `http_proxy`, a proxy the test runs,
+/// which records the `CONNECT` and refuses it (so nothing reaches the
+/// destination, and the delivery fails as the proxy's answer says).
+#[test]
+fn the_store_sends_through_the_configured_proxy_only() {
+    let listener = Listener::start(b"");
+    let proxy = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let proxy_url = format!("http://{}", proxy.local_addr().expect("addr"));
+    let (tx, connects) = mpsc::channel();
+    thread::spawn(move || {
+        for stream in proxy.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let (line, _) = read_request(&mut stream);
+            let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::new(dir.path().join("kn_events"));
+    config.outbound = OutboundPolicy::AllowAll;
+    config.http_proxy = Some(proxy_url.parse().expect("proxy URL"));
+    let store = Store::open_with(config).expect("open store");
+    store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).expect("route");
+    store.notify(&topic("/what/chat"), event("hello")).expect("notify");
+    let line = connects.recv_timeout(Duration::from_secs(5)).expect("the proxy was asked");
+    assert_eq!(line, format!("CONNECT 127.0.0.1:{} HTTP/1.1", listener.port));
+    listener.assert_silent("a delivery the proxy refused");
+}

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kn_journal::{content_transform, deliver, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
+use kn_journal::{content_transform, deliver, Config, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
 
 /// A request as the listener saw it.
 #[derive(Debug)]
@@ -550,4 +550,261 @@ fn hand_built_prefixes_are_normalised_when_checked() {
     let p = OutboundPolicy::AllowPrefixes(vec!["HTTP://Good.Example".into(), "not a url".into()]);
     assert!(p.check("http://good.example/kn").is_ok());
     assert!(p.check("http://good.example.evil.com/kn").is_err());
+}
+
+// ---------------------------------------------------------------------------
+// The one client's rules: header case, redirects, proxies.
+
+/// A receiver that parses requests by hand, as old PubSub servers do: it
+/// matches header names case-sensitively and answers `200` only when it
+/// finds `Content-Length:` literally (else `400`). Reports the head.
+fn strict_receiver() -> (String, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    let url = listen_once(move |mut stream| {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte) {
+                Ok(1) => buf.push(byte[0]),
+                _ => break,
+            }
+        }
+        let head = String::from_utf8_lossy(&buf).into_owned();
+        let length = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).and_then(|v| v.trim().parse().ok());
+        let reply: &[u8] = match length {
+            Some(len) => {
+                let mut body = vec![0u8; len];
+                let _ = stream.read_exact(&mut body);
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            }
+            None => b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        };
+        let _ = stream.write_all(reply);
+        let _ = tx.send(head);
+    });
+    (url, rx)
+}
+
+fn header_names(head: &str) -> Vec<&str> {
+    head.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(n, _)| n).collect()
+}
+
+#[test]
+fn posts_write_header_names_in_canonical_case() {
+    let (url, rx) = strict_receiver();
+    let reply = HttpRemote::new().post_form(&format!("{url}/kn/what/chat"), &[(b"kn_payload", b"hi")]).expect("answer");
+    assert_eq!(reply.status, 200, "the strict receiver found no 'Content-Length:'");
+    let head = rx.recv_timeout(Duration::from_secs(5)).expect("request arrived");
+    let mut names = header_names(&head);
+    names.sort_unstable();
+    assert_eq!(names, ["Accept", "Content-Length", "Content-Type", "Host", "User-Agent"], "{head}");
+    assert!(head.contains(&format!("\r\nHost: {}\r\n", url.trim_start_matches("http://"))), "{head}");
+}
+
+#[test]
+fn deliveries_and_transforms_reach_a_case_sensitive_receiver() {
+    let (url, _rx) = strict_receiver();
+    deliver(&HttpRemote::new(), &url, &Event::from_pairs([("kn_payload", "x")])).expect("the strict receiver accepts a delivery");
+    let (url, _rx) = strict_receiver();
+    let out = content_transform(&HttpRemote::new(), url.as_bytes(), b"p").expect("the strict receiver accepts a transform");
+    assert_eq!(out, b"ok");
+}
+
+#[test]
+fn basic_credentials_are_sent_as_a_canonical_authorization_header() {
+    let (url, rx) = strict_receiver();
+    let remote = HttpRemote::builder().basic_auth("Aladdin", "open sesame").build();
+    assert_eq!(remote.post_form(&url, &[]).expect("answer").status, 200);
+    let head = rx.recv_timeout(Duration::from_secs(5)).expect("request arrived");
+    assert!(head.contains("\r\nAuthorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n"), "{head}");
+}
+
+/// A listener that answers each of its connections with a redirect to
+/// `next(i)` (a full URL), or `200 end` once `next` gives `None`, and
+/// reports each request line.
+fn redirector<F>(next: F) -> (String, mpsc::Receiver<String>)
+where
+    F: Fn(usize, &str) -> Option<String> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = mpsc::channel();
+    let own = base.clone();
+    thread::spawn(move || {
+        for (i, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = Vec::new();
+            let mut byte = [0u8; 1];
+            while !buf.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut byte) {
+                    Ok(1) => buf.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let line = String::from_utf8_lossy(&buf).lines().next().unwrap_or("").to_string();
+            let reply = match next(i, &own) {
+                Some(to) => format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+                None => "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nend".to_string(),
+            };
+            let _ = stream.write_all(reply.as_bytes());
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (base, rx)
+}
+
+#[test]
+fn get_follows_exactly_max_redirects_and_fails_on_one_more() {
+    // Hops 0..4 redirect (relative, then absolute), the fifth request answers.
+    let (base, rx) = redirector(|i, own| (i < 4).then(|| if i % 2 == 0 { format!("/hop{}", i + 1) } else { format!("{own}/hop{}", i + 1) }));
+    let policy: OutboundPolicy = format!("{base}/").parse().unwrap();
+    let remote = HttpRemote::builder().max_redirects(4).build();
+    let reply = remote.get(&format!("{base}/start"), &policy).expect("4 redirects are within the limit");
+    assert_eq!((reply.status, &reply.body[..]), (200, &b"end"[..]));
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert_eq!(lines, ["GET /start HTTP/1.1", "GET /hop1 HTTP/1.1", "GET /hop2 HTTP/1.1", "GET /hop3 HTTP/1.1", "GET /hop4 HTTP/1.1"]);
+
+    let (base, _rx) = redirector(|i, _| (i < 4).then(|| format!("/hop{}", i + 1)));
+    let policy: OutboundPolicy = format!("{base}/").parse().unwrap();
+    let err = HttpRemote::builder().max_redirects(3).build().get(&format!("{base}/start"), &policy).expect_err("one too many");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains("more than 3 redirects"), "{err}");
+}
+
+#[test]
+fn get_never_follows_a_redirect_the_outbound_policy_refuses() {
+    let trap = TcpListener::bind("127.0.0.1:0").expect("bind");
+    trap.set_nonblocking(true).expect("nonblocking");
+    let trap_url = format!("http://{}/inside", trap.local_addr().expect("addr"));
+    let to = trap_url.clone();
+    let (base, _rx) = redirector(move |_, _| Some(to.clone()));
+    let policy: OutboundPolicy = format!("{base}/").parse().unwrap();
+    let err = HttpRemote::new().get(&format!("{base}/feed"), &policy).expect_err("refused hop");
+    assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
+    assert!(err.message().contains(&trap_url), "names the refused hop: {err}");
+    thread::sleep(Duration::from_millis(200));
+    assert!(trap.accept().is_err(), "the refused address was contacted");
+    // The first URL is checked too.
+    let err = HttpRemote::new().get(&trap_url, &policy).expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+}
+
+#[test]
+fn an_explicit_proxy_is_asked_to_connect_to_the_target() {
+    let (tx, rx) = mpsc::channel();
+    let proxy = listen_once(move |mut stream| {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte) {
+                Ok(1) => buf.push(byte[0]),
+                _ => break,
+            }
+        }
+        let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        let _ = tx.send(String::from_utf8_lossy(&buf).lines().next().unwrap_or("").to_string());
+    });
+    let mut config = Config::new("/nonexistent");
+    config.http_proxy = Some(proxy.parse().expect("proxy URL"));
+    let remote = HttpRemote::from_config(&config);
+    assert_eq!(remote.proxy(), Some(proxy.as_str()));
+    let err = remote.post_form("http://target.invalid:8081/kn/x", &[]).expect_err("the proxy refuses");
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert!(err.message().contains("proxy"), "{err}");
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("proxy contacted"), "CONNECT target.invalid:8081 HTTP/1.1");
+}
+
+#[test]
+fn a_bad_proxy_url_is_refused_when_built() {
+    for bad in ["socks5://127.0.0.1:1080", "https://p.example", "", "http://"] {
+        let err = HttpRemote::builder().proxy(bad).try_build().expect_err(bad);
+        assert_eq!(err.kind(), ErrorKind::BadRequest, "{bad}: {err}");
+        assert!(err.message().contains("proxy"), "{err}");
+    }
+}
+
+/// What a child run of this test binary checks, chosen by `KN_REMOTE_CHILD`.
+#[test]
+#[ignore = "run in a child process by proxy_variables_of_the_environment_are_never_read and kn_http_proxy_and_remote_limits_come_from_the_environment"]
+fn child() {
+    match std::env::var("KN_REMOTE_CHILD").as_deref() {
+        Ok("env_proxy") => {
+            let config = Config::from_env().expect("config");
+            assert!(config.http_proxy.is_none(), "HTTP_PROXY is not KN_HTTP_PROXY");
+            for remote in [HttpRemote::new(), HttpRemote::from_config(&config)] {
+                assert_eq!(remote.proxy(), None);
+                let (url, rx) = serve(200, b"direct");
+                let reply = remote.post_form(&url, &[]).expect("answer");
+                assert_eq!(reply.body, b"direct");
+                rx.recv_timeout(Duration::from_secs(5)).expect("the target got the request directly");
+                let (url, _rx) = redirector(|_, _| None);
+                let policy: OutboundPolicy = format!("{url}/").parse().unwrap();
+                assert_eq!(remote.get(&url, &policy).expect("answer").body, b"end");
+            }
+        }
+        Ok("settings") => {
+            let config = Config::from_env().expect("config");
+            assert_eq!(config.http_proxy.as_ref().map(|p| p.as_str()), Some("http://127.0.0.1:3128"));
+            assert_eq!(config.remote_timeout, Duration::from_millis(1500));
+            assert_eq!(config.remote_connect_timeout, Duration::from_millis(700));
+            assert_eq!(config.remote_max_bytes, 4096);
+            assert_eq!(config.remote_max_redirects, 2);
+            let remote = HttpRemote::from_config(&config);
+            assert_eq!((remote.timeout(), remote.connect_timeout()), (Duration::from_millis(1500), Duration::from_millis(700)));
+            assert_eq!((remote.max_body(), remote.max_redirects()), (4096, 2));
+        }
+        Ok("bad_proxy") => {
+            let err = Config::from_env().expect_err("bad KN_HTTP_PROXY");
+            assert_eq!(err.kind(), ErrorKind::BadRequest);
+            assert!(err.message().contains("KN_HTTP_PROXY") && err.message().contains("socks5://x"), "{err}");
+        }
+        other => panic!("KN_REMOTE_CHILD must name a role, not {other:?}"),
+    }
+    println!("KN_REMOTE_CHILD_OK");
+}
+
+/// Runs the `child` test in a new process with `role` and `env`.
+fn run_child(role: &str, env: &[(&str, &str)]) {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1"]).env("KN_REMOTE_CHILD", role);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.output().expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("KN_REMOTE_CHILD_OK"),
+        "child {role} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn proxy_variables_of_the_environment_are_never_read() {
+    let trap = TcpListener::bind("127.0.0.1:0").expect("bind");
+    trap.set_nonblocking(true).expect("nonblocking");
+    let trap_url = format!("http://{}", trap.local_addr().expect("addr"));
+    let vars = ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"];
+    let mut env: Vec<(&str, &str)> = vars.iter().map(|v| (*v, trap_url.as_str())).collect();
+    env.push(("NO_PROXY", "nothing.example"));
+    env.push(("KN_HTTP_PROXY", ""));
+    run_child("env_proxy", &env);
+    assert!(trap.accept().is_err(), "a request went to the address in the proxy variables");
+}
+
+#[test]
+fn kn_http_proxy_and_remote_limits_come_from_the_environment() {
+    run_child(
+        "settings",
+        &[
+            ("KN_HTTP_PROXY", "http://127.0.0.1:3128"),
+            ("KN_REMOTE_TIMEOUT_MS", "1500"),
+            ("KN_REMOTE_CONNECT_TIMEOUT_MS", "700"),
+            ("KN_REMOTE_MAX_BYTES", "4096"),
+            ("KN_REMOTE_MAX_REDIRECTS", "2"),
+        ],
+    );
+    run_child("bad_proxy", &[("KN_HTTP_PROXY", "socks5://x")]);
 }

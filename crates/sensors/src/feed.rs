@@ -20,11 +20,12 @@
 use std::io::Read;
 
 use feed_rs::model::{Entry, Text};
-use kn_journal::Event;
+use kn_journal::{Config, ErrorKind as JournalKind, Event, HttpRemote, OutboundPolicy};
 
 use crate::{SensorError, SensorErrorKind, Target};
 
-/// Largest feed document read, in bytes.
+/// Largest feed document read from a file or standard input, in bytes (a
+/// fetched one is bounded by `KN_REMOTE_MAX_BYTES`, like every response).
 pub const MAX_FEED_BYTES: u64 = 32 << 20;
 
 /// Where a feed comes from.
@@ -55,8 +56,11 @@ impl Source {
     /// Reads the whole document. Errors name the file or URL: a missing
     /// file is `EX_NOINPUT` (66), an unreachable or failing server
     /// `EX_TEMPFAIL` (75), an `https://` URL `EX_USAGE` (64: this build has
-    /// no TLS; fetch with curl and pipe into `-`).
-    pub fn read(&self, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError> {
+    /// no TLS; fetch with curl and pipe into `-`), a redirect to a URL that
+    /// is neither on the feed's own origin nor allowed by `KN_OUTBOUND`
+    /// `EX_UNAVAILABLE` (69). `timeout` bounds a fetch (default
+    /// `KN_REMOTE_TIMEOUT_MS`).
+    pub fn read(&self, timeout: Option<std::time::Duration>) -> Result<Vec<u8>, SensorError> {
         let mut bytes = Vec::new();
         match self {
             Source::Stdin => {
@@ -91,32 +95,50 @@ impl std::fmt::Display for Source {
     }
 }
 
-/// GETs `url` (plain http, redirects followed up to 5 times, no proxy).
-fn fetch(url: &str, timeout: std::time::Duration) -> Result<Vec<u8>, SensorError> {
+/// GETs `url` through the project's one client ([`HttpRemote::from_config`]:
+/// the `KN_REMOTE_*` limits (timeouts, response size; `timeout`, kn-feed's
+/// `--timeout`, replaces the whole-request one), `KN_HTTP_PROXY`, never a
+/// proxy from the environment). Redirects are followed up to
+/// `KN_REMOTE_MAX_REDIRECTS` times, each hop only to the feed's own origin
+/// (scheme, host and port of `url`, which the operator named) or to a URL
+/// the outbound policy (`KN_OUTBOUND`) allows.
+fn fetch(url: &str, timeout: Option<std::time::Duration>) -> Result<Vec<u8>, SensorError> {
     if url.to_ascii_lowercase().starts_with("https://") {
         return Err(SensorError::usage(format!(
             "cannot fetch '{url}': https is not supported by this build (no TLS); use 'curl -sf {url} | kn-feed - TARGET'"
         )));
     }
-    let config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(5)
-        .proxy(None)
-        .timeout_global(Some(timeout))
-        .user_agent(concat!("kn-feed/", env!("CARGO_PKG_VERSION")))
-        .build();
-    let agent = ureq::Agent::new_with_config(config);
-    let failed = |what: String| SensorError::new(SensorErrorKind::TempFail, format!("cannot fetch feed '{url}': {what}"));
-    let mut response = agent.get(url).call().map_err(|e| match e {
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) => SensorError::usage(format!("bad feed URL '{url}': {e}")),
-        other => failed(other.to_string()),
-    })?;
-    let status = response.status().as_u16();
-    if status != 200 {
-        let kind = if status >= 500 || status == 429 { SensorErrorKind::TempFail } else { SensorErrorKind::Unavailable };
-        return Err(SensorError::new(kind, format!("cannot fetch feed '{url}': HTTP {status}")));
+    let config = Config::from_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+    let policy = allow_origin(&config.outbound, url)?;
+    let mut client = HttpRemote::builder_from(&config);
+    if let Some(timeout) = timeout {
+        client = client.timeout(timeout);
     }
-    response.body_mut().with_config().limit(MAX_FEED_BYTES).read_to_vec().map_err(|e| failed(e.to_string()))
+    let reply = client.build().get(url, &policy).map_err(|e| match e.kind() {
+        JournalKind::BadRequest => SensorError::usage(format!("bad feed URL '{url}': {}", e.message())),
+        JournalKind::Forbidden => SensorError::new(SensorErrorKind::Unavailable, format!("cannot fetch feed '{url}': {}", e.message())),
+        _ => SensorError::new(SensorErrorKind::TempFail, format!("cannot fetch feed '{url}': {}", e.message())),
+    })?;
+    if reply.status != 200 {
+        let kind = if reply.status >= 500 || reply.status == 429 { SensorErrorKind::TempFail } else { SensorErrorKind::Unavailable };
+        return Err(SensorError::new(kind, format!("cannot fetch feed '{url}': HTTP {}", reply.status)));
+    }
+    Ok(reply.body)
+}
+
+/// `policy` plus the origin (`scheme://host:port/`) of the operator's
+/// feed URL.
+fn allow_origin(policy: &OutboundPolicy, url: &str) -> Result<OutboundPolicy, SensorError> {
+    let bad = || SensorError::usage(format!("bad feed URL '{url}': expected http://host[:port]/path"));
+    let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let origin = format!("{scheme}://{authority}/");
+    let prefixes = match policy {
+        OutboundPolicy::AllowAll => return Ok(OutboundPolicy::AllowAll),
+        OutboundPolicy::DenyAll => origin,
+        OutboundPolicy::AllowPrefixes(prefixes) => format!("{origin} {}", prefixes.join(" ")),
+    };
+    prefixes.parse().map_err(|_| bad())
 }
 
 /// Parses a feed document into one event per item, in feed order. Fails
@@ -217,7 +239,7 @@ pub struct Summary {
 /// run at once with its error, and the next run picks up from there; an
 /// item refused as malformed is reported on stderr and counted, and the
 /// run goes on.
-pub fn run(source: &Source, target: &Target, extra: &Event, timeout: std::time::Duration) -> Result<Summary, SensorError> {
+pub fn run(source: &Source, target: &Target, extra: &Event, timeout: Option<std::time::Duration>) -> Result<Summary, SensorError> {
     let document = source.read(timeout)?;
     let events = events_from_feed(&document, &source.to_string(), source.base_uri())?;
     let mut summary = Summary::default();

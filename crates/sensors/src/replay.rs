@@ -40,7 +40,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use kn_journal::{format_time, now, Destination, Event, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
+use kn_journal::{format_time, now, Destination, Event, HttpRemote, Remote, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
 
 use crate::{SensorError, SensorErrorKind};
 
@@ -265,32 +265,27 @@ fn post(store: &Store, origin: &Origin, event: Event, options: &ReplayOptions) -
             // The URL comes from the journal's events, which clients wrote:
             // the store's outbound policy (KN_OUTBOUND) decides, as for routes.
             store.config().outbound.check(url).map_err(|e| SensorError::from_journal(e, "not re-posted"))?;
-            post_remote(url, &event, options)
+            post_remote(store, url, &event, options)
         }
     }
 }
 
-/// A notify over HTTP, with basic authentication when a user is given.
-fn post_remote(url: &str, event: &Event, options: &ReplayOptions) -> Result<bool, SensorError> {
+/// A notify over HTTP, with basic authentication when a user is given,
+/// through the project's one client ([`HttpRemote::from_config`]'s rules:
+/// the store's timeouts, size limit and proxy setting, never a proxy from
+/// the environment, which in a CGI the client controls).
+fn post_remote(store: &Store, url: &str, event: &Event, options: &ReplayOptions) -> Result<bool, SensorError> {
     let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
     pairs.extend(event.elements());
-    let body = kn_wire::form::encode(pairs).into_bytes();
-    let timeout = Duration::from_secs(10);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .into();
-    let mut request = agent.post(url).header("Content-Type", "application/x-www-form-urlencoded");
+    let mut client = HttpRemote::builder_from(store.config());
     if let Some(user) = &options.user {
-        let credentials = format!("{user}:{}", options.password.as_deref().unwrap_or(""));
-        request = request.header("Authorization", format!("Basic {}", base64(credentials.as_bytes())));
+        client = client.basic_auth(user, options.password.as_deref().unwrap_or(""));
     }
-    let temp = |e: ureq::Error| SensorError::new(SensorErrorKind::TempFail, format!("cannot post to '{url}': {e}"));
-    let mut reply = request.send(&body[..]).map_err(temp)?;
-    let status = reply.status().as_u16();
-    let bytes = reply.body_mut().with_config().limit(1 << 20).read_to_vec().map_err(temp)?;
+    let reply = client
+        .build()
+        .post_form(url, &pairs)
+        .map_err(|e| SensorError::new(SensorErrorKind::TempFail, format!("cannot post to '{url}': {}", e.message())))?;
+    let (status, bytes) = (reply.status, reply.body);
     let line = kn_wire::simple::decode_frames(&bytes)
         .ok()
         .and_then(|events| events.into_iter().find_map(|e| e.get_str(kn_journal::STATUS)));
@@ -304,23 +299,6 @@ fn post_remote(url: &str, event: &Event, options: &ReplayOptions) -> Result<bool
     }
 }
 
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,13 +309,6 @@ mod tests {
         assert_eq!(strip_route(b"/kn_routes/r1"), Some(&b"/"[..]));
         assert_eq!(strip_route(b"javascript:cb"), None);
         assert_eq!(strip_route(b"/a/kn_routes/"), None);
-    }
-
-    #[test]
-    fn basic_credentials_encode_as_rfc4648() {
-        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
-        assert_eq!(base64(b"ab"), "YWI=");
-        assert_eq!(base64(b"abc"), "YWJj");
     }
 
     #[test]

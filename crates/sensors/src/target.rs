@@ -112,9 +112,15 @@ impl fmt::Display for Target {
     }
 }
 
-/// POSTs `event` to the topic URL and reads the simple-format status.
+/// POSTs `event` to the topic URL and reads the simple-format status,
+/// through the project's one client ([`HttpRemote::from_config`]: the
+/// `KN_REMOTE_*` limits and `KN_HTTP_PROXY`, never a proxy from the
+/// environment). The URL is the operator's own command-line argument, so
+/// the outbound policy (`KN_OUTBOUND`, which guards URLs that clients
+/// supply) is not asked; a POST follows no redirect.
 fn post_remote(url: &str, event: &Event) -> Result<Posted, SensorError> {
-    let remote = HttpRemote::builder().timeout(remote_timeout()).build();
+    let config = Config::from_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+    let remote = HttpRemote::from_config(&config);
     let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
     pairs.extend(event.elements());
     let reply = remote.post_form(url, &pairs).map_err(|e| SensorError::from_journal(e, "cannot post"))?;
@@ -138,13 +144,6 @@ fn post_remote(url: &str, event: &Event) -> Result<Posted, SensorError> {
     // The server lists what it wrote ("Wrote to '<topic>' (<id>)"); a
     // duplicate writes nothing.
     Ok(Posted { duplicate: detail.is_empty(), id: event.id().unwrap_or_default().to_vec() })
-}
-
-/// `KN_REMOTE_TIMEOUT_MS`, else 10 s: a sensor waits longer than a
-/// server forwarding inside a request would.
-fn remote_timeout() -> std::time::Duration {
-    let ms = std::env::var("KN_REMOTE_TIMEOUT_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(10_000);
-    std::time::Duration::from_millis(ms)
 }
 
 /// The sensor error kind for a PubSub status code.

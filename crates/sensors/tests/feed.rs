@@ -201,3 +201,63 @@ fn help_documents_the_sensor() {
         assert!(help.contains(needle), "--help mentions {needle}:\n{help}");
     }
 }
+
+/// A listener that answers every request with a redirect to `to(own base
+/// URL)` and counts the requests.
+fn redirecting_server(to: impl Fn(&str) -> String + Send + 'static) -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let own = base.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
+                head.push(byte[0]);
+            }
+            let reply = format!("HTTP/1.1 302 Found\r\nLocation: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", to(&own));
+            let _ = stream.write_all(reply.as_bytes());
+            let _ = tx.send(String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string());
+        }
+    });
+    (base, rx)
+}
+
+#[test]
+fn redirects_are_followed_only_within_the_feed_origin_or_the_outbound_policy() {
+    let sandbox = Sandbox::new();
+    let elsewhere = StaticServer::start(fixture(RSS), "application/rss+xml");
+    let target = elsewhere.url("/rss.xml");
+    let to = target.clone();
+    let (base, rx) = redirecting_server(move |_| to.clone());
+    let url = format!("{base}/feed");
+
+    // Another origin that KN_OUTBOUND does not allow: refused before any
+    // connection there.
+    let mut cmd = sensor("kn-feed");
+    cmd.arg("--root").arg(sandbox.store_dir()).arg(&url).arg("/what/news").env("KN_OUTBOUND", "deny");
+    let out = sandbox.run(cmd, b"");
+    assert_code(&out, 69);
+    assert!(text(&out.stderr).contains(&target), "names the refused hop: {}", text(&out.stderr));
+    assert_eq!(*elsewhere.requests.lock().unwrap(), 0, "the refused origin was contacted");
+    assert_eq!(rx.try_iter().count(), 1);
+
+    // Allowed by KN_OUTBOUND: followed.
+    let mut cmd = sensor("kn-feed");
+    cmd.arg("--root").arg(sandbox.store_dir()).arg(&url).arg("/what/news").env("KN_OUTBOUND", elsewhere.url("/"));
+    assert_eq!(summary(&sandbox.run(cmd, b"")), "3 new or changed, 0 unchanged");
+    assert_eq!(*elsewhere.requests.lock().unwrap(), 1);
+
+    // Redirects on the feed's own origin are followed, up to
+    // KN_REMOTE_MAX_REDIRECTS.
+    let (base, rx) = redirecting_server(|own| format!("{own}/again"));
+    let mut cmd = sensor("kn-feed");
+    cmd.arg("--root").arg(sandbox.store_dir()).arg(format!("{base}/feed")).arg("/what/news").env("KN_REMOTE_MAX_REDIRECTS", "2");
+    let out = sandbox.run(cmd, b"");
+    assert_code(&out, 75);
+    assert!(text(&out.stderr).contains("more than 2 redirects"), "{}", text(&out.stderr));
+    assert_eq!(rx.try_iter().count(), 3, "the first request and two redirects");
+}

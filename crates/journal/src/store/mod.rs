@@ -128,7 +128,7 @@ impl Store {
                 .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
         }
         let names = read_names(&config.root)?;
-        let remote: Arc<dyn Remote> = Arc::new(HttpRemote::builder().timeout(config.remote_timeout).build());
+        let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
             // .lock, .head, the segment and a journal's heartbeat per topic.
             raise_open_file_limit(config.open_topics as u64 * 4 + 1024);

@@ -29,9 +29,10 @@ struct Cli {
     #[arg(short, long)]
     quiet: bool,
 
-    /// Seconds allowed to fetch a feed URL.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    timeout: u64,
+    /// Seconds allowed to fetch a feed URL (default: KN_REMOTE_TIMEOUT_MS,
+    /// 5 s, like every outbound request).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
 
     /// The feed: an http:// URL, a file, or - for standard input.
     #[arg(value_name = "FEED")]
@@ -76,7 +77,7 @@ fn run(cli: Cli) -> Result<(), SensorError> {
     let extra = elements_from_args(&cli.elements)?;
     let source = Source::parse(&cli.feed);
     let target = Target::parse(&cli.target, cli.root)?;
-    let summary = feed::run(&source, &target, &extra, Duration::from_secs(cli.timeout.max(1)))?;
+    let summary = feed::run(&source, &target, &extra, cli.timeout.map(|s| Duration::from_secs(s.max(1))))?;
     if !cli.quiet {
         println!("{} new or changed, {} unchanged", summary.stored, summary.unchanged);
     }
