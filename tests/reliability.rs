@@ -732,7 +732,7 @@ fn a_full_file_system_answers_507_and_tears_nothing() {
     }
     let dir = Dir::new("enospc");
     let Some(fs) = Tmpfs::mount(&dir.join("small"), "4m") else {
-        eprintln!("skipping: cannot mount a tmpfs (needs root)");
+        support::skip("cannot mount a tmpfs (needs root)");
         return;
     };
     let store_path = fs.0.join("kn_events");

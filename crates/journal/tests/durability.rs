@@ -376,9 +376,9 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `8m`). `None` (with the reason
-    /// printed) when this machine cannot mount; under `CI=true` that fails
-    /// the test instead.
+    /// Mounts a tmpfs of `size` (e.g. `8m`). `None` (a recorded skip) when
+    /// this machine cannot mount; under `CI=true` that fails the test
+    /// instead.
     fn mount(size: &str, test: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().expect("tempdir");
         let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir.path()).output();
@@ -387,10 +387,7 @@ impl Tmpfs {
             Ok(o) => format!("mount failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
             Err(e) => format!("cannot run mount: {e}"),
         };
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{test}: cannot mount a tmpfs, required under CI=true: {why}");
-        }
-        eprintln!("{test}: SKIPPED, cannot mount a tmpfs (needs root): {why}");
+        kn_test_support::skip(&format!("{test}: cannot mount a tmpfs (needs root): {why}"));
         None
     }
 

@@ -1,10 +1,10 @@
 //! Processes: whether one lives, waiting for a condition, file owners.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,11 @@ pub fn owner(path: &Path) -> Option<u32> {
     fs::metadata(path).ok().map(|m| m.uid())
 }
 
-/// Runs `cmd` with `stdin` written to its standard input, and collects its
-/// output. A program may exit without reading all of its input (bad usage):
-/// a broken pipe then is not the test's failure.
-pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::process::Output {
+/// Runs `cmd` with `stdin` written to its standard input and collects its
+/// output; panics (after killing it) if it is still running after `limit`.
+/// A program may exit without reading all of its input (bad usage): a
+/// broken pipe then is not the test's failure.
+pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8], limit: Duration) -> Output {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
     let mut input = child.stdin.take().expect("stdin");
@@ -50,9 +51,22 @@ pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::process::Output {
     let writer = thread::spawn(move || {
         let _ = input.write_all(&data);
     });
-    let out = child.wait_with_output().expect("wait");
+    let collect = |mut from: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = from.read_to_end(&mut all);
+            all
+        })
+    };
+    let stdout = collect(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = collect(Box::new(child.stderr.take().expect("stderr")));
+    let Some(status) = wait_exit(&mut child, limit) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd:?} did not exit within {limit:?}");
+    };
     let _ = writer.join();
-    out
+    Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
 }
 
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: tests
@@ -66,4 +80,19 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
         }
     }
     tempfile::tempdir().expect("create temporary directory")
+}
+
+/// Waits up to `limit` for `child` to exit; its status, or `None` if it is
+/// still running then.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
 }
