@@ -33,6 +33,8 @@
 //!   stopped with every child when dropped.
 //! * [`http`]: [`get`], [`post_form`], [`post`] ([`Response`]) and
 //!   [`Stream`], a raw connection read incrementally with deadlines.
+//! * [`recorder`]: [`Received`], [`read_request`], [`form_decode`]: the
+//!   server side, for listeners that stand in for a remote.
 //! * [`process`]: [`wait_for`], [`process_alive`], [`run_with_stdin`],
 //!   [`scratch`], [`owner`].
 //!
@@ -52,6 +54,7 @@ pub mod bins;
 pub mod dir;
 pub mod http;
 pub mod process;
+pub mod recorder;
 pub mod servers;
 pub mod skip;
 
@@ -59,5 +62,6 @@ pub use bins::*;
 pub use dir::*;
 pub use http::*;
 pub use process::*;
+pub use recorder::*;
 pub use servers::*;
 pub use skip::*;
