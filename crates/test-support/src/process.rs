@@ -3,7 +3,7 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -94,5 +94,43 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
             return None;
         }
         thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A small tmpfs mounted for one test (root only), unmounted when dropped.
+pub struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs with `options` (e.g. `size=4m,mode=0755`) on `path`
+    /// (created if needed). When this machine cannot mount, the test is
+    /// skipped ([`crate::skip()`]: a failure under `CI=true`) and this
+    /// returns `None`.
+    pub fn mount(path: &Path, options: &str) -> Option<Tmpfs> {
+        let why = match fs::create_dir_all(path) {
+            Err(e) => format!("cannot create {}: {e}", path.display()),
+            Ok(()) => match Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(path).output() {
+                Ok(o) if o.status.success() => return Some(Tmpfs { path: path.to_path_buf() }),
+                Ok(o) => format!("mount failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
+                Err(e) => format!("cannot run mount: {e}"),
+            },
+        };
+        crate::skip(&format!("cannot mount a tmpfs (needs root): {why}"));
+        None
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount").arg(&self.path).status().map(|s| s.success()).unwrap_or(false);
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
     }
 }
