@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use e2e::{parse_frames, post_simple, route, routes_of, KnEvent, PATIENCE};
 use kn_journal::{Config, Selection, Store, Topic};
-use support::{Apache, Dir};
+use support::{Apache, Dir, Tmpfs};
 
 /// The tests of this file run one at a time: each drives a real Apache
 /// hard (hundreds of CGI processes, killers, full disks), and two at once
@@ -699,28 +699,6 @@ fn sigkill_of_notifies_and_tunnels_loses_no_acknowledged_event() {
 // ---------------------------------------------------------------------------
 // Full disk and failing disk
 
-/// A small tmpfs mounted for one test (root only), unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(path).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
-            .arg(path)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        ok.then(|| Tmpfs(path.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// The store on a 4 MiB tmpfs with no reserve: notifies answer 200 until
 /// the file system is full, then `507`; nothing torn, every acknowledged
 /// event intact.
@@ -731,11 +709,8 @@ fn a_full_file_system_answers_507_and_tears_nothing() {
         return;
     }
     let dir = Dir::new("enospc");
-    let Some(fs) = Tmpfs::mount(&dir.join("small"), "4m") else {
-        eprintln!("skipping: cannot mount a tmpfs (needs root)");
-        return;
-    };
-    let store_path = fs.0.join("kn_events");
+    let Some(fs) = Tmpfs::mount(&dir.join("small"), "size=4m,mode=0755") else { return };
+    let store_path = fs.path().join("kn_events");
     std::fs::create_dir_all(&store_path).unwrap();
     let apache = Apache::start(&support::pubsub_cgi(), &store_path, "SetEnv KN_RESERVE_BYTES 0\n");
     let payload = "z".repeat(20_000);

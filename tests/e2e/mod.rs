@@ -10,7 +10,7 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::mpsc;
@@ -248,32 +248,10 @@ pub fn raw_post(url: &str, host: &str, body: &str) -> (String, String) {
     raw(url, req.as_bytes())
 }
 
-/// Decodes `application/x-www-form-urlencoded` (`+` is a space).
+/// Decodes `application/x-www-form-urlencoded` (`+` is a space) as text.
 pub fn form_decode(body: &[u8]) -> Vec<(String, String)> {
-    fn decode(part: &[u8]) -> String {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < part.len() {
-            match part[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < part.len() => {
-                    let hex = String::from_utf8_lossy(&part[i + 1..i + 3]).into_owned();
-                    out.push(u8::from_str_radix(&hex, 16).expect("bad %XX"));
-                    i += 2;
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    body.split(|&b| b == b'&' || b == b';')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let eq = p.iter().position(|&b| b == b'=').unwrap_or(p.len());
-            (decode(&p[..eq]), decode(p.get(eq + 1..).unwrap_or(b"")))
-        })
-        .collect()
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    support::form_decode(body).into_iter().map(|(n, v)| (text(n), text(v))).collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -409,19 +387,7 @@ pub fn processes_under(dir: &Path) -> Vec<u32> {
 // ---------------------------------------------------------------------------
 // A remote PubSub server stand-in
 
-/// An HTTP request as a listener received it.
-#[derive(Clone, Debug)]
-pub struct Received {
-    pub request_line: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Received {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
+pub use support::Received;
 
 /// Listens on a free loopback port, answers every request `200` (a PubSub
 /// server's `200 Notified`, simple format) and hands each request over the
@@ -448,44 +414,14 @@ pub fn recording_listener() -> (u16, mpsc::Receiver<Received>) {
 
 fn read_request(mut conn: TcpStream) -> Option<Received> {
     let _ = conn.set_read_timeout(Some(PATIENCE));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = support::find(&buf, b"\r\n\r\n") {
-            break i;
-        }
-        let n = conn.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or("").to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_string(), v.trim().to_string())))
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        let n = conn.read(&mut chunk).ok()?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
+    let received = support::read_request(&mut conn)?;
     let status = "52\nkn_route_location: \nstatus: 200 Notified\nkn_id: remote\n\n\n";
     let reply = format!(
         "HTTP/1.1 200 Notified\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{status}",
         status.len()
     );
     let _ = conn.write_all(reply.as_bytes());
-    Some(Received { request_line, headers, body })
+    Some(received)
 }
 
 // ---------------------------------------------------------------------------

@@ -20,10 +20,13 @@ use std::time::{Duration, Instant};
 
 use kn_cgi::Event;
 use kn_wire::simple;
+use kn_test_support::{find, run_with_stdin, wait_exit};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pubsub-cgi");
 const JOURNAL: &str = "/who/a/s/1/kn_journal";
 const PADDING: usize = 4096;
+/// strace, as Debian installs it (.ci/run does).
+const STRACE: &str = "/usr/bin/strace";
 
 // ----- harness ---------------------------------------------------------------
 
@@ -153,28 +156,10 @@ impl Cgi {
 
     /// Runs the request to completion (at most 20 s).
     fn run(&self) -> Reply {
-        let mut child = self.command().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let body = self.body.clone();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&body);
-        });
-        let mut stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let _ = stdout.read_to_end(&mut out);
-            out
-        });
-        let status = wait_exit(&mut child, Duration::from_secs(20)).unwrap_or_else(|| {
-            let _ = child.kill();
-            panic!("the CGI did not exit within 20 s: {self:?}")
-        });
-        let _ = writer.join();
-        let raw = reader.join().unwrap();
-        let mut stderr = String::new();
-        let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+        let out = run_with_stdin(&mut self.command(), &self.body, Duration::from_secs(20));
+        let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
         assert!(status.success(), "exit status {status}; stderr: {stderr}");
-        Reply::parse(raw)
+        Reply::parse(out.stdout)
     }
 
     /// Starts the request as a long-running process (a tunnel), its stdout
@@ -279,19 +264,6 @@ impl Drop for Stream {
     }
 }
 
-fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A CGI response: its header block and body.
 #[derive(Clone, Debug)]
 struct Reply {
@@ -356,10 +328,6 @@ impl Reply {
             assert!(!line.contains('\n'), "bare LF in header block: {:?}", self.head);
         }
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {
@@ -553,28 +521,23 @@ fn assert_simple_like(ours: &Reply, golden: &Reply) {
 }
 
 /// Runs `cgi` under `strace -f -e trace=write` and returns the number of
-/// write calls to stdout, or `None` (with the reason printed) when strace
-/// cannot run here.
+/// write calls to stdout, or `None` (a recorded skip; a failure under
+/// `CI=true`, where .ci/run installs strace) when strace cannot run here.
 fn stdout_writes(cgi: &Cgi) -> Option<usize> {
     let log = std::env::temp_dir().join(format!("kn-cgi-strace-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let mut cmd = Command::new("strace");
+    if !kn_test_support::available(STRACE) {
+        return None;
+    }
+    let mut cmd = Command::new(STRACE);
     cmd.env_clear().args(["-f", "-qq", "-e", "trace=write", "-o"]).arg(&log).arg(BIN);
     for (k, v) in &cgi.env {
         cmd.env(k, v);
     }
-    let mut child = match cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            println!("skipping the one-write syscall check: cannot run strace ({e})");
-            return None;
-        }
-    };
-    child.stdin.take().unwrap().write_all(&cgi.body).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_stdin(&mut cmd, &cgi.body, Duration::from_secs(20));
     let trace = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     if !out.status.success() || trace.is_empty() {
-        println!("skipping the one-write syscall check: strace failed: {}", String::from_utf8_lossy(&out.stderr));
+        kn_test_support::skip(&format!("the one-write syscall check: strace failed: {}", String::from_utf8_lossy(&out.stderr)));
         return None;
     }
     // stdout is written through a duplicate of fd 1: find the fd that

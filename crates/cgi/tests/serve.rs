@@ -4,14 +4,14 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use kn_test_support::{find, wait_exit, wait_for, Serve};
 
 /// A running `pubsub-cgi serve` with its own store and static directory.
 struct Server {
-    child: Child,
+    serve: Serve,
     addr: String,
-    _stdout: BufReader<ChildStdout>,
     dir: tempfile::TempDir,
 }
 
@@ -34,32 +34,15 @@ impl Server {
     /// `serve` run in `dir` (its working directory and store), with
     /// `--static static_dir`, or without it to serve its built-in pages.
     fn launch(dir: tempfile::TempDir, static_dir: Option<&Path>, env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"));
-        command.args(["serve", "--listen", "127.0.0.1:0", "--root"]).arg(dir.path().join("events")).current_dir(dir.path());
-        if let Some(static_dir) = static_dir {
-            command.arg("--static").arg(static_dir);
-        }
-        let mut child = command
-            .env_remove("KN_EVENTS")
-            .env_remove("GATEWAY_INTERFACE")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start pubsub-cgi serve");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        // knpubsub serving http://127.0.0.1:PORT/kn (store DIR)
-        let addr = line
-            .strip_prefix("knpubsub serving http://")
-            .and_then(|rest| rest.split_once("/kn (store "))
-            .map(|(addr, _)| addr.to_string())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        Server { child, addr, _stdout: stdout, dir }
+        let mut command = Serve::command_of(Path::new(env!("CARGO_BIN_EXE_pubsub-cgi")), &dir.path().join("events"), static_dir);
+        command.current_dir(dir.path()).envs(env.iter().copied());
+        let serve = Serve::spawn(command);
+        let addr = serve.addr().to_string();
+        Server { serve, addr, dir }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.serve.child.id()
     }
 
     fn connect(&self) -> Conn {
@@ -132,13 +115,6 @@ impl Server {
 
     fn path(&self) -> &Path {
         self.dir.path()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -240,18 +216,7 @@ impl Tunnel {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
+    find(haystack, needle).is_some()
 }
 
 fn urlencode(text: &str) -> String {
@@ -535,7 +500,7 @@ fn a_client_that_goes_away_frees_its_tunnel_and_the_server_stays_healthy() {
     drop(tunnels);
     // The next keep-alive write fails (within about two keep-alive
     // periods): the connection closes, the tunnel task ends, its watch goes.
-    let freed = wait_until(Duration::from_secs(10), || server.inotify_watches() <= base_watches && server.sockets() <= base_sockets);
+    let freed = wait_for(Duration::from_secs(10), || server.inotify_watches() <= base_watches && server.sockets() <= base_sockets);
     assert!(
         freed,
         "watches {} (base {base_watches}), sockets {} (base {base_sockets})",
@@ -638,14 +603,7 @@ fn ctrl_c_stops_the_server_even_with_tunnels_open() {
     let _tunnel = server.tunnel("/kn/who/c/s/1/kn_journal?kn_response_format=simple");
     // SAFETY: a signal to our own child.
     assert_eq!(unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGINT) }, 0);
-    let end = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < end, "still running 5 s after SIGINT");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut server.serve.child, Duration::from_secs(5)).expect("still running 5 s after SIGINT");
     assert!(status.success(), "{status}");
 }
 

@@ -370,32 +370,25 @@ fn sigkilled_writers_lose_no_acknowledged_event() {
 
 // ----- 3. full disk ----------------------------------------------------------
 
-/// A small tmpfs mounted for one test, unmounted on drop.
+/// A small tmpfs on a temporary directory, unmounted on drop (before the
+/// directory is removed: fields drop in order).
 struct Tmpfs {
-    dir: tempfile::TempDir,
+    fs: kn_test_support::Tmpfs,
+    _dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `8m`). `None` (with the reason
-    /// printed) when this machine cannot mount; under `CI=true` that fails
-    /// the test instead.
-    fn mount(size: &str, test: &str) -> Option<Tmpfs> {
+    /// Mounts a tmpfs of `size` (e.g. `8m`). `None` (a recorded skip) when
+    /// this machine cannot mount; under `CI=true` that fails the test
+    /// instead.
+    fn mount(size: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir.path()).output();
-        let why = match out {
-            Ok(o) if o.status.success() => return Some(Tmpfs { dir }),
-            Ok(o) => format!("mount failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
-            Err(e) => format!("cannot run mount: {e}"),
-        };
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{test}: cannot mount a tmpfs, required under CI=true: {why}");
-        }
-        eprintln!("{test}: SKIPPED, cannot mount a tmpfs (needs root): {why}");
-        None
+        let fs = kn_test_support::Tmpfs::mount(dir.path(), &format!("size={size}"))?;
+        Some(Tmpfs { fs, _dir: dir })
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        self.fs.path()
     }
 
     fn available(&self) -> u64 {
@@ -403,19 +396,10 @@ impl Tmpfs {
     }
 }
 
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount").arg(self.dir.path()).status().map(|s| s.success()).unwrap_or(false);
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
-        }
-    }
-}
-
 #[test]
 fn posts_fail_with_disk_full_before_the_file_system_is_full() {
     const RESERVE: u64 = 2 << 20;
-    let Some(fs) = Tmpfs::mount("8m", "disk full (reserve)") else { return };
+    let Some(fs) = Tmpfs::mount("8m") else { return };
     let filler = fs.path().join("filler");
     fs::write(&filler, vec![0x5a; 3 << 20]).expect("write filler");
     let mut config = Config::new(fs.path().join("kn_events"));
@@ -514,7 +498,7 @@ fn a_write_hitting_enospc_leaves_no_partial_record() {
     let (mut mid_write, mut store_won, mut rounds) = (0, 0, 0);
     let mut example = String::new();
     for round in 0..ROUNDS {
-        let Some(fs) = Tmpfs::mount("8m", "disk full (ENOSPC)") else { return };
+        let Some(fs) = Tmpfs::mount("8m") else { return };
         rounds += 1;
         let mut config = Config::new(fs.path().join("kn_events"));
         config.reserve_bytes = 0;

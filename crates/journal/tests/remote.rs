@@ -10,79 +10,13 @@ use std::time::{Duration, Instant};
 
 use kn_journal::{content_transform, deliver, Config, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
 
-/// A request as the listener saw it.
-#[derive(Debug)]
-struct Seen {
-    request_line: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    /// The form pairs of the body, decoded.
-    fn form(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        if self.body.is_empty() {
-            return Vec::new();
-        }
-        self.body
-            .split(|&b| b == b'&')
-            .map(|pair| {
-                let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
-                (url_decode(&pair[..eq]), url_decode(pair.get(eq + 1..).unwrap_or(b"")))
-            })
-            .collect()
-    }
-}
-
-fn url_decode(v: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = std::str::from_utf8(&v[i + 1..i + 3]).expect("ascii escape");
-                out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
+use kn_test_support::Received as Seen;
 
 /// Reads one HTTP request (headers and a Content-Length body).
 fn read_request(stream: &mut TcpStream) -> Seen {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = stream.read(&mut byte).expect("read request head");
-        assert!(n > 0, "client closed before the end of the head");
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).expect("head is ASCII");
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or("").to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (n, v) = l.split_once(':').expect("header has a colon");
-            (n.trim().to_string(), v.trim().to_string())
-        })
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .map(|(_, v)| v.parse().expect("numeric length"))
-        .expect("request has a Content-Length");
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).expect("read request body");
-    Seen { request_line, headers, body }
+    let seen = kn_test_support::read_request(stream).expect("a whole request before the client closed");
+    assert!(seen.header("content-length").is_some(), "request has a Content-Length");
+    seen
 }
 
 /// Starts a listener that handles exactly one connection with `handler`

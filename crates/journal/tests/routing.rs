@@ -3,8 +3,8 @@
 //! (against real HTTP listeners on 127.0.0.1), poisoning, initial route
 //! population, and termination of routing loops.
 
-use std::io::{Read, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write as _;
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
@@ -66,65 +66,7 @@ fn route(store: &Store, from: &str, to: &str, route_id: &str) {
     assert!(!r.ignored);
 }
 
-/// A request as a listener saw it.
-#[derive(Debug)]
-struct Seen {
-    request_line: String,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn form(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.body
-            .split(|&b| b == b'&')
-            .filter(|p| !p.is_empty())
-            .map(|pair| {
-                let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
-                (url_decode(&pair[..eq]), url_decode(pair.get(eq + 1..).unwrap_or(b"")))
-            })
-            .collect()
-    }
-
-    fn field(&self, name: &str) -> Option<Vec<u8>> {
-        self.form().into_iter().find(|(n, _)| n == name.as_bytes()).map(|(_, v)| v)
-    }
-}
-
-fn url_decode(v: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                out.push(u8::from_str_radix(std::str::from_utf8(&v[i + 1..i + 3]).unwrap(), 16).unwrap());
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
-
-fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let len = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim().parse().unwrap()))
-        .unwrap_or(0usize);
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).ok()?;
-    Some(Seen { request_line: head.lines().next().unwrap_or("").to_string(), body })
-}
+use kn_test_support::{read_request, Received as Seen};
 
 /// An HTTP server on 127.0.0.1 answering every request with `answer`;
 /// each request is also sent to the returned receiver.

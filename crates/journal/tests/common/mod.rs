@@ -1,21 +1,11 @@
 //! Helpers shared by the journal's integration tests.
 
-use std::path::Path;
-
 use kn_journal::{Event, Topic};
 
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
 /// tests create thousands of topic directories, and ext4's inode allocator
 /// slows to milliseconds per file on a disk that other test suites churn.
-pub fn scratch(prefix: &str) -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new().prefix(prefix).tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
+pub use kn_test_support::scratch;
 
 /// A topic from a name the test knows is valid.
 pub fn t(name: &str) -> Topic {

@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -64,18 +64,8 @@ impl Sandbox {
 
     /// Runs `cmd` in the sandbox with `stdin`.
     pub fn run(&self, mut cmd: Command, stdin: &[u8]) -> Output {
-        cmd.current_dir(self.path()).env_remove("KN_EVENTS").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let mut input = child.stdin.take().expect("stdin");
-        let data = stdin.to_vec();
-        // A program may exit without reading all of its input (bad usage):
-        // a broken pipe here is not the test's failure.
-        let writer = thread::spawn(move || {
-            let _ = input.write_all(&data);
-        });
-        let out = child.wait_with_output().expect("wait");
-        let _ = writer.join();
-        out
+        cmd.current_dir(self.path()).env_remove("KN_EVENTS");
+        kn_test_support::run_with_stdin(&mut cmd, stdin, Duration::from_secs(120))
     }
 }
 
@@ -144,8 +134,7 @@ pub fn assert_code(out: &Output, code: i32) {
 
 /// A port on 127.0.0.1 that nothing listens on (bound, then closed).
 pub fn closed_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
+    kn_test_support::free_port()
 }
 
 /// A tiny HTTP/1.0 server on 127.0.0.1 answering every GET with the

@@ -1,0 +1,105 @@
+//! The server side of a test: HTTP requests as a listener received them
+//! (a remote PubSub server stand-in, an outbound transform, …).
+
+use std::io::Read;
+use std::net::TcpStream;
+
+/// An HTTP request as a listener received it.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// `METHOD TARGET HTTP/1.1`.
+    pub request_line: String,
+    /// Header names and values as sent (values trimmed), in order.
+    pub headers: Vec<(String, String)>,
+    /// The body (`Content-Length` bytes; none without that header).
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The body's form pairs, decoded ([`form_decode`]).
+    pub fn form(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        form_decode(&self.body)
+    }
+
+    /// The value of form field `name`, if the body has it.
+    pub fn field(&self, name: &str) -> Option<Vec<u8>> {
+        self.form().into_iter().find(|(n, _)| n == name.as_bytes()).map(|(_, v)| v)
+    }
+}
+
+/// Reads one request (its head, then a `Content-Length` body) from `conn`;
+/// `None` when the client closes or the read fails first (set a read
+/// timeout on `conn` to bound the wait).
+pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if conn.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or("").to_string();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))).collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).ok()?;
+    Some(Received { request_line, headers, body })
+}
+
+/// Decodes an `application/x-www-form-urlencoded` body: `&`-separated
+/// pairs, `+` a space, `%XX` a byte; empty pairs are skipped.
+pub fn form_decode(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    body.split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+            (url_decode(&pair[..eq]), url_decode(pair.get(eq + 1..).unwrap_or(b"")))
+        })
+        .collect()
+}
+
+/// Decodes one form component; panics on a malformed `%` escape (the
+/// sender under test wrote a bad body).
+pub fn url_decode(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = v.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).expect("a %XX escape");
+                out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_decode_reads_plus_and_escapes() {
+        assert_eq!(
+            form_decode(b"a=b+c&&d%26=%3D"),
+            vec![(b"a".to_vec(), b"b c".to_vec()), (b"d&".to_vec(), b"=".to_vec())]
+        );
+    }
+}
