@@ -413,7 +413,7 @@ report() {
     printf '%-52s %10s %3s %-6s %6s  %s\n' "" measured "" goal ratio ""
     goal_row "pubsub.cgi / hello-cgi, c=1" "$(ratio "${rate[pubsub.cgi,1]}" "${rate[hello,1]}")" ">=" 1.0
     goal_row "pubsub.cgi / hello-cgi, c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello,8]}")" ">=" 0.9
-    goal_row "pubsub.cgi / hello-cgi, task-clock per notify" "$(ratio "${cpu[hello,ms]:-n/a}" "${cpu[pubsub.cgi,ms]:-n/a}")" ">=" 1.0
+    goal_row "hello-cgi / pubsub.cgi, task-clock per notify" "$(ratio "${cpu[hello,ms]:-n/a}" "${cpu[pubsub.cgi,ms]:-n/a}")" ">=" 1.0
     if [ -n "$CGI_ONLY" ]; then
         :
     else
