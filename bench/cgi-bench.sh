@@ -5,7 +5,9 @@
 #  1. notify requests/s (ab, concurrency 1 and 8) of
 #       - hello-cgi, the floor: a CGI that only reads its body as notify
 #         must and answers;
-#       - pubsub.cgi as a CGI under Apache (goal: >= 0.80 of the floor);
+#       - pubsub.cgi as a CGI under Apache, built as docs/DEPLOY.md installs
+#         it (`cargo build-cgi`: static, position-dependent; goal: >= 1.0 of
+#         the floor at c=1, >= 0.9 at c=8, with a connection per request);
 #       - `pubsub-cgi serve` behind Apache's mod_proxy, configured as in
 #         docs/DEPLOY.md section 9 (goal: >= 2,200 at c=1, >= 6,000 at c=8);
 #       - `pubsub-cgi serve` directly (goal: >= 15,000 at c=8);
@@ -24,6 +26,8 @@
 #     BENCH_N=500 BENCH_SERVE_N=5000 BENCH_LAT_N=100 bench/cgi-bench.sh
 #     BENCH_KEEPALIVE=0 bench/cgi-bench.sh   # no ab -k: a new connection per request everywhere
 #     BENCH_OUT=/tmp/r.txt bench/cgi-bench.sh
+#     BENCH_CGI_ONLY=1 bench/cgi-bench.sh    # only the two CGIs: throughput and CPU per request
+#     BENCH_PUBSUB=/tmp/old-pubsub-cgi bench/cgi-bench.sh   # that binary as pubsub.cgi (before/after runs)
 #
 # Connections: clients (browsers, proxies) keep them alive, so ab runs with
 # -k (HTTP/1.0 keep-alive) by default; for the targets that are not CGIs a
@@ -33,9 +37,18 @@
 # times faster, so its figures take 20000 requests: with 2000 they would
 # last a fraction of a second and mostly measure ab's start.
 #
-# Needs: apache2, apache2-utils (ab). Run as root (Apache workers then run as
-# www-data) or as a user (they run as that user). Honors CARGO_TARGET_DIR.
-# Parts that fail to build or start print "n/a".
+# CPU per request: the two CGIs are also run directly (outside Apache, same
+# environment and body as under it) under `perf stat` (task-clock and page
+# faults, 300 runs each; hardware counters are not available on every VM)
+# and under valgrind's callgrind (user-space instructions, exact and
+# repeatable; counted up to pubsub.cgi's clone(), which valgrind does not
+# follow), where those tools are installed.
+#
+# Needs: apache2, apache2-utils (ab), installed here with apt-get when
+# missing and run as root; optional: perf (linux-perf), valgrind. Run as
+# root (Apache workers then run as www-data) or as a user (they run as that
+# user). Honors CARGO_TARGET_DIR. Parts that fail to build or start print
+# "n/a".
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -54,6 +67,16 @@ KEEPALIVE=${BENCH_KEEPALIVE:-1}
 AB_FLAGS=()
 [ -n "$KEEPALIVE" ] && AB_FLAGS=(-k)
 
+CGI_ONLY=${BENCH_CGI_ONLY:-}
+[ "$CGI_ONLY" = 0 ] && CGI_ONLY=
+
+if ! command -v "$APACHE" >/dev/null 2>&1 || ! command -v ab >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing apache2 apache2-utils..." >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq apache2 apache2-utils >&2
+    fi
+fi
 for tool in "$APACHE" ab; do
     command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install apache2 apache2-utils)" >&2; exit 1; }
 done
@@ -63,8 +86,11 @@ if ! (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn
     echo "full build failed; trying hello-cgi alone" >&2
     (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn-cgi --bin hello-cgi)
 fi
+# pubsub-cgi as docs/DEPLOY.md installs it (static; see .cargo/config.toml).
+# It replaces the one just built, and also runs `serve` below.
+(cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi) || echo "cargo build-cgi failed; using the dynamic pubsub-cgi" >&2
 hello_bin=$target/release/hello-cgi
-pubsub_bin=$target/release/pubsub-cgi
+pubsub_bin=${BENCH_PUBSUB:-$target/release/pubsub-cgi}
 latency_bin=$target/release/examples/tunnel-latency
 [ -x "$hello_bin" ] || { echo "no $hello_bin" >&2; exit 1; }
 
@@ -121,7 +147,7 @@ while [ "$pport" = "$port" ]; do pport=$(free_port); done
 
 # The built-in server: `pubsub-cgi serve`, its public URL the proxy's.
 serve_port=
-if [ -n "$have_pubsub" ]; then
+if [ -n "$have_pubsub" ] && [ -z "$CGI_ONLY" ]; then
     p=$(free_port)
     "$pubsub_bin" serve --listen "127.0.0.1:$p" --root "$work/events-serve" \
         --public-url "http://127.0.0.1:$pport/kn" >"$work/logs/serve.log" 2>&1 </dev/null &
@@ -223,6 +249,7 @@ ratio() { # value floor
 
 declare -A rate
 targets=(hello pubsub.cgi proxied serve)
+[ -n "$CGI_ONLY" ] && targets=(hello pubsub.cgi)
 url_of() {
     case "$1" in
         hello) echo "http://127.0.0.1:$port/hello" ;;
@@ -273,7 +300,8 @@ done
 # lat[target,mode,p50|p90|p99|max]; latency_error[target] when it failed.
 declare -A lat latency_error
 lat_targets=(pubsub.cgi proxied serve)
-for t in "${lat_targets[@]}"; do
+[ -n "$CGI_ONLY" ] && lat_targets=()
+for t in ${lat_targets[@]+"${lat_targets[@]}"}; do
     url=$(url_of "$t")
     if [ -z "$url" ] || [ -z "$have_latency" ]; then
         latency_error[$t]="not built or not running"
@@ -291,6 +319,36 @@ for t in "${lat_targets[@]}"; do
     fi
 done
 elapsed=$(($(date +%s) - started))
+
+# ----- CPU per request, outside Apache ----------------------------------------------
+
+# One notify as mod_cgid would start it: the same body, the variables a CGI
+# reads, a fresh store. perf stat counts the clone()d child too; its runs
+# share one standard input, so --pre rewinds it to the body's start before
+# each (else every run but the first would read an empty body).
+cgi_env=(env -i PATH=/usr/bin:/bin GATEWAY_INTERFACE=CGI/1.1 REQUEST_METHOD=POST
+    CONTENT_LENGTH=${#BODY} CONTENT_TYPE=application/x-www-form-urlencoded
+    SERVER_NAME=127.0.0.1 SERVER_PORT=$port SERVER_PROTOCOL=HTTP/1.1 SCRIPT_NAME=/kn
+    REMOTE_ADDR=127.0.0.1 KN_EVENTS=$work/events-direct)
+declare -A cpu
+for b in hello pubsub.cgi; do
+    bin=$work/cgi-bin/hello-cgi
+    [ "$b" = pubsub.cgi ] && bin=$work/cgi-bin/pubsub.cgi
+    [ -x "$bin" ] || continue
+    "${cgi_env[@]}" "$bin" <"$work/body" >/dev/null 2>&1 || true # the store's first notify
+    if command -v perf >/dev/null 2>&1 &&
+        out=$("${cgi_env[@]}" perf stat -x, -r 300 --pre "perl -e 'sysseek STDIN, 0, 0 or die'" \
+            -e task-clock,page-faults "$bin" <"$work/body" 2>&1 >/dev/null); then
+        cpu[$b,ms]=$(awk -F, '$3 == "task-clock" || $3 ~ /^task-clock/ {printf "%.3f", $1}' <<<"$out")
+        cpu[$b,faults]=$(awk -F, '$3 ~ /^page-faults/ {print $1}' <<<"$out")
+    fi
+    if command -v valgrind >/dev/null 2>&1; then
+        rm -f "$work"/callgrind.*
+        "${cgi_env[@]}" valgrind --tool=callgrind --dump-before=clone --callgrind-out-file="$work/callgrind.%p" \
+            "$bin" <"$work/body" >/dev/null 2>&1 || true
+        cpu[$b,instr]=$(cat "$work"/callgrind.* 2>/dev/null | awk '/^summary:/ {s += $2} END {if (s) print s}')
+    fi
+done
 
 # ----- the report ------------------------------------------------------------------
 
@@ -329,10 +387,18 @@ report() {
         echo
     done
     echo
+    echo "CPU per notify, run directly (not under Apache): perf stat, 300 runs (task-clock, page faults);"
+    echo "callgrind (user-space instructions, up to pubsub.cgi's clone())"
+    printf '%-34s %14s %12s %14s\n' target "task-clock ms" "page faults" instructions
+    for t in hello pubsub.cgi; do
+        printf '%-34s %14s %12s %14s\n' "$(label "$t")" "${cpu[$t,ms]:-n/a}" "${cpu[$t,faults]:-n/a}" "${cpu[$t,instr]:-n/a}"
+    done
+    echo
+    [ -n "$CGI_ONLY" ] && return
     echo "Notify-to-tunnel latency, ms: $LAT_N round trips per line after $LAT_WARMUP warm-up, one at a time;"
     echo "direct = notify to the journal, routed = notify to a topic routed into it"
     printf '%-28s %-7s %8s %8s %8s %8s\n' target mode p50 p90 p99 max
-    for t in "${lat_targets[@]}"; do
+    for t in ${lat_targets[@]+"${lat_targets[@]}"}; do
         if [ -n "${latency_error[$t]:-}" ]; then
             printf '%-28s %s\n' "$(label "$t")" "n/a: ${latency_error[$t]}"
             continue
@@ -345,17 +411,21 @@ report() {
     echo
     echo "Against the goals (ratio = measured / goal):"
     printf '%-52s %10s %3s %-6s %6s  %s\n' "" measured "" goal ratio ""
-    for c in "${CONCURRENCY[@]}"; do
-        goal_row "pubsub.cgi / hello-cgi, c=$c" "$(ratio "${rate[pubsub.cgi,$c]}" "${rate[hello,$c]}")" ">=" 0.80
-    done
-    goal_row "serve behind mod_proxy, c=1 (req/s)" "${rate[proxied,1]}" ">=" 2200
-    goal_row "serve behind mod_proxy, c=8 (req/s)" "${rate[proxied,8]}" ">=" 6000
-    goal_row "serve direct, c=8 (req/s)" "${rate[serve,8]}" ">=" 15000
-    for t in pubsub.cgi proxied; do
-        for mode in direct routed; do
-            goal_row "latency p50, $(label "$t"), $mode (ms)" "$(ms "$t,$mode,p50")" "<=" 5
+    goal_row "pubsub.cgi / hello-cgi, c=1" "$(ratio "${rate[pubsub.cgi,1]}" "${rate[hello,1]}")" ">=" 1.0
+    goal_row "pubsub.cgi / hello-cgi, c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello,8]}")" ">=" 0.9
+    goal_row "hello-cgi / pubsub.cgi, task-clock per notify" "$(ratio "${cpu[hello,ms]:-n/a}" "${cpu[pubsub.cgi,ms]:-n/a}")" ">=" 1.0
+    if [ -n "$CGI_ONLY" ]; then
+        :
+    else
+        goal_row "serve behind mod_proxy, c=1 (req/s)" "${rate[proxied,1]}" ">=" 2200
+        goal_row "serve behind mod_proxy, c=8 (req/s)" "${rate[proxied,8]}" ">=" 6000
+        goal_row "serve direct, c=8 (req/s)" "${rate[serve,8]}" ">=" 15000
+        for t in pubsub.cgi proxied; do
+            for mode in direct routed; do
+                goal_row "latency p50, $(label "$t"), $mode (ms)" "$(ms "$t,$mode,p50")" "<=" 5
+            done
         done
-    done
+    fi
     local errors
     errors=$(grep -v 'AH00558\|AH00094\|AH00163\|AH00489\|resuming normal\|caught SIG' "$work/logs/error.log" | tail -n 5 || true)
     if [ -n "$errors" ]; then

@@ -12,17 +12,27 @@
 //! only for this binary (address-space layout randomisation then applies to
 //! the stack, heap and libraries but not to the program's own code).
 //! Build with `KN_CGI_PIE=1` to keep the default position-independent link.
+//!
+//! The binary to install as `pubsub.cgi` is linked statically as well:
+//! `cargo build-cgi`, an alias in `.cargo/config.toml` for `cargo rustc`
+//! with `-C target-feature=+crt-static -C relocation-model=static`, with
+//! which rustc links `-static -no-pie` itself. Cargo cannot set those flags
+//! for one binary from here. A `crt-static` build without the static
+//! relocation model is linked `-static-pie`, and `-no-pie` must not be
+//! added to that (the binary would crash at start).
 fn main() {
     // `www/` is built into the binary (src/pages.rs): rebuild when it changes.
     println!("cargo:rerun-if-changed=../../www");
     println!("cargo:rerun-if-env-changed=KN_CGI_PIE");
+    println!("cargo:rerun-if-changed=build.rs");
     if std::env::var_os("KN_CGI_PIE").is_some_and(|v| !v.is_empty() && v != "0") {
         return;
     }
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
-    if os == "linux" && env == "gnu" {
+    let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    let static_crt = features.split(',').any(|f| f == "crt-static");
+    if os == "linux" && env == "gnu" && !static_crt {
         println!("cargo:rustc-link-arg-bin=pubsub-cgi=-no-pie");
     }
-    println!("cargo:rerun-if-changed=build.rs");
 }

@@ -47,7 +47,7 @@ impl Head {
         for (i, f) in fields.iter().enumerate() {
             b[8 + i * 8..16 + i * 8].copy_from_slice(&f.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&b[..HEAD_CRC]);
+        let crc = crate::record::crc32c(&[&b[..HEAD_CRC]]);
         b[HEAD_CRC..HEAD_CRC + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -57,7 +57,7 @@ impl Head {
             return None;
         }
         let crc = u32::from_le_bytes([b[HEAD_CRC], b[HEAD_CRC + 1], b[HEAD_CRC + 2], b[HEAD_CRC + 3]]);
-        if crc32c::crc32c(&b[..HEAD_CRC]) != crc {
+        if crate::record::crc32c(&[&b[..HEAD_CRC]]) != crc {
             return None;
         }
         let f = |i: usize| u64::from_le_bytes(b[8 + i * 8..16 + i * 8].try_into().unwrap_or([0; 8]));
