@@ -709,6 +709,17 @@ mod tests {
     }
 
     #[test]
+    fn caps_default_to_the_open_file_limit() {
+        let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap(), "kn_events");
+        assert_eq!(config.caps(65536), (32768, 28672));
+        assert_eq!(config.caps(20), (16, 14));
+        config.max_connections = Some(100);
+        assert_eq!(config.caps(65536), (100, 88));
+        config.max_tunnels = Some(500);
+        assert_eq!(config.caps(65536), (100, 500));
+    }
+
+    #[test]
     fn content_types_by_extension_only() {
         assert_eq!(content_type(Path::new("a.html")), Some("text/html; charset=utf-8"));
         assert_eq!(content_type(Path::new("a.svg")), Some("image/svg+xml"));
