@@ -72,7 +72,7 @@ const BLOCKING_THREADS: usize = 32;
 
 /// Threads that read tunnels' topic files (a pool of their own: see the
 /// module documentation). Each read is a page-cache read of what is new.
-const TUNNEL_READ_THREADS: usize = 8;
+const TUNNEL_READ_THREADS: usize = 4;
 
 /// What `Retry-After` says when a cap is reached, in seconds.
 pub const RETRY_AFTER_SECS: u32 = 5;
