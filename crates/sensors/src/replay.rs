@@ -230,7 +230,7 @@ pub struct Slot {
 /// be created.
 pub fn take_slot(store: &Store) -> Result<Slot, SensorError> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 
     let config = store.config();
     let dir = config.root.join(SLOTS_DIR);
@@ -238,9 +238,21 @@ pub fn take_slot(store: &Store) -> Result<Slot, SensorError> {
         SensorError::new(SensorErrorKind::CantCreate, format!("cannot take a replay slot in '{}': {e}", path.display()))
     };
     std::fs::DirBuilder::new().recursive(true).mode(0o775).create(&dir).map_err(|e| cant(&dir, e))?;
+    // Group-writable like the store's own files whatever the umask (the web
+    // server and a cron job are different users of one group); only the
+    // owner may change modes, and the owner's first run did.
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2775));
     for i in 0..config.max_replays {
         let path = dir.join(format!("slot-{i}"));
-        let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o664).open(&path).map_err(|e| cant(&path, e))?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o664)
+            .open(&path)
+            .map_err(|e| cant(&path, e))?;
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o664));
         match file.try_lock() {
             Ok(()) => {
                 let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
