@@ -278,8 +278,8 @@ struct Readers {
 
 impl Readers {
     fn start() -> Result<Readers, Error> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+        // Only its blocking pool is used, which needs no scheduler thread.
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(TUNNEL_READ_THREADS)
             .thread_name("kn-tunnel-read")
             .build()
