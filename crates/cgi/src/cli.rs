@@ -21,6 +21,11 @@ Environment:
     KN_EVENTS           the event store (both modes)
     KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
                         store settings (see crates/journal)
+    KN_MAX_CONNECTIONS, KN_MAX_TUNNELS
+                        serve's caps (--max-connections, --max-tunnels)
+    KN_MAX_REPLAYS      most do_method=replay runs at once per store
+                        (default 8; more: 503 with Retry-After)
+    KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
 
 Deployment guide: docs/DEPLOY.md.";
 
@@ -70,6 +75,16 @@ pub struct ServeArgs {
     /// kn_routed_from [default: http://ADDR/kn].
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,
+    /// Most connections open at once; past it a new connection is answered
+    /// 503 Service Unavailable with Retry-After [default:
+    /// $KN_MAX_CONNECTIONS, else half the open-file limit, at least 16].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Most tunnels open at once; past it a tunnel request gets a 503
+    /// status event with Retry-After [default: $KN_MAX_TUNNELS, else
+    /// seven eighths of the connections].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tunnels: Option<u32>,
 }
 
 impl ServeArgs {
@@ -87,7 +102,23 @@ impl ServeArgs {
         let mut config = ServeConfig::new(listen, root);
         config.static_dir = self.static_dir;
         config.public_url = self.public_url;
+        config.max_connections = cap(self.max_connections, "KN_MAX_CONNECTIONS")?;
+        config.max_tunnels = cap(self.max_tunnels, "KN_MAX_TUNNELS")?;
         Ok(config)
+    }
+}
+
+/// A cap from its option, else from its environment variable (a positive
+/// number), else `None` (the default).
+fn cap(option: Option<u32>, variable: &str) -> Result<Option<usize>, String> {
+    if let Some(n) = option {
+        return Ok(Some(n as usize));
+    }
+    let Some(value) = std::env::var_os(variable) else { return Ok(None) };
+    let value = value.to_string_lossy();
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!("bad value '{value}' for environment variable {variable}: expected a positive number")),
     }
 }
 

@@ -71,6 +71,9 @@ impl Failure {
 
 type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
 
+/// What `Retry-After` says when every replay slot is taken, in seconds.
+pub const REPLAY_RETRY_AFTER_SECS: u32 = 60;
+
 /// Most `kn_batch` entries one batch may carry; more are refused with
 /// `413 Too many kn_batch entries` before any is run, so that one request
 /// cannot post without bound (its body is bounded too, but small entries
@@ -204,8 +207,10 @@ impl Handler {
             // In the environment, not the argument list other users can read.
             command.env("KN_REPLAY_PASSWORD", password);
         }
-        command.arg("--").arg(journal.as_str());
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        command.arg("--ready").arg("--").arg(journal.as_str());
+        // Its first line says whether it got one of the store's replay
+        // slots (KN_MAX_REPLAYS); nothing else is written there.
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
         // SAFETY: setsid is async-signal-safe; nothing else runs in the child
         // before exec. A session of its own outlives the CGI request and
         // the web server's signals to our process group.
@@ -215,10 +220,22 @@ impl Handler {
         let child = command.spawn().map_err(|e| {
             Failure::new(501, "Not Implemented", format!("cannot start the replay program '{}': {e}", program.display()))
         })?;
+        let mut child = child;
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            use std::io::BufRead;
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        }
         // `serve` lives on: reap the child when it ends (a CGI process exits
         // first, and init reaps it).
-        let mut child = child;
         std::thread::spawn(move || child.wait());
+        if line.trim_end() == "busy" {
+            return Err(Failure::new(
+                503,
+                "Service Unavailable",
+                format!("too many replays running on this server (KN_MAX_REPLAYS); '{journal}' was not replayed: try again later"),
+            ));
+        }
         Ok((200, "Replaying", format!("Replaying '{journal}'\n").into_bytes()))
     }
 
@@ -309,7 +326,14 @@ impl Handler {
 
     fn done(&self, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {
         match Response::events(format, page, &statuses) {
-            Ok(r) => Reply::Done(r),
+            Ok(mut r) => {
+                // Only a replay past KN_MAX_REPLAYS answers 503: slots free
+                // up as replays end.
+                if r.code() == 503 {
+                    r.head.headers.push(("Retry-After".to_string(), REPLAY_RETRY_AFTER_SECS.to_string()));
+                }
+                Reply::Done(r)
+            }
             Err(_) => Reply::Done(Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new())),
         }
     }

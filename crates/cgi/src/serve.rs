@@ -7,13 +7,19 @@
 //! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse
 //! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
-//! A request (notify, route, batch, ...) is some 50 µs of page-cache file
-//! I/O, handled on the async worker itself; but when remote URLs may be
-//! requested (a remote route waits up to the remote timeout) or posts
-//! `fdatasync`, requests go to tokio's bounded blocking pool instead. A
-//! tunnel is a task awaiting a wakeup (a `Future`): no thread and no
-//! process per idle tunnel, so thousands of browsers can each hold one
-//! open.
+//! The async workers never block: every request (notify, route, batch,
+//! ...) runs on tokio's bounded blocking pool, where it may wait for a
+//! topic's lock (held by a compaction for seconds), a remote URL or
+//! `fdatasync` without holding up anyone else. A tunnel is a task awaiting
+//! a wakeup (a `Future`): no thread and no process per idle tunnel, so
+//! thousands of browsers can each hold one open; its reads of the topic's
+//! files run on a small pool of their own, so that requests waiting for a
+//! locked topic cannot delay the tunnels of others.
+//!
+//! Connections and tunnels are capped ([`ServeConfig::max_connections`],
+//! [`ServeConfig::max_tunnels`]): past a cap the request is answered
+//! `503 Service Unavailable` with `Retry-After`, never accepted without
+//! bound.
 //!
 //! ```no_run
 //! use kn_cgi::serve::{serve, ServeConfig};
@@ -38,10 +44,10 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use kn_journal::{Config, OutboundPolicy, Store, SyncPolicy};
+use kn_journal::{Config, Store};
 use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::handler::{Handler, Options, Reply, TunnelReply};
@@ -64,8 +70,20 @@ const TUNNEL_QUEUE: usize = 8;
 /// stall every other request.
 const BLOCKING_THREADS: usize = 32;
 
-/// Static files up to this size are read on the async worker.
-const INLINE_FILE_BYTES: u64 = 256 << 10;
+/// Threads that read tunnels' topic files (a pool of their own: see the
+/// module documentation). Each read is a page-cache read of what is new.
+const TUNNEL_READ_THREADS: usize = 4;
+
+/// What `Retry-After` says when a cap is reached, in seconds.
+pub const RETRY_AFTER_SECS: u32 = 5;
+
+/// Connections past [`ServeConfig::max_connections`] that may wait at once
+/// for their `503` (each for at most [`REFUSAL_TIMEOUT`]); more are closed
+/// at once.
+const REFUSALS: usize = 64;
+
+/// How long a refused connection may take to send its request.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How `serve` runs.
 #[derive(Clone, Debug)]
@@ -83,12 +101,38 @@ pub struct ServeConfig {
     pub public_url: Option<String>,
     /// The handler's settings.
     pub options: Options,
+    /// Most connections open at once; past it a new connection is answered
+    /// `503` and closed. `None`: half the open-file limit (after raising the
+    /// soft limit to the hard one), at least 16 (`--max-connections`,
+    /// `KN_MAX_CONNECTIONS`).
+    pub max_connections: Option<usize>,
+    /// Most tunnels open at once; past it a tunnel request is answered with
+    /// a `503` status event. `None`: seven eighths of the connections, so
+    /// that one-shot requests still get through when tunnels fill up
+    /// (`--max-tunnels`, `KN_MAX_TUNNELS`).
+    pub max_tunnels: Option<usize>,
 }
 
 impl ServeConfig {
     /// Serves the store at `root` on `listen`, and the built-in pages.
     pub fn new(listen: SocketAddr, root: impl Into<PathBuf>) -> ServeConfig {
-        ServeConfig { listen, root: root.into(), static_dir: None, public_url: None, options: Options::default() }
+        ServeConfig {
+            listen,
+            root: root.into(),
+            static_dir: None,
+            public_url: None,
+            options: Options::default(),
+            max_connections: None,
+            max_tunnels: None,
+        }
+    }
+
+    /// The connection and tunnel caps in force, given the open-file limit.
+    pub fn caps(&self, open_files: u64) -> (usize, usize) {
+        let connections =
+            self.max_connections.unwrap_or_else(|| usize::try_from(open_files / 2).unwrap_or(usize::MAX).max(16));
+        let tunnels = self.max_tunnels.unwrap_or(connections - connections / 8);
+        (connections, tunnels)
     }
 }
 
@@ -97,7 +141,7 @@ impl ServeConfig {
 ///
 /// Errors: the store cannot be opened, the address cannot be bound.
 pub fn serve(config: ServeConfig) -> Result<(), Error> {
-    raise_open_files_limit();
+    kn_journal::raise_open_file_limit(u64::MAX);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
@@ -119,13 +163,23 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
     let server = Arc::new(Server::new(config, local)?);
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
+    let refusals = Arc::new(Semaphore::new(REFUSALS));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     // Tunnel pieces are small and must leave at once.
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(server.clone(), stream));
+                    match server.connections.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            tokio::spawn(connection(server.clone(), stream, permit));
+                        }
+                        // Full: answer 503 if few are waiting for that,
+                        // else close at once (dropping the stream).
+                        Err(_) => if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                            tokio::spawn(refuse(server.clone(), stream, refusal));
+                        },
+                    }
                 }
                 Err(err) => {
                     // Out of file descriptors, most likely: let some close.
@@ -138,13 +192,34 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
     }
 }
 
-async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream) {
+/// Serves one connection; `_permit` counts it against the cap until it
+/// closes.
+async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, _permit: OwnedSemaphorePermit) {
     let service = service_fn(move |request| {
         let server = server.clone();
         async move { Ok::<_, Infallible>(server.respond(request).await) }
     });
     // A failed connection (the client went away) concerns no one else.
     let _ = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
+}
+
+/// Answers the first request of a connection past the cap with `503` and
+/// closes it (reading the request first, so that the client sees the
+/// answer rather than a reset).
+async fn refuse(server: Arc<Server>, stream: tokio::net::TcpStream, _refusal: OwnedSemaphorePermit) {
+    let limit = server.caps.0;
+    let service = service_fn(move |request: hyper::Request<Incoming>| {
+        let server = server.clone();
+        async move {
+            let query = request.uri().query().unwrap_or("").as_bytes().to_vec();
+            let message = format!("too many connections: this server holds at most {limit} at once");
+            let mut reply = server.busy(&query, &message);
+            reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            Ok::<_, Infallible>(reply)
+        }
+    });
+    let serving = http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, serving).await;
 }
 
 async fn shutdown_signal() {
@@ -163,17 +238,15 @@ async fn shutdown_signal() {
     }
 }
 
-/// A server holding thousands of tunnels needs as many descriptors: raise
-/// the soft limit to the hard one, as servers commonly do.
-fn raise_open_files_limit() {
+/// The soft open-file limit (a server holding thousands of tunnels needs
+/// as many descriptors: [`serve`] raises it to the hard one first).
+fn open_files_limit() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: plain system calls on a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
+    // SAFETY: a plain system call on a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
     }
+    limit.rlim_cur
 }
 
 /// What every request shares.
@@ -185,17 +258,46 @@ struct Server {
     /// `None` for the built-in pages.
     static_dir: Option<PathBuf>,
     local: SocketAddr,
-    /// Handle requests on the async worker itself (see [`handles_inline`]).
-    inline: bool,
+    /// The connection and tunnel caps in force.
+    caps: (usize, usize),
+    /// One permit per open connection.
+    connections: Arc<Semaphore>,
+    /// One permit per open tunnel.
+    tunnels: Arc<Semaphore>,
+    /// The pool that reads tunnels' topic files.
+    readers: Readers,
 }
 
-/// True when no request can block for long: no remote URL may be
-/// requested (remote routes and content transforms wait up to the remote
-/// timeout) and posts do not `fdatasync`. Then a request is some 50 µs of
-/// page-cache file I/O, cheaper run in place than handed to the blocking
-/// pool (a thread hand-off each way costs about half as much again).
-fn handles_inline(config: &Config) -> bool {
-    matches!(config.outbound, OutboundPolicy::DenyAll) && matches!(config.sync, SyncPolicy::None)
+/// A runtime whose blocking threads do nothing but read tunnels' topic
+/// files. Shut down without waiting when the server goes, which may be on
+/// an async worker (where dropping a runtime would panic).
+struct Readers {
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+impl Readers {
+    fn start() -> Result<Readers, Error> {
+        // Only its blocking pool is used, which needs no scheduler thread.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(TUNNEL_READ_THREADS)
+            .thread_name("kn-tunnel-read")
+            .build()
+            .map_err(|e| Error::io("cannot start the tunnel readers", e))?;
+        Ok(Readers { handle: runtime.handle().clone(), runtime: Some(runtime) })
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.handle.clone()
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl Server {
@@ -203,7 +305,8 @@ impl Server {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::for_store(&store_config);
-        let inline = handles_inline(&store_config);
+        let caps = config.caps(open_files_limit());
+        let readers = Readers::start()?;
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
@@ -211,7 +314,17 @@ impl Server {
             ),
             None => None,
         };
-        Ok(Server { handler: Handler::new(store.clone(), config.options), store, limits, static_dir, local, inline })
+        Ok(Server {
+            handler: Handler::new(store.clone(), config.options),
+            store,
+            limits,
+            static_dir,
+            local,
+            caps,
+            connections: Arc::new(Semaphore::new(caps.0)),
+            tunnels: Arc::new(Semaphore::new(caps.1)),
+            readers,
+        })
     }
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
@@ -260,10 +373,19 @@ impl Server {
             let request = Request::from_http(http, &server.limits)?;
             Ok::<_, Error>(server.handler.handle(&request))
         };
-        let handled = if self.inline { Ok(work()) } else { tokio::task::spawn_blocking(work).await };
+        // Off the async workers: a request may wait for a topic's lock.
+        let handled = tokio::task::spawn_blocking(work).await;
         match handled {
             Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
-            Ok(Ok(Reply::Tunnel(tunnel))) => self.stream(tunnel),
+            Ok(Ok(Reply::Tunnel(tunnel))) => match self.tunnels.clone().try_acquire_owned() {
+                Ok(permit) => self.stream(tunnel, permit),
+                Err(_) => {
+                    // Ends the tunnel's watch; nothing was sent yet.
+                    self.readers.handle().spawn_blocking(move || drop(tunnel));
+                    let limit = self.caps.1;
+                    self.busy(&query, &format!("too many tunnels: this server holds at most {limit} at once"))
+                }
+            },
             Ok(Err(err)) => self.failure(&query, &err),
             Err(join) => self.failure(&query, &Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))),
         }
@@ -273,24 +395,37 @@ impl Server {
     /// does: a status event in the requested format (else `js`).
     fn failure(&self, query: &[u8], err: &Error) -> hyper::Response<Body> {
         let (code, reason) = err.status();
-        let params = Params::parse(query).unwrap_or_default();
-        let format = Format::from_param(params.get("kn_response_format")).unwrap_or(Format::Js);
-        let status = status_event(code, reason, err.message(), params.get("kn_status_from"));
-        let page = Page::new(format!("http://{}{MOUNT}", self.local));
-        let response = match Response::events(format, &page, &[status]) {
-            Ok(r) => r,
-            Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
-        };
-        let mut reply = one_shot(response, false);
+        let mut reply = self.status_reply(query, code, reason, err.message());
         if err.kind() == ErrorKind::TooLarge {
             reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
         }
         reply
     }
 
+    /// A cap is reached: `503 Service Unavailable` with `Retry-After`, as
+    /// a status event in the requested format.
+    fn busy(&self, query: &[u8], message: &str) -> hyper::Response<Body> {
+        let mut reply = self.status_reply(query, 503, "Service Unavailable", message);
+        reply.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        reply
+    }
+
+    /// A one-shot response carrying one status event in the format the
+    /// query asks for (else `js`).
+    fn status_reply(&self, query: &[u8], code: u16, reason: &str, message: &str) -> hyper::Response<Body> {
+        let params = Params::parse(query).unwrap_or_default();
+        let format = Format::from_param(params.get("kn_response_format")).unwrap_or(Format::Js);
+        let status = status_event(code, reason, message, params.get("kn_status_from"));
+        let page = Page::new(format!("http://{}{MOUNT}", self.local));
+        match Response::events(format, &page, &[status]) {
+            Ok(r) => one_shot(r, false),
+            Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
+        }
+    }
+
     /// Starts streaming a tunnel: the status event and the initial events
     /// go out with the head; a task follows the topic from then on.
-    fn stream(self: &Arc<Self>, mut tunnel: Box<TunnelReply>) -> hyper::Response<Body> {
+    fn stream(self: &Arc<Self>, mut tunnel: Box<TunnelReply>, permit: OwnedSemaphorePermit) -> hyper::Response<Body> {
         let (tx, rx) = mpsc::channel(TUNNEL_QUEUE);
         // A fresh channel has room for both.
         let _ = tx.try_send(Bytes::from(tunnel.take_first()));
@@ -301,7 +436,8 @@ impl Server {
         let mut reply = with_head(&tunnel.head, Body::Stream(rx));
         // Proxies must pass each piece on at once.
         reply.headers_mut().insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
-        tokio::spawn(follow(self.store.clone(), tunnel, tx));
+        let reader = self.readers.handle();
+        tokio::spawn(follow(self.store.clone(), reader, tunnel, tx, permit));
         reply
     }
 
@@ -338,20 +474,24 @@ impl Server {
 }
 
 /// The contents of `root/relative` if it is a file that really lies inside
-/// `root`. Small files come from the page cache at once; a large one is
-/// read on the blocking pool so that it holds up no other request.
+/// `root`, read on the blocking pool so that it holds up no other request.
 async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
-    let (path, size) = find_inside(root, relative)?;
-    if size <= INLINE_FILE_BYTES {
-        return std::fs::read(&path).ok();
-    }
-    tokio::task::spawn_blocking(move || std::fs::read(path).ok()).await.ok().flatten()
+    let (root, relative) = (root.to_path_buf(), relative.to_path_buf());
+    let read = move || std::fs::read(find_inside(&root, &relative)?).ok();
+    tokio::task::spawn_blocking(read).await.ok().flatten()
 }
 
 /// Follows a tunnel until the client goes away or `kn_expires` passes:
-/// arm a wakeup, read what is new, send it; when nothing is, await the
-/// wakeup, the keep-alive timer or the deadline.
-async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sender<Bytes>) {
+/// arm a wakeup, read what is new (on `reader`'s blocking threads), send
+/// it; when nothing is, await the wakeup, the keep-alive timer or the
+/// deadline. `_permit` counts the tunnel against the cap until it ends.
+async fn follow(
+    store: Arc<Store>,
+    reader: tokio::runtime::Handle,
+    mut tunnel: Box<TunnelReply>,
+    tx: mpsc::Sender<Bytes>,
+    _permit: OwnedSemaphorePermit,
+) {
     let (keep_alive, every) = tunnel.keep_alive();
     // With change notification, a wakeup comes with every append; a lost
     // one (an inotify queue overflow) is caught by the re-read at the next
@@ -361,7 +501,17 @@ async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sende
     let mut last_write = Instant::now();
     loop {
         let listener = tunnel.listen();
-        match tunnel.next_chunk(&store) {
+        let read = {
+            let store = store.clone();
+            reader.spawn_blocking(move || {
+                let chunk = tunnel.next_chunk(&store);
+                (tunnel, chunk)
+            })
+        };
+        // A read that panicked ends the tunnel (the client reconnects).
+        let Ok((returned, chunk)) = read.await else { return };
+        tunnel = returned;
+        match chunk {
             Ok(Some(chunk)) => {
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
@@ -376,7 +526,10 @@ async fn follow(store: Arc<Store>, mut tunnel: Box<TunnelReply>, tx: mpsc::Sende
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            let _ = tx.send(Bytes::from(tunnel.finish(&store))).await;
+            let store = store.clone();
+            if let Ok(trailer) = reader.spawn_blocking(move || tunnel.finish(&store)).await {
+                let _ = tx.send(Bytes::from(trailer)).await;
+            }
             return;
         }
         let keep_alive_at = last_write + every;
@@ -481,15 +634,15 @@ fn content_type(path: &Path) -> Option<&'static str> {
     })
 }
 
-/// The path and size of `root/relative` if it is a file that really lies
-/// inside `root` (a symbolic link out of it is not served).
-fn find_inside(root: &Path, relative: &Path) -> Option<(PathBuf, u64)> {
+/// The path of `root/relative` if it is a file that really lies inside
+/// `root` (a symbolic link out of it is not served).
+fn find_inside(root: &Path, relative: &Path) -> Option<PathBuf> {
     let path = root.join(relative).canonicalize().ok()?;
     let meta = std::fs::metadata(&path).ok()?;
     if !path.starts_with(root) || !meta.is_file() {
         return None;
     }
-    Some((path, meta.len()))
+    Some(path)
 }
 
 /// A response body: complete, or the pieces of a tunnel as they come.
@@ -553,6 +706,17 @@ mod tests {
         assert_eq!(static_path("/"), Ok(PathBuf::from("index.html")));
         assert_eq!(static_path("/docs/"), Ok(PathBuf::from("docs/index.html")));
         assert_eq!(static_path("//a/./b%20c.js"), Ok(PathBuf::from("a/b c.js")));
+    }
+
+    #[test]
+    fn caps_default_to_the_open_file_limit() {
+        let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap(), "kn_events");
+        assert_eq!(config.caps(65536), (32768, 28672));
+        assert_eq!(config.caps(20), (16, 14));
+        config.max_connections = Some(100);
+        assert_eq!(config.caps(65536), (100, 88));
+        config.max_tunnels = Some(500);
+        assert_eq!(config.caps(65536), (100, 500));
     }
 
     #[test]

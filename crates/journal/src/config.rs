@@ -57,6 +57,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
+/// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
+/// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -115,6 +117,14 @@ pub struct Config {
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it.
     pub open_topics: usize,
+    /// Most replays (`kn-replay`, started by `do_method=replay` or by
+    /// hand) running at once on this store, across processes: each holds
+    /// one of this many slot files locked while it runs. 0 forbids
+    /// replays.
+    pub max_replays: usize,
+    /// Longest one replay may run: `kn-replay` stops there, whatever its
+    /// journal and `warp` still ask for.
+    pub replay_max_time: Duration,
 }
 
 impl Config {
@@ -142,6 +152,8 @@ impl Config {
             max_routes: 10_000,
             max_filter_bytes: 4096,
             open_topics: 1024,
+            max_replays: 8,
+            replay_max_time: Duration::from_secs(3600),
         }
     }
 
@@ -223,6 +235,12 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_ROUTES")? {
             self.max_routes = v;
+        }
+        if let Some(v) = var("KN_MAX_REPLAYS")? {
+            self.max_replays = v;
+        }
+        if let Some(v) = var("KN_REPLAY_MAX_TIME")? {
+            self.replay_max_time = Duration::from_secs(v);
         }
         Ok(self)
     }

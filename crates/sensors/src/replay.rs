@@ -17,6 +17,12 @@
 //! `kn-replay` runs this from a shell or cron, and `pubsub.cgi` starts
 //! `kn-replay` detached for `do_method=replay`.
 //!
+//! Replays are bounded per store, across processes: a running `kn-replay`
+//! holds one of `max_replays` slot files (`.replays/slot-<i>` under the
+//! store, see [`take_slot`]) locked for its lifetime, so a killed replay
+//! frees its slot at once; and it stops after `replay_max_time`
+//! ([`ReplayOptions::max_time`]) whatever its journal and warp ask for.
+//!
 //! ```
 //! use kn_journal::{Event, Selection, Store, Topic};
 //! use kn_sensors::replay::{self, ReplayOptions};
@@ -37,7 +43,9 @@
 //! assert_eq!(events[1].payload(), b"hi");
 //! ```
 
+use std::fs::{File, TryLockError};
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kn_journal::{format_time, now, Destination, Event, HttpRemote, Remote, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
@@ -61,6 +69,9 @@ pub struct ReplayOptions {
     pub password: Option<String>,
     /// Show a progress bar (only drawn when standard error is a terminal).
     pub progress: bool,
+    /// Stop once this long has passed: events due later are not posted
+    /// (and counted as failures). `None`: no limit.
+    pub max_time: Option<Duration>,
 }
 
 impl Default for ReplayOptions {
@@ -72,6 +83,7 @@ impl Default for ReplayOptions {
             user: None,
             password: None,
             progress: false,
+            max_time: None,
         }
     }
 }
@@ -161,7 +173,17 @@ pub fn run(store: &Store, journal: &Topic, options: &ReplayOptions) -> Result<Re
     let mut report = ReplayReport { events: steps.len(), ..ReplayReport::default() };
     let bar = progress_bar(options.progress, steps.len() as u64);
     let start = Instant::now();
-    for step in steps {
+    let total = steps.len();
+    for (done, step) in steps.into_iter().enumerate() {
+        if options.max_time.is_some_and(|limit| !options.dry_run && step.delay > limit) {
+            let limit = options.max_time.unwrap_or_default();
+            report.failures.push(format!(
+                "stopped at the time limit of {} s (KN_REPLAY_MAX_TIME): {} of {total} events not replayed",
+                limit.as_secs(),
+                total - done
+            ));
+            break;
+        }
         let Some(origin) = &step.origin else {
             report.skipped += 1;
             bar.inc(1);
@@ -186,6 +208,68 @@ pub fn run(store: &Store, journal: &Topic, options: &ReplayOptions) -> Result<Re
     }
     bar.finish_and_clear();
     Ok(report)
+}
+
+/// The directory of a store's replay slots.
+pub const SLOTS_DIR: &str = ".replays";
+
+/// One of a store's replay slots, held for as long as this value lives
+/// (a `flock` on its file, which the kernel releases when the process
+/// ends, however it ends).
+#[derive(Debug)]
+pub struct Slot {
+    _file: File,
+    /// The slot's file, `.replays/slot-<i>` under the store.
+    pub path: PathBuf,
+}
+
+/// Takes a free replay slot of `store`: the first of `slot-0` ..
+/// `slot-<max_replays - 1>` that no process holds locked. The holder's pid
+/// is written into the file (for an operator). Errors: every slot is held
+/// (temporary failure, saying how many may run), or the slot files cannot
+/// be created.
+pub fn take_slot(store: &Store) -> Result<Slot, SensorError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+
+    let config = store.config();
+    let dir = config.root.join(SLOTS_DIR);
+    let cant = |path: &std::path::Path, e: std::io::Error| {
+        SensorError::new(SensorErrorKind::CantCreate, format!("cannot take a replay slot in '{}': {e}", path.display()))
+    };
+    std::fs::DirBuilder::new().recursive(true).mode(0o775).create(&dir).map_err(|e| cant(&dir, e))?;
+    // Group-writable like the store's own files whatever the umask (the web
+    // server and a cron job are different users of one group); only the
+    // owner may change modes, and the owner's first run did.
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2775));
+    for i in 0..config.max_replays {
+        let path = dir.join(format!("slot-{i}"));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o664)
+            .open(&path)
+            .map_err(|e| cant(&path, e))?;
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o664));
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
+                return Ok(Slot { _file: file, path });
+            }
+            Err(TryLockError::WouldBlock) => continue,
+            Err(TryLockError::Error(e)) => return Err(cant(&path, e)),
+        }
+    }
+    Err(SensorError::new(
+        SensorErrorKind::TempFail,
+        format!(
+            "too many replays: {} already running on the store '{}' (KN_MAX_REPLAYS); try again later",
+            config.max_replays,
+            config.root.display()
+        ),
+    ))
 }
 
 /// A progress bar on standard error when asked for and it is a terminal;

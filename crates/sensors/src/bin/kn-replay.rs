@@ -54,6 +54,13 @@ struct Cli {
     #[arg(short, long)]
     quiet: bool,
 
+    /// Print "ready" on standard output once the replay holds its slot, or
+    /// "busy" when KN_MAX_REPLAYS replays already run on the store (for a
+    /// program that starts kn-replay in the background, as pubsub.cgi
+    /// does).
+    #[arg(long)]
+    ready: bool,
+
     /// The journal (or any topic) to replay, e.g. /who/anna/kn_journal.
     #[arg(value_name = "JOURNAL")]
     journal: String,
@@ -62,6 +69,12 @@ struct Cli {
 const AFTER_HELP: &str = "\
 A progress bar is drawn when standard error is a terminal; from cron the
 command prints nothing unless something failed.
+
+At most KN_MAX_REPLAYS (default 8) replays run at once on a store: each
+holds a slot file under <store>/.replays locked while it runs; when all are
+held, kn-replay exits with status 75. A replay stops after
+KN_REPLAY_MAX_TIME seconds (default 3600): events due later are not
+posted, and the exit status is 69.
 
 Exit status: 0 when every event was re-posted (or skipped for lack of an
 origin), 64 for a bad command line, 69 when some posts were refused, 75 for
@@ -84,12 +97,35 @@ fn run(cli: Cli) -> Result<(), SensorError> {
     }
     .map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
     let store = Store::open_with(config).map_err(|e| SensorError::from_journal(e, "cannot open the event store"))?;
+    let ready = |line: &str| {
+        if cli.ready {
+            use std::io::Write;
+            // Whoever started us may have gone: nothing to tell then.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        }
+    };
+    let _slot = if cli.dry_run {
+        None
+    } else {
+        match replay::take_slot(&store) {
+            Ok(slot) => Some(slot),
+            Err(err) => {
+                if err.kind() == SensorErrorKind::TempFail {
+                    ready("busy");
+                }
+                return Err(err);
+            }
+        }
+    };
+    ready("ready");
     let mut options = ReplayOptions {
         warp: cli.warp,
         dry_run: cli.dry_run,
         user: cli.user,
         password: cli.password.or_else(|| std::env::var("KN_REPLAY_PASSWORD").ok()),
         progress: !cli.quiet && !cli.dry_run,
+        max_time: Some(store.config().replay_max_time),
         ..ReplayOptions::default()
     };
     if let Some(prefix) = cli.prefix {
