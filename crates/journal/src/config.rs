@@ -51,6 +51,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
+/// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -98,6 +99,11 @@ pub struct Config {
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it.
     pub open_topics: usize,
+    /// A `kn_payload` longer than this is written once to a
+    /// content-addressed blob file that every topic holding the event
+    /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
+    /// 0 stores every payload inline.
+    pub blob_bytes: usize,
 }
 
 impl Config {
@@ -121,6 +127,7 @@ impl Config {
             max_routes: 10_000,
             max_filter_bytes: 4096,
             open_topics: 1024,
+            blob_bytes: 64 << 10,
         }
     }
 
@@ -177,6 +184,9 @@ impl Config {
         }
         if let Some(v) = var("KN_OPEN_TOPICS")? {
             self.open_topics = v;
+        }
+        if let Some(v) = var("KN_BLOB_BYTES")? {
+            self.blob_bytes = v;
         }
         if let Some(v) = var("KN_MAX_FORWARDS")? {
             self.max_forwards = v;

@@ -75,7 +75,7 @@ pub use config::{Config, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use log::{CompactReport, LogCursor};
-pub use record::{decode as decode_record, encode as encode_record, Decoded, Record};
+pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
 pub use store::*;
 pub use topic::{Topic, JOURNAL_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
