@@ -2,6 +2,7 @@
 //! record leaves no record without its blob (`--features failpoints`).
 #![cfg(feature = "failpoints")]
 
+#[allow(dead_code)]
 mod common;
 
 use std::fs;

@@ -2,6 +2,7 @@
 //! in one `.blobs/` file hard-linked into every topic that holds it
 //! (FORMAT.md, "Blobs").
 
+#[allow(dead_code)]
 mod common;
 
 use std::fs;
