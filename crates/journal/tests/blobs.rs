@@ -245,3 +245,30 @@ fn verify_reports_missing_corrupt_and_orphan_blobs() {
     assert!(!after.iter().any(|r| r.contains("orphan")), "{after:#?}");
     assert_eq!(after.len(), 2, "{after:#?}");
 }
+
+#[test]
+fn sync_always_and_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("kn-blobs-sync");
+    let mut c = Config::new(dir.path());
+    c.blob_bytes = 1024;
+    c.sync = kn_journal::SyncPolicy::Always;
+    let store = Store::open_with(c).unwrap();
+    let source = t("/s");
+    let to = t("/s_to");
+    store.route(&source, to.as_str().as_bytes(), Event::from_pairs([("kn_id", "r")])).unwrap();
+    let p = payload(300_000, 5);
+    store.notify(&source, big("a", &p)).unwrap();
+    for topic in [&source, &to] {
+        let events = store.events(topic, &Selection::all()).unwrap().events;
+        assert!(events[0].payload() == &p[..], "{topic}");
+    }
+    let stored = blobs(dir.path());
+    assert_eq!(stored.len(), 1);
+    assert_eq!(fs::metadata(&stored[0]).unwrap().nlink(), 3);
+    assert_eq!(fs::metadata(&stored[0]).unwrap().permissions().mode() & 0o7777, 0o664);
+    assert_eq!(fs::metadata(dir.path().join(".blobs")).unwrap().permissions().mode() & 0o7777, 0o2775);
+    assert!(store.verify().unwrap().problems.is_empty());
+    // The blob directory is no topic.
+    assert!(store.topics().unwrap().iter().all(|t| !t.as_str().contains("blob")));
+}
