@@ -103,6 +103,7 @@ pub fn record_decode(data: &[u8]) {
         seq: u64::from_le_bytes(head[..8].try_into().unwrap_or_default()),
         stored_secs: u64::from_le_bytes(head[8..].try_into().unwrap_or_default()),
         event: arbitrary_event(&data[n..]),
+        blob: None,
     };
     let frame = encode_record(&record);
     assert_eq!(decode_record(&frame), Decoded::Record(record, frame.len()), "record round trip");

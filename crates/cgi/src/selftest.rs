@@ -44,7 +44,7 @@ fn topic_names() -> Result<(), String> {
 }
 
 fn record_framing() -> Result<(), String> {
-    let record = Record { seq: 7, stored_secs: 1, event: Event::from_pairs([(&b"kn_payload"[..], &b"\0\xff"[..])]) };
+    let record = Record { seq: 7, stored_secs: 1, event: Event::from_pairs([(&b"kn_payload"[..], &b"\0\xff"[..])]), blob: None };
     let frame = encode_record(&record);
     match decode_record(&frame) {
         Decoded::Record(r, n) if r == record && n == frame.len() => Ok(()),

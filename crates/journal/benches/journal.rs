@@ -5,6 +5,11 @@
 //!   topic already holding that many events.
 //! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
 //!   local journals.
+//! * `bigfan` (printed, not criterion: each round writes the payload to
+//!   1,000 journals): one post of a 1 MiB payload forwarded along 1,000
+//!   routes to local journals (after a small warm-up post), its time and
+//!   the disk it took (`du`-style: `st_blocks * 512` summed over the
+//!   store, before and after).
 //! * wake-up latency (printed, not criterion): a post in this process to a
 //!   reader blocked in `Tunnel::wait` in another process, p50/p99.
 //! * bytes on disk per 100-byte event (printed), journal and topic.
@@ -119,6 +124,74 @@ fn fanout(c: &mut Criterion, full: bool) {
         })
     });
     group.finish();
+}
+
+/// `du`-style disk usage of a tree: `st_blocks * 512` of every file and
+/// directory (hard links counted once), and the sum of the files' sizes.
+fn disk_usage(root: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let (mut blocks, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Ok(m) = std::fs::symlink_metadata(&dir) {
+            blocks += m.blocks() * 512;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(m) = entry.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(entry.path());
+            } else if seen.insert((m.dev(), m.ino())) {
+                blocks += m.blocks() * 512;
+                bytes += m.len();
+            }
+        }
+    }
+    (blocks, bytes)
+}
+
+/// One 1 MiB event fanned out to 1,000 local journals: time and disk per
+/// post. Not a criterion bench: each round writes to every journal.
+fn big_fanout(full: bool) {
+    let (routes, rounds) = if full { (1000, 3) } else { (10, 2) };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let source = topic("/bench/bigfan");
+    for i in 0..routes {
+        let j = topic(&format!("/bench/bigfan_to/j{i}/kn_journal"));
+        open_journal(&store, &j);
+        let mut params = Event::new();
+        params.set("kn_id", format!("r{i}"));
+        store.route(&source, j.as_str().as_bytes(), params).expect("create route");
+    }
+    // Warm up: the first post opens every journal's files.
+    store.notify(&source, event("warm-up")).expect("post");
+    let mut times = Vec::new();
+    let mut disk = Vec::new();
+    for round in 0..rounds {
+        // A different payload each round (the same one would be stored once).
+        let payload: Vec<u8> = (0..1usize << 20).map(|i| (i * 7 + i / 4093 + round) as u8).collect();
+        let (blocks_before, bytes_before) = disk_usage(dir.path());
+        let mut e = Event::new();
+        e.set("kn_id", format!("big{round}")).set("kn_payload", payload);
+        let started = Instant::now();
+        let report = store.notify(&source, e).expect("post");
+        times.push(started.elapsed());
+        assert_eq!(report.writes.len(), routes + 1, "every route delivered");
+        let (blocks_after, bytes_after) = disk_usage(dir.path());
+        disk.push((blocks_after - blocks_before, bytes_after - bytes_before));
+    }
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    println!(
+        "1 MiB event fanned out to {routes} journals ({rounds} posts): median {:.1} ms (each {:?} ms); disk per post (du) {:.2} MiB, file bytes {:.2} MiB (each {:?} KiB du)",
+        sorted[sorted.len() / 2].as_secs_f64() * 1e3,
+        times.iter().map(|t| (t.as_secs_f64() * 1e4).round() / 10.0).collect::<Vec<_>>(),
+        disk[disk.len() / 2].0 as f64 / (1 << 20) as f64,
+        disk[disk.len() / 2].1 as f64 / (1 << 20) as f64,
+        disk.iter().map(|d| d.0 >> 10).collect::<Vec<_>>(),
+    );
 }
 
 fn micros_now() -> u64 {
@@ -250,6 +323,9 @@ fn main() {
         fanout(&mut c, full);
     }
     c.final_summary();
+    if wanted("bigfan") {
+        big_fanout(full);
+    }
     if wanted("wake") {
         wake_latency(full);
     }

@@ -56,6 +56,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
+/// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
@@ -125,6 +126,11 @@ pub struct Config {
     /// Longest one replay may run: `kn-replay` stops there, whatever its
     /// journal and `warp` still ask for.
     pub replay_max_time: Duration,
+    /// A `kn_payload` longer than this is written once to a
+    /// content-addressed blob file that every topic holding the event
+    /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
+    /// 0 stores every payload inline.
+    pub blob_bytes: usize,
 }
 
 impl Config {
@@ -154,6 +160,7 @@ impl Config {
             open_topics: 1024,
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
+            blob_bytes: 64 << 10,
         }
     }
 
@@ -229,6 +236,9 @@ impl Config {
         }
         if let Some(v) = var("KN_OPEN_TOPICS")? {
             self.open_topics = v;
+        }
+        if let Some(v) = var("KN_BLOB_BYTES")? {
+            self.blob_bytes = v;
         }
         if let Some(v) = var("KN_MAX_FORWARDS")? {
             self.max_forwards = v;

@@ -147,15 +147,35 @@ impl Event {
     /// A 128-bit digest of the end-to-end elements (everything but
     /// hop-by-hop elements and `kn_time_t`): equal digests mean a duplicate.
     pub(crate) fn end_to_end_digest(&self) -> u128 {
+        self.end_to_end_digest_with_payload(None)
+    }
+
+    /// [`Event::end_to_end_digest`] of this event with its `kn_payload`
+    /// set to `payload` (when given): the digest of an event whose payload
+    /// is kept apart, in a blob, without copying it back in.
+    pub(crate) fn end_to_end_digest_with_payload(&self, payload: Option<&[u8]>) -> u128 {
         let mut h = xxhash_rust::xxh3::Xxh3::new();
-        for (name, value) in &self.elements {
-            if is_hop_by_hop(name) || name == KN_TIME_T {
-                continue;
-            }
+        let mut feed = |name: &[u8], value: &[u8]| {
             h.update(&(name.len() as u64).to_le_bytes());
             h.update(name);
             h.update(&(value.len() as u64).to_le_bytes());
             h.update(value);
+        };
+        let mut pending = payload;
+        for (name, value) in &self.elements {
+            if pending.is_some() && name.as_slice() >= KN_PAYLOAD {
+                feed(KN_PAYLOAD, pending.take().unwrap_or_default());
+                if name == KN_PAYLOAD {
+                    continue;
+                }
+            }
+            if is_hop_by_hop(name) || name == KN_TIME_T {
+                continue;
+            }
+            feed(name, value);
+        }
+        if let Some(p) = pending {
+            feed(KN_PAYLOAD, p);
         }
         h.digest128()
     }
@@ -278,6 +298,11 @@ mod tests {
         assert_eq!(a.end_to_end_digest(), b.end_to_end_digest());
         assert!(a.same_end_to_end(&b));
         assert_ne!(a.end_to_end_digest(), c.end_to_end_digest());
+        // A payload kept apart digests as if it were in place.
+        let mut bare = c.clone();
+        bare.remove(KN_PAYLOAD);
+        assert_eq!(bare.end_to_end_digest_with_payload(Some(b"y")), c.end_to_end_digest());
+        assert_eq!(Event::from_pairs([("kn_payload", "y"), ("z", "1")]).end_to_end_digest(), Event::from_pairs([("z", "1")]).end_to_end_digest_with_payload(Some(b"y")));
         // Name/value boundaries are part of the digest.
         let d = Event::from_pairs([("ab", "c")]);
         let e = Event::from_pairs([("a", "bc")]);

@@ -29,7 +29,9 @@
 //! * `log/`: one topic's files, knowing nothing of the store: `segment`
 //!   (names, scans, reads, [`LogCursor`]), `head` (the `.head` and its
 //!   `kn_id` index), `writer` (the locked appender), `compact`
-//!   ([`CompactReport`], retention), `verify`.
+//!   ([`CompactReport`], retention), `verify`, `blob` (large payloads
+//!   stored once in the root's `.blobs/`, hard-linked into each topic
+//!   that holds them; readers put them back).
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
@@ -85,7 +87,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
-pub use record::{decode as decode_record, encode as encode_record, Decoded, Record};
+pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
 pub use store::*;
 pub use topic::{Topic, JOURNAL_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

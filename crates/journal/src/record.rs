@@ -26,7 +26,49 @@ pub struct Record {
     /// for `do_max_age`; order comes from `seq`).
     pub stored_secs: u64,
     /// The event as stored (without `kn_route_checkpoint`, which is `seq`).
+    /// When `blob` is set, the frame holds the event without its
+    /// `kn_payload`, which is the blob's content (readers put it back).
     pub event: Event,
+    /// The blob holding this record's `kn_payload`, if it is not inline
+    /// (FORMAT.md, "Blobs").
+    pub blob: Option<BlobRef>,
+}
+
+/// A reference to a payload stored once, in a blob file: the payload's
+/// `xxh3_128` and its length. Stored in a record as the 24-byte `b` field
+/// (hash u128 LE, then length u64 LE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlobRef {
+    /// `xxh3_128` of the payload.
+    pub hash: u128,
+    /// The payload's length in bytes.
+    pub len: u64,
+}
+
+impl BlobRef {
+    /// The reference of `payload`.
+    pub fn of(payload: &[u8]) -> BlobRef {
+        BlobRef { hash: xxhash_rust::xxh3::xxh3_128(payload), len: payload.len() as u64 }
+    }
+
+    /// The hash as 32 lowercase hex digits: the blob's file name.
+    pub fn hex(&self) -> String {
+        format!("{:032x}", self.hash)
+    }
+
+    fn to_bytes(self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..16].copy_from_slice(&self.hash.to_le_bytes());
+        b[16..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<BlobRef> {
+        let b: &[u8; 24] = b.try_into().ok()?;
+        let hash = u128::from_le_bytes(b[..16].try_into().ok()?);
+        let len = u64::from_le_bytes(b[16..].try_into().ok()?);
+        Some(BlobRef { hash, len })
+    }
 }
 
 /// The MessagePack body. Field names are short but named, so that a newer
@@ -39,6 +81,8 @@ struct Body {
     stored_secs: u64,
     #[serde(rename = "e")]
     elements: BTreeMap<ByteBuf, ByteBuf>,
+    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
+    blob: Option<ByteBuf>,
 }
 
 /// What a decoder found at a position of a segment.
@@ -54,28 +98,35 @@ pub enum Decoded {
 
 /// Encodes a record as one frame, ready for a single `write`.
 pub fn encode(record: &Record) -> Vec<u8> {
-    encode_event(record.seq, record.stored_secs, &record.event)
+    encode_event(record.seq, record.stored_secs, &record.event, record.blob.as_ref())
 }
 
 /// Encodes the frame of `event` stored as `seq` at `stored_secs`, writing
 /// the MessagePack body directly with `rmp` (the bytes `rmp_serde` writes
 /// for [`Body`]: keys `s`, `t`, `e`, shortest integers, `bin` names and
-/// values) without copying the event first.
-pub(crate) fn encode_event(seq: u64, stored_secs: u64, event: &Event) -> Vec<u8> {
+/// values) without copying the event first. With `blob`, the frame holds
+/// the reference (key `b`, after `e`) instead of `kn_payload`.
+pub(crate) fn encode_event(seq: u64, stored_secs: u64, event: &Event, blob: Option<&BlobRef>) -> Vec<u8> {
     use rmp::encode::{write_bin, write_map_len, write_str, write_uint};
-    let mut frame = Vec::with_capacity(FRAME_HEADER + 32 + event.byte_size() + 10 * event.len());
+    let inline = |name: &[u8]| blob.is_none() || name != crate::event::KN_PAYLOAD;
+    let size = if blob.is_some() { event.byte_size() - event.get(crate::event::KN_PAYLOAD).map_or(0, <[u8]>::len) } else { event.byte_size() };
+    let mut frame = Vec::with_capacity(FRAME_HEADER + 64 + size + 10 * event.len());
     frame.extend_from_slice(&[0u8; FRAME_HEADER]);
     // Writing into a Vec cannot fail.
-    let _ = write_map_len(&mut frame, 3);
+    let _ = write_map_len(&mut frame, if blob.is_some() { 4 } else { 3 });
     let _ = write_str(&mut frame, "s");
     let _ = write_uint(&mut frame, seq);
     let _ = write_str(&mut frame, "t");
     let _ = write_uint(&mut frame, stored_secs);
     let _ = write_str(&mut frame, "e");
-    let _ = write_map_len(&mut frame, event.len() as u32);
-    for (name, value) in event.elements() {
+    let _ = write_map_len(&mut frame, event.elements().filter(|(n, _)| inline(n)).count() as u32);
+    for (name, value) in event.elements().filter(|(n, _)| inline(n)) {
         let _ = write_bin(&mut frame, name);
         let _ = write_bin(&mut frame, value);
+    }
+    if let Some(blob) = blob {
+        let _ = write_str(&mut frame, "b");
+        let _ = write_bin(&mut frame, &blob.to_bytes());
     }
     let len = ((frame.len() - FRAME_HEADER) as u32).to_le_bytes();
     let crc = checksum(&len, &frame[FRAME_HEADER..]);
@@ -133,9 +184,14 @@ pub fn decode(bytes: &[u8]) -> Decoded {
     }
     match rmp_serde::from_slice::<Body>(body) {
         Ok(b) => {
+            let blob = match b.blob.as_ref().map(|v| BlobRef::from_bytes(v)) {
+                None => None,
+                Some(Some(blob)) => Some(blob),
+                Some(None) => return Decoded::Corrupt("blob reference is not 24 bytes".to_string()),
+            };
             let elements = b.elements.into_iter().map(|(n, v)| (n.into_vec(), v.into_vec())).collect();
             Decoded::Record(
-                Record { seq: b.seq, stored_secs: b.stored_secs, event: Event::from_map(elements) },
+                Record { seq: b.seq, stored_secs: b.stored_secs, event: Event::from_map(elements), blob },
                 FRAME_HEADER + len,
             )
         }
@@ -150,7 +206,7 @@ mod tests {
     fn sample() -> Record {
         let mut e = Event::new();
         e.set("kn_id", "e1").set("kn_payload", b"\0\xff\xfe raw".to_vec()).set(b"\x01n\xc3".to_vec(), "v");
-        Record { seq: 42, stored_secs: 1_796_018_670, event: e }
+        Record { seq: 42, stored_secs: 1_796_018_670, event: e, blob: None }
     }
 
     #[test]
@@ -173,7 +229,13 @@ mod tests {
         let body = Body {
             seq: record.seq,
             stored_secs: record.stored_secs,
-            elements: record.event.elements().map(|(n, v)| (ByteBuf::from(n.to_vec()), ByteBuf::from(v.to_vec()))).collect(),
+            elements: record
+                .event
+                .elements()
+                .filter(|(n, _)| record.blob.is_none() || *n != crate::event::KN_PAYLOAD)
+                .map(|(n, v)| (ByteBuf::from(n.to_vec()), ByteBuf::from(v.to_vec())))
+                .collect(),
+            blob: record.blob.map(|b| ByteBuf::from(b.to_bytes().to_vec())),
         };
         let body = rmp_serde::to_vec_named(&body).unwrap();
         let len = (body.len() as u32).to_le_bytes();
@@ -190,7 +252,7 @@ mod tests {
         for (i, &n) in sizes.iter().enumerate() {
             let mut e = Event::new();
             e.set("kn_payload", vec![b'x'; n]).set(vec![b'n'; n.max(1)], "v");
-            let r = Record { seq: ints[i % ints.len()], stored_secs: ints[(i + 5) % ints.len()], event: e };
+            let r = Record { seq: ints[i % ints.len()], stored_secs: ints[(i + 5) % ints.len()], event: e, blob: None };
             assert_eq!(encode(&r), encode_with_serde(&r), "value of {n} bytes");
         }
         for count in [0usize, 1, 15, 16, 17, 300] {
@@ -199,11 +261,33 @@ mod tests {
                 e.set(format!("name{k}"), format!("value{k}"));
             }
             for &seq in &ints {
-                let r = Record { seq, stored_secs: seq / 3, event: e.clone() };
+                let r = Record { seq, stored_secs: seq / 3, event: e.clone(), blob: None };
                 assert_eq!(encode(&r), encode_with_serde(&r), "{count} elements, seq {seq}");
             }
         }
         assert_eq!(encode(&sample()), encode_with_serde(&sample()));
+        let mut with_blob = sample();
+        with_blob.blob = Some(BlobRef::of(with_blob.event.payload()));
+        assert_eq!(encode(&with_blob), encode_with_serde(&with_blob));
+    }
+
+    #[test]
+    fn blob_reference_round_trip() {
+        let mut r = sample();
+        r.blob = Some(BlobRef::of(r.event.payload()));
+        let frame = encode(&r);
+        let Decoded::Record(back, len) = decode(&frame) else { panic!("undecodable") };
+        assert_eq!(len, frame.len());
+        assert_eq!(back.blob, r.blob);
+        // The payload is not in the frame: readers put it back from the blob.
+        assert!(!back.event.contains(crate::event::KN_PAYLOAD));
+        r.event.remove(crate::event::KN_PAYLOAD);
+        assert_eq!(back.event, r.event);
+        for i in 0..frame.len() {
+            let mut bad = frame.clone();
+            bad[i] ^= 0x10;
+            assert!(!matches!(decode(&bad), Decoded::Record(..)), "flip at byte {i}");
+        }
     }
 
     #[test]

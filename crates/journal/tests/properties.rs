@@ -90,7 +90,7 @@ proptest! {
     ) {
         let mut event = Event::from_pairs(pairs);
         event.set(b"n\0ul\xff".to_vec(), b"\0\xc3\x28\n=:".to_vec());
-        let record = Record { seq, stored_secs, event };
+        let record = Record { seq, stored_secs, event, blob: None };
         let frame = encode_record(&record);
         prop_assert_eq!(decode_record(&frame), Decoded::Record(record.clone(), frame.len()));
         // Followed by more bytes, the record still decodes with its own length.
@@ -104,7 +104,7 @@ proptest! {
         pairs in prop::collection::vec((prop::collection::vec(any::<u8>(), 0..8), prop::collection::vec(any::<u8>(), 0..40)), 0..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let record = Record { seq: 7, stored_secs: 1, event: Event::from_pairs(pairs) };
+        let record = Record { seq: 7, stored_secs: 1, event: Event::from_pairs(pairs), blob: None };
         let frame = encode_record(&record);
         let cut = cut.index(frame.len());
         let decoded = decode_record(&frame[..cut]);

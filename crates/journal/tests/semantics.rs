@@ -577,7 +577,7 @@ fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     fs::hard_link(active_segment(&store, &j), &link).unwrap();
     let seq = start.tunnel.checkpoint() + 1;
     let event = ev(&[("kn_id", "polled"), ("kn_payload", "found by polling"), ("kn_time_t", "1")]);
-    let frame = encode_record(&Record { seq, stored_secs: now() as u64, event });
+    let frame = encode_record(&Record { seq, stored_secs: now() as u64, event, blob: None });
     let appender = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
         OpenOptions::new().append(true).open(&link).unwrap().write_all(&frame).unwrap();

@@ -2,7 +2,7 @@
 //! which small segments merge), the rewrite of each segment, the rebuilt
 //! index, and the deletion of old journal segments.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
 use crate::event::{Event, KN_ID};
-use crate::record::{self, Record};
+use crate::record::{self, BlobRef, Record};
 
 use super::{FILE_MODE, group_writable, sync_dir};
+use super::blob::{digest, refs_of_segment};
 use super::head::{Head, id_hash, table_slots, write_head_file};
 use super::segment::{list_segments, scan_segment, segment_name};
 use super::writer::Writer;
@@ -49,7 +50,12 @@ impl Writer<'_> {
                 break;
             }
             let path = self.dir.join(segment_name(first));
+            let blobs = refs_of_segment(&path)?;
             fs::remove_file(&path).map_err(|e| Error::io("cannot delete old segment", &path, e))?;
+            // The records go first, then their blob links: a crash in
+            // between leaves links that compaction removes, never a record
+            // without its blob.
+            self.unlink_dropped(&blobs)?;
             total -= len;
             removed += 1;
         }
@@ -76,6 +82,8 @@ impl Writer<'_> {
             }
             scans.push((first, scan));
         }
+        // Every blob referred to before, to sweep those no record keeps.
+        let blobs_before: Vec<BlobRef> = scans.iter().flat_map(|(_, scan)| scan.records.iter().filter_map(|(_, r)| r.blob)).collect();
         // Pass 2: rewrite what changes, then merge small neighbours.
         let horizon = now - self.config.expired_grace.as_secs_f64();
         let mut last_seq = 0u64;
@@ -105,6 +113,12 @@ impl Writer<'_> {
         if self.ordinary {
             self.rebuild_index_from(&merged)?;
         }
+        // The segments are in place: unlink the blobs of dropped records
+        // (and links left by writers that died before their record).
+        let kept: HashSet<u64> = merged.iter().flat_map(|s| s.records.iter().filter(|r| r.blob.is_some()).map(|r| r.seq)).collect();
+        let kept_hashes: HashSet<u128> = merged.iter().flat_map(|s| s.records.iter().filter_map(|r| r.blob.map(|b| b.hash))).collect();
+        let dropped: Vec<BlobRef> = blobs_before.into_iter().filter(|b| !kept_hashes.contains(&b.hash)).collect();
+        report.blobs_unlinked = self.unlink_unreferenced(&kept, &dropped)?;
         report.segments_after = merged.iter().filter(|s| !s.records.is_empty() || s.first == self.head.active).count();
         Ok(report)
     }
@@ -151,7 +165,7 @@ impl Writer<'_> {
         let mut entries: HashMap<u64, u64> = HashMap::new();
         for seg in segments {
             for r in &seg.records {
-                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), digest(&self.dir, r));
             }
         }
         let live = entries.len() as u64;
@@ -173,6 +187,8 @@ pub struct CompactReport {
     pub records_after: usize,
     /// Segment files left.
     pub segments_after: usize,
+    /// Blob links removed (of dropped records, or left by a crash).
+    pub blobs_unlinked: usize,
 }
 
 fn id_key(event: &Event) -> u128 {

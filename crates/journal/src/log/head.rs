@@ -248,7 +248,7 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
             max_seq = r.seq;
             records += 1;
             if ordinary {
-                entries.insert(id_hash(r.event.id().unwrap_or(b"")), r.event.end_to_end_digest() as u64);
+                entries.insert(id_hash(r.event.id().unwrap_or(b"")), super::blob::digest(dir, r));
             }
         }
         if Some(first) == last {

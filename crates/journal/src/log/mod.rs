@@ -11,6 +11,8 @@
 //!   writing and rebuilding a head.
 //! * `writer`: [`Writer`], the locked appender (attach or reuse, torn-tail
 //!   recovery, duplicate check, append, roll) and the free-space gauge.
+//! * `blob`: payloads stored once in `.blobs/` and linked into each topic
+//!   that holds them; readers that put payloads back.
 //! * `compact`: compaction and journal retention ([`CompactReport`]).
 //! * `verify`: checking every record of a topic.
 //! * here: the shared file names and modes, opening files group-writable,
@@ -25,6 +27,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod blob;
 mod compact;
 mod head;
 mod segment;
@@ -34,7 +37,8 @@ mod writer;
 pub use compact::CompactReport;
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
-pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_after, read_backwards, read_new, segment_name, Stop};
+pub(crate) use blob::{orphan_blobs, read_after, read_backwards, read_new, sweep as sweep_blobs, SharedPayload};
+pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, segment_name, Stop};
 pub(crate) use verify::verify_dir;
 pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer};
 
@@ -49,7 +53,9 @@ pub(crate) const FILE_MODE: u32 = 0o664;
 /// Fault injection for tests, compiled in only with the `failpoints`
 /// feature: true when the file named by `KN_FAILPOINT` lists `name`
 /// (`append-eio`: half a record is written, then EIO; `fsync-eio`: the
-/// `fdatasync` of `KN_SYNC=always` fails with EIO).
+/// `fdatasync` of `KN_SYNC=always` fails with EIO; `blob-stored`: a blob
+/// is stored, then EIO before it is linked; `blob-linked`: a blob is
+/// linked into the topic, then EIO before the record is written).
 #[cfg(feature = "failpoints")]
 fn failpoint(name: &str) -> bool {
     std::env::var_os("KN_FAILPOINT")

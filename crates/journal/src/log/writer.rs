@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
 use crate::record;
 
-use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, eio, failpoint, group_writable, open_rw, sync_dir};
+use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, SharedPayload, eio, failpoint, group_writable, open_rw, sync_dir};
 use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, write_head_file};
 use super::segment::{scan_file, segment_name, stat_fd};
 
@@ -236,7 +236,8 @@ impl<'c> Writer<'c> {
         for (_, r) in &scan.records {
             self.head.next_seq = self.head.next_seq.max(r.seq + 1);
             if self.ordinary {
-                self.index(&r.event)?;
+                let digest = super::blob::digest(&self.dir, r);
+                self.index(&r.event, digest)?;
             }
         }
         if scan.end < size {
@@ -280,8 +281,9 @@ impl<'c> Writer<'c> {
         }
     }
 
-    /// Records `event` as the current one for its `kn_id`.
-    pub(super) fn index(&mut self, event: &Event) -> Result<()> {
+    /// Records `event`, whose end-to-end digest is `digest`, as the
+    /// current one for its `kn_id`.
+    pub(super) fn index(&mut self, event: &Event, digest: u64) -> Result<()> {
         let id = event.id().unwrap_or(b"");
         if index_full(self.head.used, self.head.slots) {
             self.grow_index()?;
@@ -294,7 +296,7 @@ impl<'c> Writer<'c> {
                 self.head.live += 1;
             }
         }
-        self.write_slot(slot, id_hash(id), event.end_to_end_digest() as u64)
+        self.write_slot(slot, id_hash(id), digest)
     }
 
     fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
@@ -318,9 +320,29 @@ impl<'c> Writer<'c> {
 
     /// Appends `event` (which must carry a `kn_id`) as one record. On an
     /// ordinary topic a duplicate is not stored.
+    /// A payload longer than `Config::blob_bytes` is stored as a blob.
     pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
+        if self.config.blob_bytes > 0 && event.payload().len() > self.config.blob_bytes {
+            let mut bare = event.clone();
+            let payload = SharedPayload::take_from(&mut bare, self.config);
+            return self.append_shared(&bare, payload.as_ref(), stored_secs, gauge);
+        }
+        self.append_shared(event, None, stored_secs, gauge)
+    }
+
+    /// Appends `event` as [`Writer::append`] does; with `payload`, the
+    /// event's `kn_payload` is that blob's content (the event must not
+    /// carry one): the blob is stored if need be and linked into the
+    /// topic, and the record refers to it (FORMAT.md, "Blobs").
+    pub(crate) fn append_shared(
+        &mut self,
+        event: &Event,
+        payload: Option<&SharedPayload>,
+        stored_secs: u64,
+        gauge: &SpaceGauge,
+    ) -> Result<Appended> {
         // One index probe serves both the duplicate check and the update.
-        let digest = if self.ordinary { event.end_to_end_digest() as u64 } else { 0 };
+        let digest = if self.ordinary { event.end_to_end_digest_with_payload(payload.map(|p| &p.bytes[..])) as u64 } else { 0 };
         let id = event.id().unwrap_or(b"");
         let slot = if self.ordinary {
             if index_full(self.head.used, self.head.slots) {
@@ -335,9 +357,14 @@ impl<'c> Writer<'c> {
             None
         };
         let seq = self.head.next_seq;
-        let frame = record::encode_event(seq, stored_secs, event);
+        let frame = record::encode_event(seq, stored_secs, event, payload.map(|p| &p.reference));
         if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
             self.roll()?;
+        }
+        if let Some(payload) = payload {
+            // The blob and its link exist before the record that refers
+            // to them: a failure in between leaves an unreferenced link.
+            self.link_blob(seq, payload, gauge)?;
         }
         gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
         let path = || self.dir.join(segment_name(self.head.active));

@@ -51,7 +51,9 @@ impl Store {
     }
 
     /// Checks every record of every topic: the count of valid records and
-    /// the bad ones found.
+    /// the bad ones found, blobs missing or damaged, blob links no record
+    /// refers to and blobs no topic links (FORMAT.md, "Blobs"). A post
+    /// running meanwhile may show as an unreferenced link for a moment.
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
         let mut dirs = vec![self.config.root.clone()];
@@ -68,12 +70,16 @@ impl Store {
                 },
             }));
         }
+        for (path, reason) in log::orphan_blobs(&self.config.root)? {
+            report.problems.push(VerifyProblem { path, offset: 0, reason });
+        }
         Ok(report)
     }
 
     /// Truncates the torn tail of every topic (what the next writer would
-    /// do), making `verify` clean after a crash. Returns how many topics it
-    /// touched.
+    /// do), unlinks blob links no record refers to and blobs no topic
+    /// links, making `verify` clean after a crash. Returns how many topics
+    /// (and the blob directory) it touched.
     pub fn repair(&self) -> Result<usize> {
         let mut touched = 0;
         for t in std::iter::once(Topic::root()).chain(self.topics()?) {
@@ -82,7 +88,11 @@ impl Store {
             if bad.is_empty() {
                 continue;
             }
-            drop(Writer::open(&dir, &self.config, !t.is_journal())?);
+            let writer = Writer::open(&dir, &self.config, !t.is_journal())?;
+            writer.drop_orphan_links()?;
+            touched += 1;
+        }
+        if log::sweep_blobs(&self.config.root)? > 0 {
             touched += 1;
         }
         Ok(touched)

@@ -10,7 +10,7 @@ use crate::config::SyncPolicy;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::ids::{fresh_id, now};
-use crate::log::{self, Appended, Writer};
+use crate::log::{self, Appended, SharedPayload, Writer};
 use crate::remote;
 use crate::topic::Topic;
 
@@ -82,6 +82,10 @@ impl SourceUrls {
 pub(super) struct Job {
     pub(super) topic: Topic,
     pub(super) event: Event,
+    /// The event's `kn_payload` when it is large enough for a blob: kept
+    /// apart (not in `event`) and shared by every copy a route makes, so
+    /// that it is stored once and linked into each topic.
+    pub(super) payload: Option<Arc<SharedPayload>>,
     /// Set when the job is a delivery along a route: failure poisons it.
     via: Option<(Topic, Vec<u8>)>,
     /// Store first (false for announcements already stored).
@@ -115,10 +119,11 @@ impl Store {
                 return Err(self.stale_error(topic));
             }
         }
-        let event = self.normalise(event)?;
+        let mut event = self.normalise(event)?;
+        let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id, ..PostReport::default() };
-        let stored = self.run(vec![Job { topic: topic.clone(), event, via: None, store: true }], &mut report)?;
+        let stored = self.run(vec![Job { topic: topic.clone(), event, payload, via: None, store: true }], &mut report)?;
         report.duplicate = !stored;
         Ok(report)
     }
@@ -201,7 +206,7 @@ impl Store {
                 deliveries += 1;
                 let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
                 let destination = || destination.get_or_init(|| self.resolve(route.destination()).map_err(|e| e.to_string())).clone();
-                self.forward(&job.topic, urls, route, destination, &job.event, &mut filters, &mut queue, report);
+                self.forward(&job.topic, urls, route, destination, (&job.event, job.payload.as_ref()), &mut filters, &mut queue, report);
             }
         }
         Ok(first_stored)
@@ -223,7 +228,7 @@ impl Store {
             queue.extend(self.ensure_topic(&job.topic, report)?);
             Ok(())
         };
-        let Some(stored) = self.append_event(&job.topic, kept, &job.event, now(), create)? else { return Ok(None) };
+        let Some(stored) = self.append_event(&job.topic, kept, &job.event, job.payload.as_deref(), now(), create)? else { return Ok(None) };
         report.writes.push(Write { topic: job.topic.clone(), id: job.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
         Ok(Some(Some(stored)))
     }
@@ -238,7 +243,7 @@ impl Store {
     /// the event was stored (an import keeps the original time).
     pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
         let kept = self.take_kept(topic);
-        let Some(stored) = self.append_event(topic, kept, event, stored_at, || Ok(()))? else { return Ok(None) };
+        let Some(stored) = self.append_event(topic, kept, event, None, stored_at, || Ok(()))? else { return Ok(None) };
         let mut out = event.clone();
         out.set(KN_ROUTE_CHECKPOINT, stored.seq.to_string());
         Ok(Some((stored.seq, out)))
@@ -259,6 +264,7 @@ impl Store {
         topic: &Topic,
         kept: (Option<Topic>, Kept),
         event: &Event,
+        payload: Option<&SharedPayload>,
         stored_at: f64,
         create: impl FnOnce() -> Result<()>,
     ) -> Result<Option<Stored>> {
@@ -280,7 +286,11 @@ impl Store {
             }
         }
         let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
-        let appended = writer.append(event, stored_at.max(0.0) as u64, &self.gauge);
+        let stored_secs = stored_at.max(0.0) as u64;
+        let appended = match payload {
+            Some(payload) => writer.append_shared(event, Some(payload), stored_secs, &self.gauge),
+            None => writer.append(event, stored_secs, &self.gauge),
+        };
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
             let _ = writer.compact(now());
@@ -341,7 +351,7 @@ impl Store {
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
             if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
                 report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });
-                jobs.push(Job { topic: subtopics, event: stored, via: None, store: false });
+                jobs.push(Job { topic: subtopics, event: stored, payload: None, via: None, store: false });
             }
             Ok(())
         })?;
@@ -416,28 +426,31 @@ impl Store {
         urls: &SourceUrls,
         route: &Route,
         destination: impl FnOnce() -> std::result::Result<Destination, String>,
-        event: &Event,
+        (event, shared): (&Event, Option<&Arc<SharedPayload>>),
         filters: &mut HashMap<Vec<u8>, Option<regex::bytes::Regex>>,
         queue: &mut VecDeque<Job>,
         report: &mut PostReport,
     ) {
         let route_id = route.id().to_vec();
+        let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
         if let Some(pattern) = route.event.get("kn_content_filter") {
             let regex = filters.entry(pattern.to_vec()).or_insert_with(|| self.compile_filter(pattern).ok());
             match regex {
-                Some(r) if r.is_match(event.payload()) => {}
+                Some(r) if r.is_match(payload) => {}
                 _ => return,
             }
         }
         let mut out = event.clone();
+        let mut shared = shared.cloned();
         if let Some(spec) = route.event.get("kn_content_transform") {
             let allowed = remote::parse_content_transform(spec).and_then(|(url, _)| self.config.outbound.check(url));
             if allowed.is_err() {
                 return;
             }
-            match remote::content_transform(self.remote.as_ref(), spec, event.payload()) {
+            match remote::content_transform(self.remote.as_ref(), spec, payload) {
                 Ok(payload) => {
                     out.set(KN_PAYLOAD, payload);
+                    shared = None;
                 }
                 Err(_) => return, // the event does not travel this route
             }
@@ -450,8 +463,11 @@ impl Store {
         out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, urls.topic.as_bytes());
         let via = Some((source.clone(), route_id.clone()));
         match destination() {
-            Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, via, store: true }),
+            Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, payload: shared, via, store: true }),
             Ok(Destination::Remote(url)) => {
+                if let Some(shared) = &shared {
+                    out.set(KN_PAYLOAD, shared.bytes.clone());
+                }
                 let result = self.config.outbound.check(&url).and_then(|_| remote::deliver(self.remote.as_ref(), &url, &out));
                 if let Err(err) = result {
                     self.poison(source, &route_id, &err.to_string(), report);

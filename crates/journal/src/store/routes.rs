@@ -135,7 +135,7 @@ impl Store {
         for event in self.select(from, &selection, false)?.events {
             let mut queue = VecDeque::new();
             let destination = || self.resolve(route.destination()).map_err(|e| e.to_string());
-            self.forward(from, &urls, &route, destination, &event, &mut filters, &mut queue, &mut post);
+            self.forward(from, &urls, &route, destination, (&event, None), &mut filters, &mut queue, &mut post);
             self.run_queue(queue, &mut post);
             // A failed delivery poisoned the route: it carries nothing more
             // (and a silent remote must not cost one timeout per event).
