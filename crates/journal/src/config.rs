@@ -51,6 +51,9 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
+/// | `max_topic_depth` | 32 segments per topic name (more: `400`) | `KN_MAX_TOPIC_DEPTH` |
+/// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`) | `KN_MAX_TOPIC_BYTES` |
+/// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -91,6 +94,22 @@ pub struct Config {
     pub max_routes: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
+    /// Most segments a topic name may have: a topic is created with all
+    /// its ancestors, each announced, so one deep name would cost work
+    /// growing with the square of its depth. Deeper names are refused
+    /// ([`ErrorKind::BadTopic`], 400) where a topic would be created or a
+    /// route made to it. A final `kn_routes`/`kn_subtopics` is not counted.
+    pub max_topic_depth: usize,
+    /// Longest topic name accepted, in bytes of its canonical form (as
+    /// `max_topic_depth`).
+    pub max_topic_bytes: usize,
+    /// Most existing events a tunnel or a new route starts with
+    /// (`do_max_n`, `do_max_age`, `do_since_checkpoint`): the most recent
+    /// ones are kept and older ones left out, as if `do_max_n` were this
+    /// (a `do_since_checkpoint` resume then reports a gap). Selection reads
+    /// backwards and holds at most this many events, whatever the topic's
+    /// size.
+    pub max_selected: usize,
     /// How many sets of topic files a process keeps open between posts
     /// (three file descriptors each, four on a journal: its heartbeat
     /// too; up to four sets of one topic, for threads posting to it at
@@ -120,6 +139,9 @@ impl Config {
             max_forwards: 100_000,
             max_routes: 10_000,
             max_filter_bytes: 4096,
+            max_topic_depth: 32,
+            max_topic_bytes: 1024,
+            max_selected: 10_000,
             open_topics: 1024,
         }
     }
@@ -183,6 +205,15 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_ROUTES")? {
             self.max_routes = v;
+        }
+        if let Some(v) = var("KN_MAX_TOPIC_DEPTH")? {
+            self.max_topic_depth = v;
+        }
+        if let Some(v) = var("KN_MAX_TOPIC_BYTES")? {
+            self.max_topic_bytes = v;
+        }
+        if let Some(v) = var("KN_MAX_SELECTED")? {
+            self.max_selected = v;
         }
         Ok(self)
     }

@@ -72,6 +72,8 @@ pub struct Store {
     /// `Config::open_topics`).
     kept: Mutex<KeptCache>,
     gauge: SpaceGauge,
+    /// See [`Store::filters_compiled`].
+    filters_compiled: std::sync::atomic::AtomicU64,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -140,6 +142,7 @@ impl Store {
             hub: OnceLock::new(),
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
+            filters_compiled: Default::default(),
         })
     }
 
@@ -311,6 +314,12 @@ impl Store {
         // local topic name (`resolve` wants the `/`), so a route to `/`
         // would have been taken for a remote destination.
         format!("{}{}", self.server_url(), topic.as_str())
+    }
+
+    /// Refuses (400) a topic name beyond `max_topic_depth` or
+    /// `max_topic_bytes` (see [`Topic::check_size`]).
+    pub(super) fn check_topic_size(&self, topic: &Topic) -> Result<()> {
+        topic.check_size(self.config.max_topic_depth, self.config.max_topic_bytes)
     }
 
     fn dir(&self, topic: &Topic) -> PathBuf {
