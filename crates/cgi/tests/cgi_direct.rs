@@ -1553,3 +1553,35 @@ fn journal_tunnel_dropped_right_after_expire_never_deadlocks() {
     }
     assert_eq!(last, Some(199), "a Tunnel drop deadlocked after round {last:?}");
 }
+
+/// Hostile input: a body of `a&a&a&…` made one parameter per two bytes
+/// (a 24 MiB body: 12 million pairs, several hundred MiB of memory).
+#[test]
+fn form_elements_up_to_the_limit_are_accepted_and_one_more_is_413() {
+    let pool = Pool::new("form-elements");
+    // Three in the query, two in the body: five, the limit.
+    let at_limit = pool
+        .cgi()
+        .env("KN_MAX_FORM_ELEMENTS", "5")
+        .env("QUERY_STRING", "kn_to=/what/chat&kn_response_format=simple&kn_id=f1")
+        .post("kn_payload=x&x=1")
+        .run();
+    assert_eq!(at_limit.status(), "200 Notified", "{}", at_limit.text());
+    let over = pool
+        .cgi()
+        .env("KN_MAX_FORM_ELEMENTS", "5")
+        .env("QUERY_STRING", "kn_to=/what/chat&kn_response_format=simple&kn_id=f2")
+        .post("kn_payload=x&x=1&y=2")
+        .run();
+    over.assert_one_shot();
+    assert_eq!(over.status(), "413 Too many form elements", "{}", over.text());
+    assert!(over.text().contains("more than 5 form elements in the query string and body together (KN_MAX_FORM_ELEMENTS)"), "{}", over.text());
+    let query_only = pool.cgi().env("KN_MAX_FORM_ELEMENTS", "2").get("kn_to=/what/chat&kn_payload=x&kn_id=f3").run();
+    assert!(query_only.status().starts_with("413 "), "{}", query_only.status());
+    let ids: Vec<_> = pool.store().events(&kn_journal::Topic::parse("/what/chat").unwrap(), &kn_journal::Selection::all()).unwrap().events;
+    assert_eq!(ids.iter().map(|e| e.id().unwrap().to_vec()).collect::<Vec<_>>(), [b"f1".to_vec()], "nothing stored past the limit");
+    // The default.
+    let many = "a=1&".repeat(10_000);
+    let reply = pool.cgi().post(&format!("kn_to=/what/chat&kn_payload=x&kn_response_format=simple&{many}")).run();
+    assert_eq!(reply.status(), "413 Too many form elements");
+}

@@ -53,6 +53,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `max_topic_depth` | 32 segments per topic name (more: `400`) | `KN_MAX_TOPIC_DEPTH` |
 /// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`) | `KN_MAX_TOPIC_BYTES` |
+/// | `max_form_elements` | 10,000 form elements (`name=value` pairs) per request, query and body together (more: `413`) | `KN_MAX_FORM_ELEMENTS` |
 /// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 #[derive(Clone, Debug)]
@@ -103,6 +104,10 @@ pub struct Config {
     /// Longest topic name accepted, in bytes of its canonical form (as
     /// `max_topic_depth`).
     pub max_topic_bytes: usize,
+    /// Most form elements (`name=value` pairs, query string and body
+    /// together) one request may carry; more are refused with `413 Too
+    /// many form elements` while parsing (read by `kn_cgi::Limits`).
+    pub max_form_elements: usize,
     /// Most existing events a tunnel or a new route starts with
     /// (`do_max_n`, `do_max_age`, `do_since_checkpoint`): the most recent
     /// ones are kept and older ones left out, as if `do_max_n` were this
@@ -142,6 +147,7 @@ impl Config {
             max_topic_depth: 32,
             max_topic_bytes: 1024,
             max_selected: 10_000,
+            max_form_elements: 10_000,
             open_topics: 1024,
         }
     }
@@ -211,6 +217,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_TOPIC_BYTES")? {
             self.max_topic_bytes = v;
+        }
+        if let Some(v) = var("KN_MAX_FORM_ELEMENTS")? {
+            self.max_form_elements = v;
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
