@@ -132,7 +132,11 @@ impl Store {
     /// `kn_expires`, `kn_content_filter`, `kn_content_transform`,
     /// `do_max_age`, `do_max_n`). PROTOCOL.md 3.2 and 3.3: refused from a
     /// journal (403); an identical repeat is ignored; a new route first
-    /// carries the selected existing events.
+    /// carries the selected existing events (at most `max_selected`, the
+    /// newest), counted against `max_forwards` with the deliveries they
+    /// cause: past it, [`ErrorKind::TooManyDeliveries`] (508), the route
+    /// itself created. A local destination beyond `max_topic_depth` or
+    /// `max_topic_bytes` is refused (400).
     pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
         if from.is_journal() {
             return Err(Error::new(
