@@ -521,7 +521,7 @@ fn child_process_role() {
             assert_eq!(c.outbound, kn_journal::OutboundPolicy::AllowAll);
             assert_eq!(c.remote_timeout, Duration::from_millis(1500));
             assert_eq!(c.max_forwards, 42);
-            assert_eq!((c.max_topic_depth, c.max_topic_bytes, c.max_selected), (7, 300, 99));
+            assert_eq!((c.max_topic_depth, c.max_topic_bytes, c.max_selected, c.max_form_elements), (7, 300, 99, 55));
             println!("KN_SEM_CHILD_OK");
         }
         "from_env_bad" => {
@@ -836,6 +836,7 @@ fn config_from_env_reads_the_kn_variables() {
             ("KN_MAX_TOPIC_DEPTH", "7"),
             ("KN_MAX_TOPIC_BYTES", "300"),
             ("KN_MAX_SELECTED", "99"),
+            ("KN_MAX_FORM_ELEMENTS", "55"),
         ],
     )
     .output()
