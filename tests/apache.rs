@@ -21,6 +21,7 @@ use support::{Apache, Dir};
 /// appended to its configuration. Apache stops before the directory goes.
 struct Site {
     apache: Apache,
+    store: std::path::PathBuf,
     _dir: Dir,
 }
 
@@ -38,7 +39,7 @@ fn site(name: &str, extra: &str) -> Option<Site> {
     let dir = Dir::new(name);
     let store = dir.store("kn_events");
     let apache = Apache::start(&support::pubsub_cgi(), &store, extra);
-    Some(Site { apache, _dir: dir })
+    Some(Site { apache, store, _dir: dir })
 }
 
 #[test]
@@ -119,18 +120,19 @@ fn apache_path_info_names_the_topic() {
     e2e::path_info_names_the_topic(&*s);
 }
 
-/// `kn_to`/`kn_from` may be absolute URLs of this server: any URL it has
-/// been reached by (remembered in `.names`); others are refused as
-/// proxying.
+/// `kn_to`/`kn_from` may be absolute URLs of this server: its names (the
+/// URL of the first request to an unnamed store, and those an
+/// administrator adds to `.names`); others are refused as proxying, also
+/// after a request came by them.
 #[test]
-fn apache_absolute_urls_are_local_once_the_server_was_reached_by_them() {
+fn apache_absolute_urls_are_local_for_the_server_names_only() {
     let Some(s) = site("apache_absolute", "") else { return };
     let chat = format!("{}/what/chat", s.url());
     let status = notify(&*s, &chat, "a1", "absolute");
     assert!(status.payload_text().contains("Wrote to '/what/chat' (a1)"), "{status:?}");
     route(&*s, &chat, &format!("{}/who/a/s/1/kn_journal", s.url()), "ra", "");
 
-    // Another name for the same server: foreign until a request arrives by it.
+    // Another name for the same server: foreign, even after a request came by it.
     let port = s.port();
     let alias = format!("http://kn-alias.test:{port}/kn/what/chat");
     let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
@@ -141,6 +143,11 @@ fn apache_absolute_urls_are_local_once_the_server_was_reached_by_them() {
         format!("GET /kn?do_method=whoami HTTP/1.0\r\nHost: kn-alias.test:{port}\r\n\r\n").as_bytes(),
     );
     assert!(line.contains(" 200 "), "{text}");
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
+    assert_eq!(resp.status, 403, "a Host is no name: {status:?}");
+    // Until an administrator adds it (`kn names add`).
+    let store = kn_journal::Store::open(&s.store).expect("the store");
+    store.add_server_name(&format!("http://kn-alias.test:{port}/kn")).expect("add the name");
     let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
     assert_eq!(resp.status, 200, "{status:?}\n{}", s.error_log());
     assert!(status.payload_text().contains("Wrote to '/what/chat' (a2)"), "{status:?}");

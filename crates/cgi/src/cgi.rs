@@ -58,12 +58,8 @@ fn serve_one() -> ExitCode {
             return exit;
         }
     };
-    let mut config = config;
-    if config.server_url.is_none() {
-        // KN_SERVER_URL, when set, names the server; else the URL this
-        // request reached us by.
-        config.server_url = Some(request.server_url().to_string());
-    }
+    // The server's names come from KN_SERVER_URL and `.names`, never
+    // from this request's Host (see `Store::adopt_name`).
     let store = match Store::open_with(config) {
         Ok(s) => Arc::new(s),
         Err(err) => return fail(&mut out, 500, "Event store unavailable", err.message()),

@@ -97,9 +97,10 @@ impl Handler {
             let head_only = request.method().as_str() == "HEAD";
             return Reply::Done(Response::not_implemented(head_only));
         }
-        // Absolute URLs naming this server are local topics; remember every
-        // URL we are reached by (the original's `.names`).
-        let _ = self.store.add_server_name(request.server_url());
+        // An unnamed store takes the URL of its first request as its name;
+        // no other request's Host is remembered (a forged one must not
+        // make another server's URL local).
+        let _ = self.store.adopt_name(request.server_url());
         let params = request.params();
         let page = Page::new(request.server_url());
         let format = match Format::from_param(params.get("kn_response_format")) {

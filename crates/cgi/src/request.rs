@@ -65,11 +65,12 @@ impl Method {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     max_body: u64,
+    max_elements: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_body: 16 << 20 }
+        Limits { max_body: 16 << 20, max_elements: 10_000 }
     }
 }
 
@@ -94,7 +95,17 @@ impl Limits {
     /// assert_eq!(Limits::for_store(&config).max_body(), 1 << 20);
     /// ```
     pub fn for_store(config: &Config) -> Limits {
-        Limits::new().with_max_body((config.max_event_bytes as u64).saturating_mul(3).max(1 << 20))
+        Limits::new()
+            .with_max_body((config.max_event_bytes as u64).saturating_mul(3).max(1 << 20))
+            .with_max_elements(config.max_form_elements)
+    }
+
+    /// Sets the most form elements (`name=value` pairs, query and body
+    /// together) a request may carry; more fail with `413 Too many form
+    /// elements` (`kn_wire::ErrorKind::TooManyElements`) as they are parsed.
+    pub fn with_max_elements(mut self, elements: usize) -> Limits {
+        self.max_elements = elements;
+        self
     }
 
     /// Sets the largest request body accepted, in bytes; a larger
@@ -178,10 +189,10 @@ impl Request {
         let env = Env(vars.into_iter().map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec())).collect());
         let method = Method::parse(&env.text("REQUEST_METHOD").unwrap_or_else(|| "GET".to_owned()));
         let params = match method {
-            Method::Get => query_params(&env)?,
+            Method::Get => query_params(&env, limits)?,
             Method::Post => {
-                let mut params = query_params(&env)?;
-                params.extend(body_params(&env, body, limits)?);
+                let mut params = query_params(&env, limits)?;
+                params.extend(body_params(&env, body, limits, params.len())?);
                 params
             }
             Method::Head | Method::Other(_) => Params::new(),
@@ -323,11 +334,13 @@ impl Env {
     }
 }
 
-fn query_params(env: &Env) -> Result<Params, Error> {
-    Params::parse(env.get("QUERY_STRING").unwrap_or_default()).map_err(|e| in_context(e.into(), "in the query string"))
+fn query_params(env: &Env, limits: &Limits) -> Result<Params, Error> {
+    Params::parse_at_most(env.get("QUERY_STRING").unwrap_or_default(), limits.max_elements)
+        .map_err(|e| form_error(e, limits, "in the query string"))
 }
 
-fn body_params(env: &Env, body: impl Read, limits: &Limits) -> Result<Params, Error> {
+/// The body's parameters, with `already` parameters in the query string.
+fn body_params(env: &Env, body: impl Read, limits: &Limits, already: usize) -> Result<Params, Error> {
     let length = content_length(env, limits)?;
     let mut bytes = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
     body.take(length).read_to_end(&mut bytes).map_err(|e| Error::io("reading the request body", e))?;
@@ -337,7 +350,15 @@ fn body_params(env: &Env, body: impl Read, limits: &Limits) -> Result<Params, Er
             format!("the request body ended after {} of its {length} bytes (CONTENT_LENGTH)", bytes.len()),
         ));
     }
-    Params::parse(&bytes).map_err(|e| in_context(e.into(), "in the request body"))
+    Params::parse_at_most(&bytes, limits.max_elements.saturating_sub(already)).map_err(|e| form_error(e, limits, "in the request body"))
+}
+
+fn form_error(err: kn_wire::Error, limits: &Limits, context: &str) -> Error {
+    if err.kind() == kn_wire::ErrorKind::TooManyElements {
+        let max = limits.max_elements;
+        return Error::new(ErrorKind::Wire(err.kind()), format!("more than {max} form elements in the query string and body together (KN_MAX_FORM_ELEMENTS)"));
+    }
+    in_context(err.into(), context)
 }
 
 /// `CONTENT_LENGTH`, checked against the limit before anything is read.

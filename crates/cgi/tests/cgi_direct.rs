@@ -1384,17 +1384,79 @@ fn foreign_absolute_kn_to_is_403_proxying_not_supported() {
 }
 
 #[test]
-fn names_alias_makes_its_urls_local_and_knfoo_is_not_local() {
+fn names_alias_is_local_once_an_administrator_adds_it_and_knfoo_is_not_local() {
     let pool = Pool::new("names");
+    // The first request names the unnamed store; a request by another Host
+    // adds nothing.
+    assert!(post(&pool, "kn_to=/what/chat&kn_payload=x&kn_response_format=simple").status().starts_with("200 "));
     let reply = pool.cgi().env("HTTP_HOST", "alias:8080").get("do_method=whoami").run();
     assert!(reply.text().contains("kn_userid"));
     let names = std::fs::read_to_string(pool.events().join(".names")).unwrap();
-    assert!(names.lines().any(|l| l == "http://alias:8080/kn"), "{names}");
-    let local = post(&pool, "kn_to=http%3A%2F%2Falias%3A8080%2Fkn%2Fwhat%2Fchat&kn_payload=x&kn_id=n1&kn_response_format=simple");
+    assert_eq!(names, "http://127.0.0.1:8080/kn\n");
+    let alias = "kn_to=http%3A%2F%2Falias%3A8080%2Fkn%2Fwhat%2Fchat&kn_payload=x&kn_id=n1&kn_response_format=simple";
+    assert_eq!(post(&pool, alias).status(), "403 Proxying not supported", "a Host a client sent is no name");
+    pool.store().add_server_name("http://alias:8080/kn").unwrap();
+    let local = post(&pool, alias);
     assert_eq!(local.status(), "200 Notified");
     assert!(String::from_utf8_lossy(local.event().payload()).contains("Wrote to '/what/chat' (n1)"));
     let foo = post(&pool, "kn_to=http%3A%2F%2F127.0.0.1%3A8080%2Fknfoo&kn_payload=x&kn_response_format=simple");
     assert_eq!(foo.status(), "403 Proxying not supported", "…/knfoo is not the local topic /foo");
+}
+
+/// Hostile input: every request used to append its `Host` to `.names`,
+/// which every CGI start reads and every URL resolution scans.
+#[test]
+fn a_thousand_distinct_hosts_leave_names_unchanged() {
+    let pool = Pool::new("many-hosts");
+    assert!(post(&pool, "kn_to=/what/chat&kn_payload=x&kn_response_format=simple").status().starts_with("200 "));
+    let before = std::fs::read(pool.events().join(".names")).unwrap();
+    assert_eq!(before, b"http://127.0.0.1:8080/kn\n");
+    for i in 0..1000 {
+        let reply = pool
+            .cgi()
+            .env("HTTP_HOST", &format!("h{i}.example:8080"))
+            .post(&format!("kn_to=/what/chat&kn_payload={i}&kn_response_format=simple"))
+            .run();
+        assert!(reply.status().starts_with("200 "), "{}", reply.status());
+    }
+    assert_eq!(std::fs::read(pool.events().join(".names")).unwrap(), before, ".names grew");
+    assert_eq!(pool.store().server_names(), ["http://127.0.0.1:8080/kn"]);
+}
+
+/// Hostile input: a `Host` equal to a peer's URL made the peer count as
+/// this server, so a route to the peer delivered into the local topic.
+#[test]
+fn a_forged_host_does_not_make_a_route_to_a_peer_deliver_locally() {
+    let pool = Pool::new("forged-host");
+    // A peer nobody listens at: a delivery to it fails and poisons the route.
+    let peer = "127.0.0.1:9";
+    let route = format!("do_method=route&kn_from=/what/chat&kn_to=http%3A%2F%2F{peer}%2Fkn%2Fstolen&kn_id=r1&kn_response_format=simple");
+    let reply = pool.cgi().env("KN_OUTBOUND", "allow").post(&route).run();
+    assert_eq!(reply.status(), "200 Routed", "{}", reply.text());
+    let forged = pool
+        .cgi()
+        .env("KN_OUTBOUND", "allow")
+        .env("HTTP_HOST", peer)
+        .post("kn_to=/what/chat&kn_payload=secret&kn_response_format=simple")
+        .run();
+    assert_eq!(forged.status(), "200 Notified", "{}", forged.text());
+    let stolen = kn_journal::Topic::parse("/stolen").unwrap();
+    assert!(
+        !pool.events().join("stolen").exists()
+            || pool.store().events(&stolen, &kn_journal::Selection::all()).unwrap().events.is_empty(),
+        "the route to the peer delivered locally"
+    );
+    assert!(pool.store().routes(&kn_journal::Topic::parse("/what/chat").unwrap()).unwrap().is_empty(), "the failed delivery poisons the route");
+    // A store named by KN_SERVER_URL takes no name from Host, even from
+    // its first request, here the forged one creating the route.
+    let fresh = Pool::new("forged-first");
+    let named = |cgi: Cgi| cgi.env("KN_OUTBOUND", "allow").env("KN_SERVER_URL", "http://127.0.0.1:8080/kn");
+    let reply = named(fresh.cgi()).env("HTTP_HOST", peer).post(&route).run();
+    assert_eq!(reply.status(), "200 Routed", "{}", reply.text());
+    let notified = named(fresh.cgi()).post("kn_to=/what/chat&kn_payload=secret&kn_response_format=simple").run();
+    assert_eq!(notified.status(), "200 Notified");
+    assert!(!fresh.events().join("stolen").exists(), "the route to the peer delivered locally");
+    assert!(!fresh.events().join(".names").exists());
 }
 
 #[test]
@@ -1456,4 +1518,36 @@ fn journal_tunnel_dropped_right_after_expire_never_deadlocks() {
         last = Some(round);
     }
     assert_eq!(last, Some(199), "a Tunnel drop deadlocked after round {last:?}");
+}
+
+/// Hostile input: a body of `a&a&a&…` made one parameter per two bytes
+/// (a 24 MiB body: 12 million pairs, several hundred MiB of memory).
+#[test]
+fn form_elements_up_to_the_limit_are_accepted_and_one_more_is_413() {
+    let pool = Pool::new("form-elements");
+    // Three in the query, two in the body: five, the limit.
+    let at_limit = pool
+        .cgi()
+        .env("KN_MAX_FORM_ELEMENTS", "5")
+        .env("QUERY_STRING", "kn_to=/what/chat&kn_response_format=simple&kn_id=f1")
+        .post("kn_payload=x&x=1")
+        .run();
+    assert_eq!(at_limit.status(), "200 Notified", "{}", at_limit.text());
+    let over = pool
+        .cgi()
+        .env("KN_MAX_FORM_ELEMENTS", "5")
+        .env("QUERY_STRING", "kn_to=/what/chat&kn_response_format=simple&kn_id=f2")
+        .post("kn_payload=x&x=1&y=2")
+        .run();
+    over.assert_one_shot();
+    assert_eq!(over.status(), "413 Too many form elements", "{}", over.text());
+    assert!(over.text().contains("more than 5 form elements in the query string and body together (KN_MAX_FORM_ELEMENTS)"), "{}", over.text());
+    let query_only = pool.cgi().env("KN_MAX_FORM_ELEMENTS", "2").get("kn_to=/what/chat&kn_payload=x&kn_id=f3").run();
+    assert!(query_only.status().starts_with("413 "), "{}", query_only.status());
+    let ids: Vec<_> = pool.store().events(&kn_journal::Topic::parse("/what/chat").unwrap(), &kn_journal::Selection::all()).unwrap().events;
+    assert_eq!(ids.iter().map(|e| e.id().unwrap().to_vec()).collect::<Vec<_>>(), [b"f1".to_vec()], "nothing stored past the limit");
+    // The default.
+    let many = "a=1&".repeat(10_000);
+    let reply = pool.cgi().post(&format!("kn_to=/what/chat&kn_payload=x&kn_response_format=simple&{many}")).run();
+    assert_eq!(reply.status(), "413 Too many form elements");
 }

@@ -57,6 +57,10 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
+/// | `max_topic_depth` | 32 segments per topic name (more: `400`) | `KN_MAX_TOPIC_DEPTH` |
+/// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`) | `KN_MAX_TOPIC_BYTES` |
+/// | `max_form_elements` | 10,000 form elements (`name=value` pairs) per request, query and body together (more: `413`) | `KN_MAX_FORM_ELEMENTS` |
+/// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
@@ -111,6 +115,26 @@ pub struct Config {
     pub max_routes: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
+    /// Most segments a topic name may have: a topic is created with all
+    /// its ancestors, each announced, so one deep name would cost work
+    /// growing with the square of its depth. Deeper names are refused
+    /// ([`ErrorKind::BadTopic`], 400) where a topic would be created or a
+    /// route made to it. A final `kn_routes`/`kn_subtopics` is not counted.
+    pub max_topic_depth: usize,
+    /// Longest topic name accepted, in bytes of its canonical form (as
+    /// `max_topic_depth`).
+    pub max_topic_bytes: usize,
+    /// Most form elements (`name=value` pairs, query string and body
+    /// together) one request may carry; more are refused with `413 Too
+    /// many form elements` while parsing (read by `kn_cgi::Limits`).
+    pub max_form_elements: usize,
+    /// Most existing events a tunnel or a new route starts with
+    /// (`do_max_n`, `do_max_age`, `do_since_checkpoint`): the most recent
+    /// ones are kept and older ones left out, as if `do_max_n` were this
+    /// (a `do_since_checkpoint` resume then reports a gap). Selection reads
+    /// backwards and holds at most this many events, whatever the topic's
+    /// size.
+    pub max_selected: usize,
     /// How many sets of topic files a process keeps open between posts
     /// (three file descriptors each, four on a journal: its heartbeat
     /// too; up to four sets of one topic, for threads posting to it at
@@ -157,6 +181,10 @@ impl Config {
             max_forwards: 100_000,
             max_routes: 10_000,
             max_filter_bytes: 4096,
+            max_topic_depth: 32,
+            max_topic_bytes: 1024,
+            max_selected: 10_000,
+            max_form_elements: 10_000,
             open_topics: 1024,
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
@@ -251,6 +279,18 @@ impl Config {
         }
         if let Some(v) = var("KN_REPLAY_MAX_TIME")? {
             self.replay_max_time = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_MAX_TOPIC_DEPTH")? {
+            self.max_topic_depth = v;
+        }
+        if let Some(v) = var("KN_MAX_TOPIC_BYTES")? {
+            self.max_topic_bytes = v;
+        }
+        if let Some(v) = var("KN_MAX_FORM_ELEMENTS")? {
+            self.max_form_elements = v;
+        }
+        if let Some(v) = var("KN_MAX_SELECTED")? {
+            self.max_selected = v;
         }
         Ok(self)
     }

@@ -14,13 +14,16 @@
 //! anything above it.
 //!
 //! * `store/mod.rs`: [`Store`] itself: opening, configuration, server names
-//!   and [`Store::resolve`], topic directories, the cache of kept topic files,
-//!   [`raise_open_file_limit`].
+//!   (from configuration and `.names`, never from requests) and
+//!   [`Store::resolve`], topic directories and their size limits, the cache
+//!   of kept topic files, [`raise_open_file_limit`].
 //! * `store/post.rs`: [`Store::notify`] / [`Store::post`]: the job queue,
 //!   storing an event, `kn_subtopics` announcements, forwarding, poisoning.
 //! * `store/routes.rs`: [`Store::route`], [`Store::delete_route`], [`Route`],
-//!   route limits, destinations and content filters.
-//! * `store/read.rs`: [`Store::events`], [`Selection`], resuming at a
+//!   route limits, destinations and content filters (compiled once per
+//!   kept route list).
+//! * `store/read.rs`: [`Store::events`], [`Selection`] (read backwards,
+//!   held to `max_selected` for tunnels and new routes), resuming at a
 //!   checkpoint, [`Store::tunnel`] and [`Tunnel`].
 //! * `store/lifecycle.rs`: topics, compaction, verify and repair, journal
 //!   heartbeats and expiry.

@@ -147,6 +147,45 @@ impl Topic {
         dir
     }
 
+    /// Checks that the topic has at most `max_depth` segments and at most
+    /// `max_bytes` bytes in its canonical name, not counting a final
+    /// `kn_routes` or `kn_subtopics` (which the server adds below any topic
+    /// it accepted). Errors (kind [`ErrorKind::BadTopic`]) name the limit
+    /// and its `KN_*` variable.
+    ///
+    /// ```
+    /// use kn_journal::Topic;
+    /// let t = Topic::parse("/a/b/c").unwrap();
+    /// assert!(t.check_size(3, 6).is_ok());
+    /// assert!(t.routes().check_size(3, 6).is_ok());
+    /// assert!(t.check_size(2, 6).is_err());
+    /// assert!(t.check_size(3, 5).is_err());
+    /// ```
+    pub fn check_size(&self, max_depth: usize, max_bytes: usize) -> Result<(), Error> {
+        let name = match self.is_reserved() {
+            true => self.parent().map_or_else(|| "/".to_string(), |p| p.0),
+            false => self.0.clone(),
+        };
+        let shown = || match name.char_indices().nth(80) {
+            Some((cut, _)) => format!("{}…", &name[..cut]),
+            None => name.clone(),
+        };
+        if name.len() > max_bytes {
+            return Err(Error::new(
+                ErrorKind::BadTopic,
+                format!("topic name '{}' of {} bytes is longer than the maximum of {max_bytes} (KN_MAX_TOPIC_BYTES)", shown(), name.len()),
+            ));
+        }
+        let depth = name.split('/').filter(|s| !s.is_empty()).count();
+        if depth > max_depth {
+            return Err(Error::new(
+                ErrorKind::BadTopic,
+                format!("topic '{}' has {depth} segments, more than the maximum of {max_depth} (KN_MAX_TOPIC_DEPTH)", shown()),
+            ));
+        }
+        Ok(())
+    }
+
     /// True when `self` is `other` or lies below it.
     pub fn is_within(&self, other: &Topic) -> bool {
         other.is_root() || self.0 == other.0 || self.0.starts_with(&format!("{}/", other.0))

@@ -132,8 +132,12 @@ pub fn import(store: &Store, dir: &Path, progress: &mut dyn Progress) -> Result<
     match fs::read(dir.join(NAMES_FILE)) {
         Ok(text) => {
             for name in String::from_utf8_lossy(&text).lines().map(str::trim).filter(|l| !l.is_empty()) {
-                store.add_server_name(name).map_err(|e| SensorError::from_journal(e, "cannot record server name"))?;
-                report.names += 1;
+                match store.add_server_name(name) {
+                    Ok(()) => report.names += 1,
+                    // A line that is no URL names nothing: skipped, said.
+                    Err(e) if e.kind() == kn_journal::ErrorKind::BadRequest => report.warnings.push(format!("{}: {e}", NAMES_FILE)),
+                    Err(e) => return Err(SensorError::from_journal(e, "cannot record server name")),
+                }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

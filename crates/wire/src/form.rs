@@ -49,6 +49,30 @@ impl Params {
         Ok(Params { pairs: parse(input)? })
     }
 
+    /// Parses urlencoded form data (see [`parse`]) holding at most `max`
+    /// pairs: one more is an error of kind [`ErrorKind::TooManyElements`]
+    /// (413), found before any pair past the limit is decoded.
+    ///
+    /// ```
+    /// use kn_wire::{form::Params, ErrorKind};
+    /// assert_eq!(Params::parse_at_most(b"a=1&b=2&&c", 3).unwrap().len(), 3);
+    /// assert_eq!(Params::parse_at_most(b"a=1&b=2&c", 2).unwrap_err().kind(), ErrorKind::TooManyElements);
+    /// ```
+    pub fn parse_at_most(input: &[u8], max: usize) -> Result<Params, Error> {
+        let pairs = input.split(|&b| b == b'&' || b == b';').filter(|pair| !pair.is_empty());
+        let mut out = Vec::new();
+        for pair in pairs {
+            if out.len() == max {
+                return Err(Error::new(
+                    ErrorKind::TooManyElements,
+                    format!("more than {max} form elements (KN_MAX_FORM_ELEMENTS)"),
+                ));
+            }
+            out.push(parse_pair(pair)?);
+        }
+        Ok(Params { pairs: out })
+    }
+
     /// Appends one pair.
     pub fn push(&mut self, name: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
         self.pairs.push((name.into(), value.into()));

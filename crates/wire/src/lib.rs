@@ -71,6 +71,8 @@ pub use kn_journal::Event;
 pub enum ErrorKind {
     /// Malformed urlencoded data: a bad `%` escape (400).
     BadForm,
+    /// More form elements than a request may carry (413).
+    TooManyElements,
     /// An unknown `kn_response_format` (403, always answered in `js`).
     UnsupportedFormat,
     /// A simple-format stream that could not be decoded.
@@ -90,6 +92,7 @@ impl ErrorKind {
     pub fn status(self) -> (u16, &'static str) {
         match self {
             ErrorKind::BadForm => (400, "Bad form data"),
+            ErrorKind::TooManyElements => (413, "Too many form elements"),
             ErrorKind::UnsupportedFormat => (403, "Unsupported kn_response_format value"),
             ErrorKind::BadFrame => (400, "Bad simple-format frame"),
             ErrorKind::Io => (500, "Internal Server Error"),

@@ -307,12 +307,6 @@ pub(super) fn digest(dir: &Path, record: &Record) -> u64 {
     }
 }
 
-/// [`segment::read_after`] with payloads resolved.
-pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
-    let mut records = segment::read_after(dir, after)?;
-    records.retain_mut(|r| resolve(dir, r));
-    Ok(records)
-}
 
 /// [`segment::read_backwards`] with payloads resolved.
 pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {

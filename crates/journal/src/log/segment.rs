@@ -135,29 +135,6 @@ pub(super) fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Re
     Ok(Scan { records, end: from + pos as u64, stop, ino })
 }
 
-/// Reads every record with `seq > after`, in order, skipping repeats (a
-/// crash during a segment merge may leave a record in two segments).
-pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
-    let mut out = Vec::new();
-    let mut last = after;
-    // A segment that vanished between listing and opening was merged into
-    // an earlier one by compaction: list again and go on from `last`.
-    'listing: loop {
-        let segments = list_segments(dir)?;
-        let start = segments.iter().rposition(|&first| first <= last.saturating_add(1)).unwrap_or(0);
-        for &first in &segments[start..] {
-            let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue 'listing };
-            for (_, r) in scan.records {
-                if r.seq > last {
-                    last = r.seq;
-                    out.push(r);
-                }
-            }
-        }
-        return Ok(out);
-    }
-}
-
 /// Visits records newest first until `visit` returns false. Costs the
 /// records visited plus at most one segment read in full.
 pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {

@@ -72,6 +72,8 @@ pub struct Store {
     /// `Config::open_topics`).
     kept: Mutex<KeptCache>,
     gauge: SpaceGauge,
+    /// See [`Store::filters_compiled`].
+    filters_compiled: std::sync::atomic::AtomicU64,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -140,6 +142,7 @@ impl Store {
             hub: OnceLock::new(),
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
+            filters_compiled: Default::default(),
         })
     }
 
@@ -189,23 +192,78 @@ impl Store {
     }
 
     /// Records that the server is reachable at `url` (kept in `.names`), so
-    /// absolute URLs starting with it name local topics.
+    /// absolute URLs starting with it name local topics. For an
+    /// administrator (`kn names add`) and the legacy import, never for a
+    /// URL a request claims (see [`Store::adopt_name`]): a name makes
+    /// routes to it deliver here. `url` must be an absolute `http(s)://`
+    /// URL without spaces or control bytes (400 otherwise).
     pub fn add_server_name(&self, url: &str) -> Result<()> {
-        if url.is_empty() || self.names.read().map(|n| n.iter().any(|x| x == url)).unwrap_or(false) {
-            return Ok(());
+        check_server_name(url)?;
+        self.change_names(|names| {
+            if names.iter().any(|x| x == url) {
+                return false;
+            }
+            names.push(url.to_string());
+            true
+        })?;
+        Ok(())
+    }
+
+    /// Forgets the name `url` (removes its line from `.names`); true when
+    /// it was there. The configured `server_url` is not in `.names` and
+    /// stays this server's name.
+    pub fn remove_server_name(&self, url: &str) -> Result<bool> {
+        self.change_names(|names| {
+            let before = names.len();
+            names.retain(|x| x != url);
+            names.len() != before
+        })
+    }
+
+    /// Takes `url` (the URL a request reached the server by) as this
+    /// server's name only if the store has none yet: no configured
+    /// `server_url` and an empty `.names`. A client's `Host` header thus
+    /// names an unconfigured store once, at its first request, and never
+    /// again: `.names` does not grow with the `Host` values clients send,
+    /// and a forged `Host` cannot make another server's URL local. True
+    /// when the name was taken.
+    ///
+    /// ```
+    /// use kn_journal::Store;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path()).unwrap();
+    /// assert!(store.adopt_name("http://example.org/kn").unwrap());
+    /// assert!(!store.adopt_name("http://forged.example/kn").unwrap());
+    /// assert_eq!(store.server_names(), ["http://example.org/kn"]);
+    /// ```
+    pub fn adopt_name(&self, url: &str) -> Result<bool> {
+        if self.config.server_url.is_some() || self.names.read().map(|n| !n.is_empty()).unwrap_or(true) {
+            return Ok(false);
         }
-        let path = self.config.root.join(NAMES_FILE);
+        if check_server_name(url).is_err() {
+            return Ok(false);
+        }
+        self.change_names(|names| {
+            if !names.is_empty() {
+                return false;
+            }
+            names.push(url.to_string());
+            true
+        })
+    }
+
+    /// Applies `change` to `.names` under the store's lock, rewriting the
+    /// file (a temporary renamed over it) when `change` says it changed
+    /// something; then refreshes this store's names. Returns what
+    /// `change` returned.
+    fn change_names(&self, change: impl FnOnce(&mut Vec<String>) -> bool) -> Result<bool> {
         let lock_path = self.config.root.join(log::LOCK_FILE);
         let lock = log::open_shared(&lock_path, false).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock", &lock_path, e))?;
-        let current = read_names(&self.config.root)?;
-        if !current.iter().any(|x| x == url) {
-            let mut f = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
-            f.write_all(format!("{url}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
-        }
         let mut names = read_names(&self.config.root)?;
-        if !names.iter().any(|x| x == url) {
-            names.push(url.to_string());
+        let changed = change(&mut names);
+        if changed {
+            write_names(&self.config.root, &names)?;
         }
         if let Ok(mut n) = self.names.write() {
             *n = names;
@@ -214,7 +272,7 @@ impl Store {
         if let Ok(mut kept) = self.kept.lock() {
             kept.topics.values_mut().flatten().for_each(|k| k.routes = None);
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Resolves a topic name or absolute URL: a URL starting with one of
@@ -256,6 +314,12 @@ impl Store {
         // local topic name (`resolve` wants the `/`), so a route to `/`
         // would have been taken for a remote destination.
         format!("{}{}", self.server_url(), topic.as_str())
+    }
+
+    /// Refuses (400) a topic name beyond `max_topic_depth` or
+    /// `max_topic_bytes` (see [`Topic::check_size`]).
+    pub(super) fn check_topic_size(&self, topic: &Topic) -> Result<()> {
+        topic.check_size(self.config.max_topic_depth, self.config.max_topic_bytes)
     }
 
     fn dir(&self, topic: &Topic) -> PathBuf {
@@ -351,6 +415,36 @@ pub fn raise_open_file_limit(wanted: u64) {
         limit.rlim_cur = (wanted as libc::rlim_t).min(limit.rlim_max);
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
     }
+}
+
+/// A server name must be an absolute `http(s)://` URL of one line with
+/// no spaces: `.names` holds one per line.
+fn check_server_name(url: &str) -> Result<()> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    let absolute = lower.starts_with("http://") || lower.starts_with("https://");
+    if !absolute || url.len() <= "https://".len() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(Error::new(
+            ErrorKind::BadRequest,
+            format!("bad server name '{}': expected an absolute http:// or https:// URL without spaces", url.escape_debug()),
+        ));
+    }
+    Ok(())
+}
+
+/// Replaces `.names` by `names`, one per line (a temporary renamed over
+/// it, so a reader sees the old list or the new, never half of one).
+fn write_names(root: &Path, names: &[String]) -> Result<()> {
+    let path = root.join(NAMES_FILE);
+    let temp = root.join(format!("{NAMES_FILE}.tmp.{}", std::process::id()));
+    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+    let written = log::open_shared(&temp, true).and_then(|mut f| {
+        f.set_len(0)?;
+        f.write_all(text.as_bytes())
+    });
+    written.and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
+        let _ = fs::remove_file(&temp);
+        Error::io("cannot write", &path, e)
+    })
 }
 
 fn read_names(root: &Path) -> Result<Vec<String>> {

@@ -2,7 +2,7 @@
 //! announce new topics in `kn_subtopics`, forward along routes), and a
 //! route that fails is poisoned.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::ErrorKind as IoKind;
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::remote;
 use crate::topic::Topic;
 
 use super::{Destination, Kept, Store, create_topic_dir};
-use super::routes::{Route, RouteList};
+use super::routes::{ListedRoute, RouteList};
 
 /// One file write a post made: the event `id` stored on `topic`. Servers
 /// report these as `Wrote to '<topic>' (<id>)` lines.
@@ -53,6 +53,10 @@ pub struct PostReport {
     pub id: Vec<u8>,
     /// Routes that failed and were poisoned.
     pub poisoned: Vec<Poisoned>,
+    /// Deliveries along routes so far, counted against `max_forwards`
+    /// across every `run` sharing this report (a route's initial
+    /// population runs once per event).
+    pub(super) deliveries: usize,
 }
 
 /// An event just stored by [`Store::append_event`].
@@ -162,8 +166,6 @@ impl Store {
         let mut queue: VecDeque<Job> = jobs.into();
         let mut first = true;
         let mut first_stored = false;
-        let mut deliveries = 0usize;
-        let mut filters: HashMap<Vec<u8>, Option<regex::bytes::Regex>> = HashMap::new();
         while let Some(job) = queue.pop_front() {
             let is_first = std::mem::take(&mut first);
             let outcome = self.run_job(&job, report, &mut queue);
@@ -193,8 +195,8 @@ impl Store {
                 None => self.read_routes(&job.topic, None)?,
             };
             let mut urls = None;
-            for (route, destination) in routes.iter().filter(|(r, _)| r.is_active(t)) {
-                if deliveries >= self.config.max_forwards {
+            for route in routes.iter().filter(|r| r.route.is_active(t)) {
+                if report.deliveries >= self.config.max_forwards {
                     return Err(Error::new(
                         ErrorKind::TooManyDeliveries,
                         format!(
@@ -203,10 +205,9 @@ impl Store {
                         ),
                     ));
                 }
-                deliveries += 1;
+                report.deliveries += 1;
                 let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
-                let destination = || destination.get_or_init(|| self.resolve(route.destination()).map_err(|e| e.to_string())).clone();
-                self.forward(&job.topic, urls, route, destination, (&job.event, job.payload.as_ref()), &mut filters, &mut queue, report);
+                self.forward(&job.topic, urls, route, (&job.event, job.payload.as_ref()), &mut queue, report);
             }
         }
         Ok(first_stored)
@@ -340,6 +341,7 @@ impl Store {
     /// Creates `topic` and its missing ancestors, storing a `kn_subtopics`
     /// announcement for each new one; returns forwarding jobs for them.
     pub(super) fn ensure_topic(&self, topic: &Topic, report: &mut PostReport) -> Result<Vec<Job>> {
+        self.check_topic_size(topic)?;
         let dir = self.checked_dir(topic)?;
         if dir.is_dir() {
             return Ok(Vec::new());
@@ -424,21 +426,16 @@ impl Store {
         &self,
         source: &Topic,
         urls: &SourceUrls,
-        route: &Route,
-        destination: impl FnOnce() -> std::result::Result<Destination, String>,
+        listed: &ListedRoute,
         (event, shared): (&Event, Option<&Arc<SharedPayload>>),
-        filters: &mut HashMap<Vec<u8>, Option<regex::bytes::Regex>>,
         queue: &mut VecDeque<Job>,
         report: &mut PostReport,
     ) {
+        let route = &listed.route;
         let route_id = route.id().to_vec();
         let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
-        if let Some(pattern) = route.event.get("kn_content_filter") {
-            let regex = filters.entry(pattern.to_vec()).or_insert_with(|| self.compile_filter(pattern).ok());
-            match regex {
-                Some(r) if r.is_match(payload) => {}
-                _ => return,
-            }
+        if !listed.passes(self, payload) {
+            return;
         }
         let mut out = event.clone();
         let mut shared = shared.cloned();
@@ -462,7 +459,7 @@ impl Store {
         };
         out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, urls.topic.as_bytes());
         let via = Some((source.clone(), route_id.clone()));
-        match destination() {
+        match listed.destination(self) {
             Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, payload: shared, via, store: true }),
             Ok(Destination::Remote(url)) => {
                 if let Some(shared) = &shared {

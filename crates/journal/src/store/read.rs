@@ -1,7 +1,7 @@
 //! Reading: selecting events (PROTOCOL.md 3.3), resuming at a checkpoint,
 //! and tunnels that follow a topic as events land.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -100,44 +100,60 @@ impl Store {
     }
 
     pub(super) fn select(&self, topic: &Topic, selection: &Selection, include_expired: bool) -> Result<Selected> {
+        self.select_at_most(topic, selection, include_expired, usize::MAX)
+    }
+
+    /// [`Store::select`], keeping at most `cap` events: the most recent
+    /// ones, as if `max_n` were `cap` (a `since_checkpoint` that would
+    /// select more resumes with a [`Resume::Gap`]). Reads backwards from
+    /// the newest record and stops at the checkpoint, the age cutoff or
+    /// the count, so it holds at most `cap` events whatever the topic's
+    /// size (and, on an ordinary topic, the ids of the records it passed).
+    pub(super) fn select_at_most(&self, topic: &Topic, selection: &Selection, include_expired: bool, cap: usize) -> Result<Selected> {
         let dir = self.checked_dir(topic)?;
         let ordinary = !topic.is_journal();
         let t = now();
         let live = |r: &Record| include_expired || !r.event.is_expired(t);
-        if let Some(cp) = &selection.since_checkpoint {
-            let (after, resume) = self.resume_point(&dir, cp)?;
-            let mut records = log::read_after(&dir, after)?;
-            if ordinary {
-                records = latest_per_id(records);
-            }
-            let events = records.into_iter().filter(|r| live(r)).map(with_checkpoint).collect();
-            return Ok(Selected { events, resume });
-        }
-        if selection.is_empty() {
-            return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked });
-        }
-        let max_n = selection.max_n.unwrap_or(usize::MAX);
+        let (after, mut resume) = match &selection.since_checkpoint {
+            Some(cp) => self.resume_point(&dir, cp)?,
+            None if selection.is_empty() => return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked }),
+            None => (0, Resume::NotAsked),
+        };
+        let since = selection.since_checkpoint.is_some();
+        let max_n = if since { usize::MAX } else { selection.max_n.unwrap_or(usize::MAX) }.min(cap);
         // Stored times are whole seconds, as the original's file times were:
         // the window is compared at that resolution, inclusively.
-        let cutoff = selection.max_age.map(|a| if a.is_finite() { (t - a).floor() } else { f64::MIN }).unwrap_or(f64::MIN);
+        let cutoff = match selection.max_age {
+            Some(a) if !since && a.is_finite() => (t - a).floor(),
+            _ => f64::MIN,
+        };
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         let mut picked = Vec::new();
+        let mut left_out = false;
         if max_n > 0 {
             log::read_backwards(&dir, |r| {
-                if (r.stored_secs as f64) < cutoff {
+                if r.seq <= after || (r.stored_secs as f64) < cutoff {
                     return false;
                 }
                 if ordinary && !seen.insert(r.event.id().unwrap_or(b"").to_vec()) {
                     return true; // superseded by a newer record
                 }
-                if live(&r) {
-                    picked.push(r);
+                if !live(&r) {
+                    return true;
                 }
-                picked.len() < max_n
+                if picked.len() == max_n {
+                    left_out = true; // only a resume reads this far
+                    return false;
+                }
+                picked.push(r);
+                since || picked.len() < max_n
             })?;
         }
+        if left_out && resume == Resume::Exact {
+            resume = Resume::Gap;
+        }
         picked.reverse();
-        Ok(Selected { events: picked.into_iter().map(with_checkpoint).collect(), resume: Resume::NotAsked })
+        Ok(Selected { events: picked.into_iter().map(with_checkpoint).collect(), resume })
     }
 
     fn resume_point(&self, dir: &Path, checkpoint: &[u8]) -> Result<(u64, Resume)> {
@@ -174,7 +190,7 @@ impl Store {
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);
         let cursor = log::cursor_at_end(&dir)?;
-        let mut initial = self.select(topic, selection, false)?;
+        let mut initial = self.select_at_most(topic, selection, false, self.config.max_selected)?;
         initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
         let tunnel = Tunnel {
             topic: topic.clone(),
@@ -279,13 +295,4 @@ fn with_checkpoint(r: Record) -> Event {
 
 fn checkpoint_of(e: &Event) -> u64 {
     e.checkpoint().and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse().ok()).unwrap_or(0)
-}
-
-/// Keeps the last record of each `kn_id`, in the order of those records.
-fn latest_per_id(records: Vec<Record>) -> Vec<Record> {
-    let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
-    for r in &records {
-        last.insert(r.event.id().unwrap_or(b"").to_vec(), r.seq);
-    }
-    records.into_iter().filter(|r| last.get(r.event.id().unwrap_or(b"")) == Some(&r.seq)).collect()
 }

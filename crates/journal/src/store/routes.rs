@@ -2,7 +2,7 @@
 //! post reads), the per-topic limit, checking destinations and content
 //! filters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -56,10 +56,40 @@ impl Route {
     }
 }
 
-/// A topic's routes as a post reads them, each with its destination
-/// resolved at most once (resolving depends only on this store's names:
+/// A route as a post reads it from a topic's route list: its destination
+/// resolved and its `kn_content_filter` compiled at most once per list
+/// (resolving depends only on this store's names:
 /// [`Store::add_server_name`] drops every kept list when they change).
-pub(super) type RouteList = Arc<Vec<(Route, OnceLock<std::result::Result<Destination, String>>)>>;
+pub(super) struct ListedRoute {
+    /// The route.
+    pub(super) route: Route,
+    destination: OnceLock<std::result::Result<Destination, String>>,
+    /// The compiled filter; `None` for a filter that does not compile
+    /// (then nothing travels the route).
+    filter: OnceLock<Option<regex::bytes::Regex>>,
+}
+
+impl ListedRoute {
+    pub(super) fn new(route: Route) -> ListedRoute {
+        ListedRoute { route, destination: OnceLock::new(), filter: OnceLock::new() }
+    }
+
+    /// Where the route delivers (an error text poisons it).
+    pub(super) fn destination(&self, store: &Store) -> std::result::Result<Destination, String> {
+        self.destination.get_or_init(|| store.resolve(self.route.destination()).map_err(|e| e.to_string())).clone()
+    }
+
+    /// True when an event with `payload` passes the route's content
+    /// filter (always, without one).
+    pub(super) fn passes(&self, store: &Store, payload: &[u8]) -> bool {
+        let Some(pattern) = self.route.event.get("kn_content_filter") else { return true };
+        self.filter.get_or_init(|| store.compile_filter(pattern).ok()).as_ref().is_some_and(|r| r.is_match(payload))
+    }
+}
+
+/// A topic's routes as a post reads them (kept between posts while the
+/// topic's route generation stays the same).
+pub(super) type RouteList = Arc<Vec<ListedRoute>>;
 
 impl Store {
     /// Reads the routes of `topic` (active or not). With the route
@@ -68,7 +98,7 @@ impl Store {
     /// route change since shows as another generation, never as routes
     /// older than this one.
     pub(super) fn read_routes(&self, topic: &Topic, generation: Option<u64>) -> Result<RouteList> {
-        let routes: RouteList = Arc::new(self.all_routes(topic)?.into_iter().map(|r| (r, OnceLock::new())).collect());
+        let routes: RouteList = Arc::new(self.all_routes(topic)?.into_iter().map(ListedRoute::new).collect());
         if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
             for k in kept.topics.get_mut(topic).into_iter().flatten() {
                 k.routes = Some((generation, Arc::clone(&routes)));
@@ -102,7 +132,11 @@ impl Store {
     /// `kn_expires`, `kn_content_filter`, `kn_content_transform`,
     /// `do_max_age`, `do_max_n`). PROTOCOL.md 3.2 and 3.3: refused from a
     /// journal (403); an identical repeat is ignored; a new route first
-    /// carries the selected existing events.
+    /// carries the selected existing events (at most `max_selected`, the
+    /// newest), counted against `max_forwards` with the deliveries they
+    /// cause: past it, [`ErrorKind::TooManyDeliveries`] (508), the route
+    /// itself created. A local destination beyond `max_topic_depth` or
+    /// `max_topic_bytes` is refused (400).
     pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
         if from.is_journal() {
             return Err(Error::new(
@@ -128,14 +162,23 @@ impl Store {
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }
-        let route = Route { source: from.clone(), event: self.current_route(from, &report.id)? };
+        let route = ListedRoute::new(Route { source: from.clone(), event: self.current_route(from, &report.id)? });
         let mut post = PostReport::default();
-        let mut filters = HashMap::new();
         let urls = SourceUrls::of(self, from);
-        for event in self.select(from, &selection, false)?.events {
+        let max = self.config.max_forwards;
+        for event in self.select_at_most(from, &selection, false, self.config.max_selected)?.events {
+            if post.deliveries >= max {
+                return Err(Error::new(
+                    ErrorKind::TooManyDeliveries,
+                    format!(
+                        "route '{}' from '{from}' was created, but carrying the existing events it selected took more than {max} deliveries (KN_MAX_FORWARDS); stopped there",
+                        String::from_utf8_lossy(&report.id)
+                    ),
+                ));
+            }
+            post.deliveries += 1;
             let mut queue = VecDeque::new();
-            let destination = || self.resolve(route.destination()).map_err(|e| e.to_string());
-            self.forward(from, &urls, &route, destination, (&event, None), &mut filters, &mut queue, &mut post);
+            self.forward(from, &urls, &route, (&event, None), &mut queue, &mut post);
             self.run_queue(queue, &mut post);
             // A failed delivery poisoned the route: it carries nothing more
             // (and a silent remote must not cost one timeout per event).
@@ -205,6 +248,7 @@ impl Store {
         }
         match self.resolve(to)? {
             Destination::Local(topic) => {
+                self.check_topic_size(&topic)?;
                 if topic.is_reserved() {
                     return Err(Error::new(ErrorKind::BadRequest, format!("bad route destination '{topic}': can't route into a reserved topic")));
                 }
@@ -217,7 +261,16 @@ impl Store {
         }
     }
 
+    /// How many `kn_content_filter` expressions this store has compiled:
+    /// once per route when it is created, then once per route and list of
+    /// a topic's routes (not once per post). A figure for tests and
+    /// benchmarks.
+    pub fn filters_compiled(&self) -> u64 {
+        self.filters_compiled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(super) fn compile_filter(&self, pattern: &[u8]) -> Result<regex::bytes::Regex> {
+        self.filters_compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let text = String::from_utf8_lossy(pattern);
         if pattern.len() > self.config.max_filter_bytes {
             return Err(Error::new(

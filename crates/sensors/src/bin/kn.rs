@@ -118,6 +118,15 @@ enum Command {
         /// The legacy kn_events directory.
         dir: PathBuf,
     },
+    /// List, add or remove the URLs this server is known by: an absolute
+    /// URL starting with one of them names a local topic, so a route to
+    /// it is delivered here. KN_SERVER_URL (or serve's --public-url) is
+    /// always one; the others live in the store's .names. Requests never
+    /// add names (but an unnamed store takes the URL of its first request).
+    Names {
+        #[command(subcommand)]
+        action: Option<NamesAction>,
+    },
     /// Print every event of every topic (or of TOPIC and below), reserved
     /// topics included. json: {"topic": T, "event": {...}} per line;
     /// simple and text: each event with an extra kn_export_topic element.
@@ -133,6 +142,22 @@ enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum NamesAction {
+    /// Print every name, this server's URL first (the default action).
+    List,
+    /// Add a name, e.g. http://alias.example.org/kn.
+    Add {
+        /// The absolute http:// or https:// URL.
+        url: String,
+    },
+    /// Remove a name from .names.
+    Remove {
+        /// The URL, exactly as listed.
+        url: String,
+    },
+}
+
 const AFTER_HELP: &str = "\
 Exit status: 0 on success, 1 when verify found bad records, 64 for a bad
 command line, 66 for a missing input directory, 75 for a temporary failure
@@ -145,6 +170,7 @@ Examples:
   kn stat /what
   kn verify --repair
   kn import-legacy /var/www/kn_events      # rerun at will
+  kn names add http://alias.example.org/kn
   kn export > backup.jsonl
 
   # crontab: compact every night, quiet unless something fails
@@ -262,6 +288,7 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Names { action } => names(&store, &mut out, action.unwrap_or(NamesAction::List)),
         Command::Export { topic, format, expired } => {
             for t in all_topics(&store, topic.as_deref())? {
                 let events = if expired { store.stored_events(&t) } else { store.events(&t, &Selection::all()).map(|s| s.events) }
@@ -337,6 +364,26 @@ fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: 
         }
         out.flush().map_err(write_error)?;
     }
+}
+
+fn names(store: &Store, out: &mut dyn Write, action: NamesAction) -> Result<ExitCode, SensorError> {
+    match action {
+        NamesAction::List => {
+            for name in store.server_names() {
+                writeln!(out, "{name}").map_err(write_error)?;
+            }
+        }
+        NamesAction::Add { url } => store.add_server_name(&url).map_err(|e| match e.kind() {
+            kn_journal::ErrorKind::BadRequest => SensorError::usage(e.to_string()),
+            _ => SensorError::from_journal(e, "cannot add the name"),
+        })?,
+        NamesAction::Remove { url } => {
+            if !store.remove_server_name(&url).map_err(|e| SensorError::from_journal(e, "cannot remove the name"))? {
+                return Err(SensorError::usage(format!("'{url}' is not in .names (see kn names list)")));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> Result<ExitCode, SensorError> {
