@@ -1475,6 +1475,8 @@ fn route_to_a_url_of_this_server_naming_no_topic_is_routed_then_poisoned_like_th
     ];
     for (case, destination, why) in cases {
         let pool = Pool::new(&format!("route-bad-name-{case}"));
+        // As in golden's pool, `/what` exists already.
+        post(&pool, "kn_to=/what/chat&kn_payload=hello&kn_id=e1");
         let route = format!(
             "do_method=route&kn_from=%2Fwhat%2Fother&kn_to={destination}&kn_id=r2&kn_uri=http%3A%2F%2Fexample%2Furi2&kn_response_format=simple"
         );
@@ -1500,7 +1502,7 @@ fn route_to_a_url_of_this_server_naming_no_topic_is_routed_then_poisoned_like_th
         let reason = r2.event.get_str("kn_poisoned").unwrap_or_default();
         assert!(reason.starts_with("bad topic name '") && reason.contains(why), "{case}: {reason}");
         let topics: Vec<String> = store.topics().unwrap().iter().map(|t| t.to_string()).collect();
-        assert!(!topics.iter().any(|t| t.contains("flurb") || t.contains("knwhat") || t == "/what/a"), "{case}: delivered: {topics:?}");
+        assert!(!topics.iter().any(|t| t.contains("flurb") || t.contains("knwhat") || t.starts_with("/what/a")), "{case}: delivered: {topics:?}");
 
         let again = simple_post(&pool, "kn_to=/what/other&kn_payload=again&kn_id=e2");
         assert_eq!(String::from_utf8_lossy(again.payload()), "Wrote to '/what/other' (e2)\n", "{case}: poisoned once");
