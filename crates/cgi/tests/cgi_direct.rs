@@ -1551,3 +1551,54 @@ fn form_elements_up_to_the_limit_are_accepted_and_one_more_is_413() {
     let reply = pool.cgi().post(&format!("kn_to=/what/chat&kn_payload=x&kn_response_format=simple&{many}")).run();
     assert_eq!(reply.status(), "413 Too many form elements");
 }
+
+// ----- old clients: behave as the original ---------------------------------------------
+
+/// The original answers `200 Routed` to a route into a URL of this server
+/// that names no valid topic (a `..` segment, or no `/` after the script),
+/// and the route poisons at its first delivery (PROTOCOL.md 4.1 step 4, bad
+/// name): 2003 clients that stop at a refused route depend on it. Under the
+/// default outbound policy (`deny`): no request leaves the server for it.
+/// The route's reply is golden 06b's (the same request with another
+/// `kn_to`); the notify still succeeds and nothing is delivered.
+#[test]
+fn route_to_a_url_of_this_server_naming_no_topic_is_routed_then_poisoned_like_the_original() {
+    let cases = [
+        ("dotdot", "http%3A%2F%2F127.0.0.1%3A8080%2Fkn%2Fwhat%2Fa%2F..%2Fflurb", "segment '..' starts or ends with '.'"),
+        ("no-slash", "http%3A%2F%2F127.0.0.1%3A8080%2Fknwhat%2Fa", "only with a '/' after the server URL"),
+    ];
+    for (case, destination, why) in cases {
+        let pool = Pool::new(&format!("route-bad-name-{case}"));
+        // As in golden's pool, `/what` exists already.
+        post(&pool, "kn_to=/what/chat&kn_payload=hello&kn_id=e1");
+        let route = format!(
+            "do_method=route&kn_from=%2Fwhat%2Fother&kn_to={destination}&kn_id=r2&kn_uri=http%3A%2F%2Fexample%2Furi2&kn_response_format=simple"
+        );
+        let reply = post(&pool, &route);
+        reply.assert_one_shot();
+        assert_simple_like(&reply, &golden("06b-route-simple"));
+
+        let notify = post(&pool, "kn_to=/what/other&kn_payload=hello&kn_id=e1&kn_response_format=simple");
+        notify.assert_one_shot();
+        assert_eq!(notify.status(), "200 Notified", "{case}: {}", notify.text());
+        assert_eq!(status_of(&notify.event()), "200 Notified");
+        assert_eq!(
+            String::from_utf8_lossy(notify.event().payload()),
+            "Wrote to '/what/other' (e1)\nWrote to '/what/other/kn_routes' (r2)\n",
+            "{case}: the event, then the poisoning, nothing delivered"
+        );
+
+        let store = pool.store();
+        let routes = store.all_routes(&kn_journal::Topic::parse("/what/other").unwrap()).unwrap();
+        let r2 = routes.iter().find(|r| r.id() == b"r2").expect("route r2");
+        assert!(r2.destination().is_empty(), "{case}: poisoned: {r2:?}");
+        assert!(r2.event.contains("kn_expires"), "{case}: a poisoned route expires");
+        let reason = r2.event.get_str("kn_poisoned").unwrap_or_default();
+        assert!(reason.starts_with("bad topic name '") && reason.contains(why), "{case}: {reason}");
+        let topics: Vec<String> = store.topics().unwrap().iter().map(|t| t.to_string()).collect();
+        assert!(!topics.iter().any(|t| t.contains("flurb") || t.contains("knwhat") || t.starts_with("/what/a")), "{case}: delivered: {topics:?}");
+
+        let again = simple_post(&pool, "kn_to=/what/other&kn_payload=again&kn_id=e2");
+        assert_eq!(String::from_utf8_lossy(again.payload()), "Wrote to '/what/other' (e2)\n", "{case}: poisoned once");
+    }
+}

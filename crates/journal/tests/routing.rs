@@ -601,9 +601,15 @@ fn absolute_urls_of_this_server_are_local_and_lookalikes_are_not() {
     route(&store, "/a", "http://test.example/kn/b", "1");
     store.notify(&t("/a"), ev(&[("kn_payload", "local")])).unwrap();
     assert_eq!(payloads(&all(&store, &t("/b"))), ["local"]);
-    // server_url + "foo" names another resource: remote, so denied here.
-    let err = store.route(&t("/a"), b"http://test.example/knfoo", id("2")).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Forbidden);
+    // server_url + "foo" is a URL of this server that names no topic: as
+    // the original, the route is accepted (whatever the outbound policy,
+    // here `deny`) and its first delivery poisons it (a bad name).
+    let report = store.route(&t("/a"), b"http://test.example/knfoo", id("2")).unwrap();
+    assert!(report.poisoned.is_empty(), "{report:?}");
+    let post = store.notify(&t("/a"), ev(&[("kn_payload", "again")])).unwrap();
+    assert_eq!(post.poisoned.len(), 1, "{post:?}");
+    assert_eq!(post.poisoned[0].route_id, b"2");
+    assert_eq!(store.routes(&t("/a")).unwrap().iter().map(|r| r.id().to_vec()).collect::<Vec<_>>(), [b"1".to_vec()]);
 }
 
 #[test]
@@ -650,4 +656,122 @@ fn route_to_the_root_topic_is_local() {
     let got = &all(&store, &t("/from-root"))[0];
     assert_eq!(got.get_str("kn_routed_from").unwrap(), "http://test.example/kn/");
     assert_eq!(got.get_str("kn_route_location").unwrap(), "http://test.example/kn/kn_routes/r0");
+}
+
+// ----- URLs of this server that name no topic ---------------------------------------
+
+/// The original answered `200 Routed` to a route into a URL of this server
+/// that names no valid topic (old clients stop at a refused route), and the
+/// route poisoned at its first delivery (PROTOCOL.md 4.1 step 4: bad name).
+/// No request leaves the server for it, so the outbound policy has no say.
+#[test]
+fn a_url_of_this_server_naming_no_topic_is_routed_then_poisoned_as_a_bad_name() {
+    let cases = [
+        ("http://test.example/kn/what/a/../flurb", "segment '..' starts or ends with '.'"),
+        ("http://test.example/knwhat/a", "only with a '/' after the server URL"),
+        ("http://test.example/kn", "only with a '/' after the server URL"),
+        ("http://test.example/kn?kn_to=/what/b", "only with a '/' after the server URL"),
+        ("http://test.example/kn/what/%00", "byte 0x00 is not allowed"),
+    ];
+    for policy in [OutboundPolicy::DenyAll, OutboundPolicy::AllowAll] {
+        for (destination, why) in cases {
+            let (_d, store) = open_with(|c| c.outbound = policy.clone());
+            let what = format!("{destination} under {policy:?}");
+            let report = store.route(&t("/what/a"), destination.as_bytes(), id("r1")).unwrap();
+            assert!(!report.ignored && report.poisoned.is_empty(), "{what}: {report:?}");
+            let routes = store.routes(&t("/what/a")).unwrap();
+            assert_eq!(routes.len(), 1, "{what}: active until its first delivery");
+            assert_eq!(routes[0].destination(), destination.as_bytes(), "{what}: kept as given");
+
+            let post = store.notify(&t("/what/a"), ev(&[("kn_id", "e1"), ("kn_payload", "x")])).unwrap();
+            assert_eq!(post.poisoned.len(), 1, "{what}: {post:?}");
+            let reason = &post.poisoned[0].reason;
+            assert!(reason.starts_with("bad topic name '") && reason.contains(why), "{what}: {reason}");
+            assert_poisoned(&store, "/what/a", "r1");
+            let poisoned = store.all_routes(&t("/what/a")).unwrap().remove(0);
+            assert_eq!(poisoned.event.get_str("kn_poisoned").as_deref(), Some(reason.as_str()), "{what}: the reason is kept");
+            // The notify itself stored its event, and nothing else but the poisoning.
+            let topics: Vec<String> = post.writes.iter().map(|w| w.topic.to_string()).collect();
+            assert_eq!(topics, ["/what/a", "/what/a/kn_routes"], "{what}");
+            assert_eq!(payloads(&all(&store, &t("/what/a"))), ["x"]);
+            for elsewhere in ["/flurb", "/what/flurb", "/what/a/flurb", "/what/b", "/knwhat/a", "/what"] {
+                assert!(all(&store, &t(elsewhere)).is_empty(), "{what}: delivered into {elsewhere}");
+            }
+            // Poisoned: the next post delivers nothing and poisons nothing.
+            let next = store.notify(&t("/what/a"), ev(&[("kn_id", "e2"), ("kn_payload", "y")])).unwrap();
+            assert!(next.poisoned.is_empty(), "{what}: {next:?}");
+        }
+    }
+}
+
+/// A new route with initial population poisons at once, and the route
+/// request still succeeds (as any route whose first delivery fails).
+#[test]
+fn a_url_of_this_server_naming_no_topic_poisons_during_initial_population() {
+    let (_d, store) = open();
+    store.notify(&t("/what/a"), ev(&[("kn_id", "e1"), ("kn_payload", "old")])).unwrap();
+    store.notify(&t("/what/a"), ev(&[("kn_id", "e2"), ("kn_payload", "older")])).unwrap();
+    let report = store.route(&t("/what/a"), b"http://test.example/knwhat/a", ev(&[("kn_id", "r1"), ("do_max_n", "2")])).unwrap();
+    assert_eq!(report.poisoned.len(), 1, "poisoned once, then carries nothing more: {report:?}");
+    assert!(report.poisoned[0].reason.starts_with("bad topic name 'http://test.example/knwhat/a'"), "{report:?}");
+    assert_poisoned(&store, "/what/a", "r1");
+}
+
+/// What stays refused at route time: a name that is neither a topic nor a
+/// URL, a URL of this server naming a reserved topic (delivering into it
+/// would write routes), and a URL of another server the outbound policy
+/// refuses.
+#[test]
+fn unusable_names_that_are_not_urls_of_this_server_are_still_refused() {
+    let (_d, store) = open();
+    for (bad, kind) in [
+        ("/what/a/../flurb", ErrorKind::BadTopic),
+        ("what/%00", ErrorKind::BadTopic),
+        ("http://test.example/kn/x/kn_routes", ErrorKind::BadRequest),
+        ("http://test.example/kn what", ErrorKind::BadRequest),
+        ("http://other.example/kn/what/a", ErrorKind::Forbidden),
+        ("http://test.example.other/kn/a", ErrorKind::Forbidden),
+        ("http://test.example:81/kn/a", ErrorKind::Forbidden),
+    ] {
+        let err = store.route(&t("/src"), bad.as_bytes(), id("r")).unwrap_err();
+        assert_eq!(err.kind(), kind, "{bad:?}: {err}");
+    }
+    assert!(store.all_routes(&t("/src")).unwrap().is_empty());
+}
+
+/// A server name without a path ends at its port: `http://h:4000` + `1/x`
+/// is another port, not a URL of this server naming no topic.
+#[test]
+fn a_server_name_without_a_path_covers_only_its_own_host_and_port() {
+    let (_d, store) = open();
+    store.add_server_name("http://127.0.0.1:4000").unwrap();
+    for other in ["http://127.0.0.1:40001/x", "http://127.0.0.1:4000.evil.example/x"] {
+        let err = store.route(&t("/src"), other.as_bytes(), id("r")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Forbidden, "{other}: remote, so denied: {err}");
+    }
+    for own in ["http://127.0.0.1:4000", "http://127.0.0.1:4000?x=1"] {
+        store.route(&t("/src"), own.as_bytes(), id("r")).unwrap();
+        let post = store.notify(&t("/src"), ev(&[("kn_payload", own)])).unwrap();
+        assert_eq!(post.poisoned.len(), 1, "{own}: {post:?}");
+    }
+    route(&store, "/src", "http://127.0.0.1:4000/dst", "r");
+    store.notify(&t("/src"), ev(&[("kn_payload", "local")])).unwrap();
+    assert_eq!(payloads(&all(&store, &t("/dst"))), ["local"]);
+}
+
+/// A reason that would make the poisoned route larger than
+/// `max_event_bytes` is left out; the route is poisoned all the same.
+#[test]
+fn a_reason_too_large_to_keep_still_poisons_the_route() {
+    for (max, kept) in [(2000, true), (300, false)] {
+        let (_d, store) = open_with(|c| c.max_event_bytes = max);
+        let destination = format!("http://test.example/kn/{}/../x", "a".repeat(200));
+        store.route(&t("/a"), destination.as_bytes(), id("r1")).unwrap();
+        let post = store.notify(&t("/a"), ev(&[("kn_payload", "p")])).unwrap();
+        assert_eq!(post.poisoned.len(), 1, "{post:?}");
+        assert!(post.poisoned[0].reason.len() + destination.len() > 300, "the reason alone would not fit");
+        assert_poisoned(&store, "/a", "r1");
+        let poisoned = store.all_routes(&t("/a")).unwrap().remove(0);
+        assert_eq!(poisoned.event.contains("kn_poisoned"), kept, "max_event_bytes {max}: {:?}", poisoned.event);
+    }
 }

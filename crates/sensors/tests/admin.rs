@@ -89,6 +89,40 @@ fn routes_lists_id_destination_and_attributes() {
     assert!(lines[1].starts_with("r2\t-\t"), "a deleted route has no destination: {all}");
 }
 
+/// A route into a URL of this server that names no topic is accepted and
+/// poisoned by its first delivery (as the original did); `kn routes --all`
+/// shows it inactive with the reason, `kn routes` no longer lists it.
+#[test]
+fn routes_show_a_poisoned_route_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = populated(dir.path());
+    for (id, destination) in [("r3", "http://localhost/kn/what/a/../flurb"), ("r4", "http://localhost/knwhat/a")] {
+        store.route(&topic("/what/chat"), destination.as_bytes(), Event::from_pairs([("kn_id", id)])).unwrap();
+    }
+    assert_eq!(ok(kn(dir.path(), &["routes", "/what/chat"])).lines().count(), 3, "active until the first delivery");
+    let post = store.notify(&topic("/what/chat"), Event::from_pairs([("kn_payload", "poisons")])).unwrap();
+    assert_eq!(post.poisoned.len(), 2, "{post:?}");
+    let active = ok(kn(dir.path(), &["routes", "/what/chat"]));
+    assert!(active.starts_with("r1\t") && active.lines().count() == 1, "{active}");
+    let all = ok(kn(dir.path(), &["routes", "/what/chat", "--all"]));
+    let line = |id: &str| all.lines().find(|l| l.starts_with(&format!("{id}\t"))).unwrap_or_else(|| panic!("{id} missing: {all}")).to_string();
+    // Values are escaped as in the simple format (`:` is `=3A`).
+    let field = |line: &str, name: &str| {
+        let value = line.split('\t').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("no {name}: {line}"));
+        String::from_utf8(kn_wire::simple::unescape(value.as_bytes())).unwrap()
+    };
+    let r3 = line("r3");
+    assert!(r3.starts_with("r3\t-\t"), "poisoned: no destination: {r3}");
+    assert_eq!(field(&r3, "kn_poisoned"), "bad topic name '/what/a/../flurb': segment '..' starts or ends with '.'");
+    let r4 = line("r4");
+    assert!(r4.starts_with("r4\t-\t"), "{r4}");
+    assert!(
+        field(&r4, "kn_poisoned").starts_with("bad topic name 'http://localhost/knwhat/a': a URL of this server ('http://localhost/kn')"),
+        "{r4}"
+    );
+    assert!(r4.contains("\tkn_expires="), "a poisoned route expires: {r4}");
+}
+
 #[test]
 fn stat_counts_events_records_bytes_and_segments() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,7 +25,7 @@ mod routes;
 
 pub use admin::TopicStat;
 pub use lifecycle::{VerifyProblem, VerifyReport};
-pub use post::{Poisoned, PostReport, Write};
+pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport};
 

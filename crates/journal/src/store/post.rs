@@ -29,6 +29,10 @@ pub struct Write {
     pub checkpoint: u64,
 }
 
+/// The element of a poisoned route (PROTOCOL.md 4.1 step 5) that says why
+/// its delivery failed.
+pub const KN_POISONED: &[u8] = b"kn_poisoned";
+
 /// A route that failed and was poisoned during a post.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Poisoned {
@@ -475,11 +479,15 @@ impl Store {
     }
 
     /// PROTOCOL.md 4.1 step 5: replace the route, under the same id, by an
-    /// inactive one that expires in 300 s.
+    /// inactive one that expires in 300 s. It carries the reason as
+    /// [`KN_POISONED`] (`kn routes --all` shows it), unless that would make it
+    /// larger than `max_event_bytes`: then it is poisoned without.
     fn poison(&self, source: &Topic, route_id: &[u8], reason: &str, report: &mut PostReport) {
         let mut event = Event::new();
         event.set(KN_ID, route_id).set(KN_PAYLOAD, "").set(KN_EXPIRES, "+300");
-        if let Ok(event) = self.normalise(event) {
+        let mut with_reason = event.clone();
+        with_reason.set(KN_POISONED, reason);
+        if let Ok(event) = self.normalise(with_reason).or_else(|_| self.normalise(event)) {
             let routes = source.routes();
             if let Ok(Some((seq, _))) = self.store_event(&routes, &event) {
                 report.writes.push(Write { topic: routes, id: route_id.to_vec(), checkpoint: seq });

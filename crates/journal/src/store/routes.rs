@@ -76,7 +76,7 @@ impl ListedRoute {
 
     /// Where the route delivers (an error text poisons it).
     pub(super) fn destination(&self, store: &Store) -> std::result::Result<Destination, String> {
-        self.destination.get_or_init(|| store.resolve(self.route.destination()).map_err(|e| e.to_string())).clone()
+        self.destination.get_or_init(|| store.route_target(self.route.destination()).map_err(|e| e.to_string())).clone()
     }
 
     /// True when an event with `payload` passes the route's content
@@ -246,6 +246,12 @@ impl Store {
                 format!("bad route destination '{}': byte 0x{b:02X} is not allowed", String::from_utf8_lossy(to)),
             ));
         }
+        if self.names_no_topic(to).is_some() {
+            // As the original: accepted, and poisoned by its first
+            // delivery (PROTOCOL.md 4.1 step 4, bad name). No request
+            // leaves the server for it, so the outbound policy has no say.
+            return Ok(to.to_vec());
+        }
         match self.resolve(to)? {
             Destination::Local(topic) => {
                 self.check_topic_size(&topic)?;
@@ -267,6 +273,47 @@ impl Store {
     /// benchmarks.
     pub fn filters_compiled(&self) -> u64 {
         self.filters_compiled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Where a route's destination delivers (PROTOCOL.md 4.1 step 4): as
+    /// [`Store::resolve`], except that a URL of this server that names no
+    /// topic fails as a bad name instead of being taken for a remote URL.
+    pub(super) fn route_target(&self, destination: &[u8]) -> Result<Destination> {
+        match self.names_no_topic(destination) {
+            Some(err) => Err(err),
+            None => self.resolve(destination),
+        }
+    }
+
+    /// The bad-name error of an absolute URL of this server (one of
+    /// [`Store::server_names`]) that names no valid topic: a bad name
+    /// after the server URL and `/` (`<server-url>/a/../b`), or no `/`
+    /// after the server URL at all (`<server-url>a`, `<server-url>?x`, the
+    /// bare server URL). `None` for anything else: a topic name, a URL
+    /// naming a topic, a URL of another server.
+    fn names_no_topic(&self, to: &[u8]) -> Option<Error> {
+        let text = std::str::from_utf8(to).ok()?;
+        let scheme = |s: &str| text.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+        if !(scheme("http://") || scheme("https://")) {
+            return None;
+        }
+        match self.resolve(to) {
+            Ok(Destination::Local(_)) => None,
+            Err(err) => Some(err),
+            Ok(Destination::Remote(_)) => {
+                let own = self.server_names().into_iter().find(|own| {
+                    let Some(rest) = text.strip_prefix(own.as_str()) else { return false };
+                    // Without a path, the server URL ends at its authority:
+                    // `http://h:80` + `80/x` is another port, `+ .evil/` another host.
+                    let has_path = own.split_once("://").is_some_and(|(_, after)| after.contains('/'));
+                    has_path || rest.is_empty() || rest.starts_with('?')
+                })?;
+                Some(Error::new(
+                    ErrorKind::BadTopic,
+                    format!("bad topic name '{text}': a URL of this server ('{own}') names a topic only with a '/' after the server URL"),
+                ))
+            }
+        }
     }
 
     pub(super) fn compile_filter(&self, pattern: &[u8]) -> Result<regex::bytes::Regex> {

@@ -113,7 +113,8 @@ pub fn topics(store: &Store, all: bool) -> Result<Vec<Topic>, SensorError> {
 }
 
 /// One line describing a route: id, destination (`-` when inactive:
-/// deleted or poisoned), then its other elements as `name=value`.
+/// deleted or poisoned), then its other elements as `name=value`; a
+/// poisoned route's reason is its `kn_poisoned` element.
 pub fn route_line(route: &Route) -> String {
     let destination = if route.destination().is_empty() { "-".to_string() } else { String::from_utf8_lossy(route.destination()).into_owned() };
     let mut line = format!("{}\t{}", String::from_utf8_lossy(route.id()), destination);

@@ -61,7 +61,7 @@ enum Command {
     },
     /// List the routes of a topic: id, destination ("-" when deleted or
     /// poisoned), then the route's other elements as name=value, tab
-    /// separated.
+    /// separated (a poisoned route says why in kn_poisoned=).
     Routes {
         /// The source topic.
         topic: String,
