@@ -35,7 +35,7 @@ pub use compact::CompactReport;
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_after, read_backwards, read_new, segment_name, Stop};
-pub(crate) use verify::verify_dir;
+pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer};
 
 pub(crate) const LOCK_FILE: &str = ".lock";

@@ -1,5 +1,5 @@
-//! Segment files: their names, listing, scanning (with the frame that
-//! stopped a scan) and reading records after a sequence number, backwards,
+//! Segment files: their names, listing, scanning (resynchronising at the
+//! next valid frame after a bad one) and reading records after a sequence number, backwards,
 //! or as they arrive (`LogCursor`).
 
 use std::fs::{self, File};
@@ -44,18 +44,16 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
     Ok(firsts)
 }
 
-/// Reads the records of a segment starting at byte `from`. Stops at the
-/// first incomplete or corrupt frame: readers treat it as not yet written.
-/// Returns the records with their offsets, the end of the valid prefix and
-/// what stopped the scan (`None` at a clean end).
-pub(crate) fn scan_segment(path: &Path, from: u64) -> Result<Option<Scan>> {
+/// Reads the records of a segment starting at byte `from` (see
+/// [`scan_file`] for `floor` and `mode`). `None` when the file is gone.
+pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<Scan>> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
     };
     let ino = stat_fd(&file).map(|s| s.ino).unwrap_or(0);
-    Ok(Some(scan_file(&mut file, path, from, ino)?))
+    Ok(Some(scan_file(&mut file, path, from, floor, mode, ino)?))
 }
 
 /// What the store asks `statx` about an open file.
@@ -93,46 +91,135 @@ pub(crate) fn stat_fd(file: &File) -> std::io::Result<FdStat> {
 
 /// The result of scanning part of a segment.
 pub(crate) struct Scan {
+    /// The valid records with their offsets, in file order.
     pub records: Vec<(u64, Record)>,
-    /// Offset just past the last valid record.
+    /// Offset just past the last valid record (or `from` if none).
     pub end: u64,
-    /// Why the scan stopped before the end of the file, if it did.
+    /// Bad frames followed by valid ones: each damaged stretch, skipped.
+    pub damaged: Vec<Damage>,
+    /// Why the scan stopped before the end of the file, if it did: a bad
+    /// frame at `end` with no valid frame after it.
     pub stop: Option<Stop>,
     /// The inode of the segment file scanned.
     pub ino: u64,
 }
 
-/// Why a scan stopped before the end of the file.
+/// A stretch of bad bytes in the middle of a segment, between two valid
+/// frames: one damaged record (or more, if the damage spans several).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Damage {
+    /// Where the bad frame starts.
+    pub offset: u64,
+    /// Bytes skipped up to the next valid frame.
+    pub len: u64,
+    /// What was wrong with the frame at `offset`.
+    pub stop: Stop,
+}
+
+/// Why a scan stopped before the end of the file, or why a frame was bad.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Stop {
+    /// A frame whose length runs past the end of the file.
     Incomplete,
+    /// Nothing but zero bytes up to the end of the file (a file size that
+    /// survived a power cut without its data).
+    Zeroed,
+    /// A frame whose length, CRC or body is wrong.
     Corrupt(String),
 }
 
-pub(super) fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Result<Scan> {
+/// How a scan treats an *incomplete* frame followed by more bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The segment may be receiving an append right now (the last segment,
+    /// read without the lock): an incomplete frame is "not written yet",
+    /// so the scan stops there. A *corrupt* frame is never a write in
+    /// progress (a reader sees a prefix of a frame, which is incomplete),
+    /// so the scan resynchronises after it.
+    Tail,
+    /// No append can be in progress (a sealed segment, or the writer's own
+    /// scan under the lock): the scan resynchronises after any bad frame.
+    Whole,
+}
+
+/// The smallest frame a writer ever writes: header, a map of three, the
+/// keys `s`, `t`, `e` with one-byte values and an empty element map. A
+/// stretch of `n` damaged bytes held at most `n / MIN_FRAME` records.
+pub(crate) const MIN_FRAME: u64 = (record::FRAME_HEADER + 10) as u64;
+
+/// Reads the records of `file` from byte `from` to its end. A bad frame
+/// does not end the scan: it looks forward, byte by byte, for the next
+/// frame whose length and CRC check out, whose body decodes and whose `seq`
+/// is above every `seq` before it (and above `floor`), and goes on from
+/// there, recording the skipped stretch in `damaged`. Only when no valid
+/// frame follows does it stop (`stop`), with `end` just past the last
+/// valid record. In [`Mode::Tail`] an incomplete frame stops the scan at
+/// once. The forward search runs only after a bad frame.
+pub(crate) fn scan_file(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64) -> Result<Scan> {
     let mut bytes = Vec::new();
     file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
     file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
     let mut records = Vec::new();
+    let mut damaged = Vec::new();
     let mut pos = 0usize;
+    let mut end = 0usize;
+    let mut last = floor;
     let mut stop = None;
     while pos < bytes.len() {
-        match record::decode(&bytes[pos..]) {
+        let bad = match record::decode(&bytes[pos..]) {
             Decoded::Record(r, len) => {
+                last = last.max(r.seq);
                 records.push((from + pos as u64, r));
                 pos += len;
+                end = pos;
+                continue;
             }
-            Decoded::Incomplete => {
-                stop = Some(Stop::Incomplete);
-                break;
+            Decoded::Incomplete => Stop::Incomplete,
+            Decoded::Corrupt(why) => Stop::Corrupt(why),
+        };
+        if bytes[pos..].iter().all(|&b| b == 0) {
+            stop = Some(Stop::Zeroed);
+            break;
+        }
+        if bad == Stop::Incomplete && mode == Mode::Tail {
+            stop = Some(bad);
+            break;
+        }
+        match resync(&bytes, pos + 1, last) {
+            Some(next) => {
+                damaged.push(Damage { offset: from + pos as u64, len: (next - pos) as u64, stop: bad });
+                pos = next;
             }
-            Decoded::Corrupt(why) => {
-                stop = Some(Stop::Corrupt(why));
+            None => {
+                stop = Some(bad);
                 break;
             }
         }
     }
-    Ok(Scan { records, end: from + pos as u64, stop, ino })
+    Ok(Scan { records, end: from + end as u64, damaged, stop, ino })
+}
+
+/// The first offset at or after `start` where a valid frame begins whose
+/// `seq` is above `last`.
+fn resync(bytes: &[u8], start: usize, last: u64) -> Option<usize> {
+    let header = record::FRAME_HEADER;
+    let mut at = start;
+    while at + MIN_FRAME as usize <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        // Cheap tests first: the length must fit, and a body is a map.
+        let plausible = len + header <= bytes.len() - at
+            && len >= MIN_FRAME as usize - header
+            && matches!(bytes[at + header], 0x80..=0x8f | 0xde | 0xdf);
+        if plausible {
+            if let Decoded::Record(r, _) = record::decode(&bytes[at..]) {
+                if r.seq > last {
+                    return Some(at);
+                }
+            }
+        }
+        at += 1;
+    }
+    None
 }
 
 /// Reads every record with `seq > after`, in order, skipping repeats (a
@@ -145,8 +232,9 @@ pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
     'listing: loop {
         let segments = list_segments(dir)?;
         let start = segments.iter().rposition(|&first| first <= last.saturating_add(1)).unwrap_or(0);
-        for &first in &segments[start..] {
-            let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue 'listing };
+        for (i, &first) in segments.iter().enumerate().skip(start) {
+            let mode = if i + 1 == segments.len() { Mode::Tail } else { Mode::Whole };
+            let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, first.saturating_sub(1), mode)? else { continue 'listing };
             for (_, r) in scan.records {
                 if r.seq > last {
                     last = r.seq;
@@ -163,8 +251,9 @@ pub(crate) fn read_after(dir: &Path, after: u64) -> Result<Vec<Record>> {
 pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
     let segments = list_segments(dir)?;
     let mut floor = u64::MAX;
-    for &first in segments.iter().rev() {
-        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+    for (i, &first) in segments.iter().enumerate().rev() {
+        let mode = if i + 1 == segments.len() { Mode::Tail } else { Mode::Whole };
+        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, first.saturating_sub(1), mode)? else { continue };
         for (_, r) in scan.records.into_iter().rev() {
             if r.seq >= floor {
                 continue;
@@ -202,7 +291,7 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
     let Some(&last) = segments.last() else {
         return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
     };
-    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0)? else {
+    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0, last.saturating_sub(1), Mode::Tail)? else {
         return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0 });
     };
     let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
@@ -216,7 +305,8 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
     loop {
         let path = dir.join(segment_name(cursor.segment));
         let positioned = cursor.ino != 0;
-        let scan = if positioned { scan_segment(&path, cursor.offset)? } else { None };
+        let floor = cursor.last_seq.max(cursor.segment.saturating_sub(1));
+        let scan = if positioned { scan_segment(&path, cursor.offset, floor, Mode::Tail)? } else { None };
         match scan {
             Some(scan) if scan.ino == cursor.ino => {
                 for (_, r) in scan.records {
@@ -232,14 +322,15 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 }
                 // At the end of this segment, or at a frame not written
                 // completely: wait for more, unless a newer segment exists
-                // (then this one is sealed and a bad frame in it is
-                // corruption that `verify` reports: skip past it).
+                // (then this one is sealed: read the rest of it in whole,
+                // resynchronising after any bad frame, and move on).
                 let segments = list_segments(dir)?;
                 match segments.iter().find(|&&f| f > cursor.segment) {
                     Some(&next) => {
                         // Records appended to this segment after our read
                         // but before the roll: read them first.
-                        if let Some(late) = scan_segment(&path, cursor.offset)?.filter(|s| s.ino == cursor.ino) {
+                        let floor = cursor.last_seq.max(cursor.segment.saturating_sub(1));
+                        if let Some(late) = scan_segment(&path, cursor.offset, floor, Mode::Whole)?.filter(|s| s.ino == cursor.ino) {
                             cursor.offset = late.end;
                             for (_, r) in late.records {
                                 if r.seq > cursor.last_seq {
@@ -273,7 +364,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                     return Ok(out);
                 };
                 let first = segments[idx];
-                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, u64::MAX, Mode::Tail)? else { continue };
                 cursor.segment = first;
                 cursor.ino = scan.ino;
                 cursor.offset = 0;

@@ -50,8 +50,9 @@ impl Store {
         writer.compact(now())
     }
 
-    /// Checks every record of every topic: the count of valid records and
-    /// the bad ones found.
+    /// Checks every record of every topic: the count of valid records
+    /// (those after a bad frame included) and each bad frame, with its
+    /// segment and offset.
     pub fn verify(&self) -> Result<VerifyReport> {
         let mut report = VerifyReport::default();
         let mut dirs = vec![self.config.root.clone()];
@@ -59,27 +60,25 @@ impl Store {
         for dir in dirs {
             let (good, bad) = log::verify_dir(&dir)?;
             report.records += good;
-            report.problems.extend(bad.into_iter().map(|(path, offset, stop)| VerifyProblem {
-                path,
-                offset,
-                reason: match stop {
-                    log::Stop::Incomplete => "incomplete record (torn tail)".to_string(),
-                    log::Stop::Corrupt(why) => why,
-                },
+            report.problems.extend(bad.into_iter().map(|b| VerifyProblem {
+                reason: problem_reason(&b),
+                path: b.path,
+                offset: b.damage.offset,
             }));
         }
         Ok(report)
     }
 
     /// Truncates the torn tail of every topic (what the next writer would
-    /// do), making `verify` clean after a crash. Returns how many topics it
-    /// touched.
+    /// do), making `verify` clean after a crash. Damaged records followed
+    /// by valid ones, and corrupt tails, are kept and stay reported.
+    /// Returns how many topics it opened for repair.
     pub fn repair(&self) -> Result<usize> {
         let mut touched = 0;
         for t in std::iter::once(Topic::root()).chain(self.topics()?) {
             let dir = self.dir(&t);
             let (_, bad) = log::verify_dir(&dir)?;
-            if bad.is_empty() {
+            if !bad.iter().any(|b| b.tail) {
                 continue;
             }
             drop(Writer::open(&dir, &self.config, !t.is_journal())?);
@@ -155,6 +154,22 @@ impl Store {
             Err(e) if e.kind() == IoKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("cannot expire heartbeat", &path, e)),
         }
+    }
+}
+
+/// How `kn verify` describes a bad frame.
+fn problem_reason(bad: &log::BadFrame) -> String {
+    let why = match &bad.damage.stop {
+        log::Stop::Incomplete => "incomplete record".to_string(),
+        log::Stop::Zeroed => "zeroed bytes".to_string(),
+        log::Stop::Corrupt(why) => why.clone(),
+    };
+    if !bad.tail {
+        return format!("damaged record ({why}); {} bytes skipped to the next valid record", bad.damage.len);
+    }
+    match bad.damage.stop {
+        log::Stop::Incomplete | log::Stop::Zeroed => format!("{why} (torn tail)"),
+        log::Stop::Corrupt(_) => format!("damaged record ({why}); no valid record after it in this segment"),
     }
 }
 
