@@ -43,6 +43,13 @@ impl Drop for Tmpfs {
     }
 }
 
+fn small_config(root: &Path) -> Config {
+    let mut config = Config::new(root);
+    config.reserve_bytes = 0;
+    config.segment_bytes = 1 << 20;
+    config
+}
+
 fn available(path: &Path) -> u64 {
     fs4::available_space(path).unwrap()
 }
@@ -69,9 +76,8 @@ fn segment_len(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Fills the file system of `dir` with `filler` until nothing is left,
-/// then frees exactly one page.
-fn fill_but_one_page(dir: &Path, filler: &Path) {
+/// Fills the file system of `dir` with `filler` until nothing is left.
+fn fill(dir: &Path, filler: &Path) -> File {
     let mut f = File::create(filler).unwrap();
     let chunk = vec![0x5au8; PAGE as usize];
     loop {
@@ -82,7 +88,14 @@ fn fill_but_one_page(dir: &Path, filler: &Path) {
         }
     }
     let len = f.metadata().unwrap().len() / PAGE * PAGE;
-    f.set_len(len - PAGE).unwrap();
+    f.set_len(len).unwrap();
+    assert_eq!(available(dir), 0, "nothing free");
+    f
+}
+
+/// Frees exactly one page of the file system filled by `filler`.
+fn free_one_page(dir: &Path, filler: &File) {
+    filler.set_len(filler.metadata().unwrap().len() - PAGE).unwrap();
     assert_eq!(available(dir), PAGE, "exactly one free page");
 }
 
@@ -94,11 +107,8 @@ fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
         return;
     };
     let root = fs.0.join("kn_events");
-    let mut config = Config::new(&root);
-    config.reserve_bytes = 0;
-    config.segment_bytes = 1 << 20;
-    let store = Store::open_with(config).unwrap();
-    let topic = t("/full/index");
+    let store = Store::open_with(small_config(&root)).unwrap();
+    let topic = t("/full/t");
     // 420 ids: the index has 1024 slots, a table of three pages after the
     // header's page.
     let mut acked = Vec::new();
@@ -135,18 +145,30 @@ fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
     };
     assert_eq!(rc, 0, "punch holes: {}", std::io::Error::last_os_error());
     drop(head);
-    // An id whose slot lies wholly in a hole.
+    // Ids whose slots lie wholly in a hole.
     let first_hole_slot = (PAGE - 128).div_ceil(12);
-    let id = (0..).map(|k| format!("hole{k:04}")).find(|id| home_slot(id, slots) >= first_hole_slot).unwrap();
+    let mut hole_ids = (0..).map(|k| format!("hole{k:04}")).filter(|id| home_slot(id, slots) >= first_hole_slot);
+    let (id_a, id_b) = (hole_ids.next().unwrap(), hole_ids.next().unwrap());
 
-    // The frame of the post takes the last free page; its slot then needs
-    // one more. Stored through a shared mapping this was SIGBUS.
-    let filler = fs.0.join("filler");
-    fill_but_one_page(&fs.0, &filler);
+    // Nothing free: the index probe reads a hole. Through a shared mapping
+    // that read needed a page of its own, and got SIGBUS.
+    let filler_path = fs.0.join("filler");
+    let filler = fill(&fs.0, &filler_path);
+    // A fresh store: its free-space gauge has not seen the space before.
+    drop(store);
+    let store = Store::open_with(small_config(&root)).unwrap();
+    let err = store.notify(&topic, ev(&[("kn_id", &id_a), ("kn_payload", "a")])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DiskFull, "{err}");
+
+    // One page free: the frame of the post takes it; its slot then needs
+    // one more, and the write of the slot fails with ENOSPC (through a
+    // mapping: SIGBUS).
+    free_one_page(&fs.0, &filler);
     let payload = "z".repeat((PAGE - overhead) as usize);
-    let err = store.notify(&topic, ev(&[("kn_id", &id), ("kn_payload", &payload)])).unwrap_err();
+    let err = store.notify(&topic, ev(&[("kn_id", &id_b), ("kn_payload", &payload)])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DiskFull, "{err}");
     assert_eq!(err.kind().status().0, 507);
+    assert!(err.to_string().contains("cannot write index"), "the slot write failed, after the frame: {err}");
 
     // Intact: every record whole; the refused post's frame was written
     // before the index (FORMAT.md: an error is not a promise of absence).
@@ -162,18 +184,15 @@ fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
     assert_eq!(got[..acked.len()], acked[..], "every acknowledged event is there");
 
     // Space back: posts work again, in this process and in a fresh one.
-    fs::remove_file(&filler).unwrap();
+    drop(filler);
+    fs::remove_file(&filler_path).unwrap();
     store.notify(&topic, ev(&[("kn_id", "again"), ("kn_payload", "again")])).unwrap();
     drop(store);
-    let store = Store::open_with({
-        let mut c = Config::new(&root);
-        c.reserve_bytes = 0;
-        c
-    })
-    .unwrap();
+    let store = Store::open_with(small_config(&root)).unwrap();
     store.notify(&topic, ev(&[("kn_id", "fresh"), ("kn_payload", "fresh")])).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
     let got = store.events(&topic, &Selection::all()).unwrap().events;
     assert_eq!(got.last().map(|e| e.payload().to_vec()), Some(b"fresh".to_vec()));
     assert!(got.iter().any(|e| e.payload() == payload.as_bytes()), "the refused post's record was adopted");
+    assert!(!got.iter().any(|e| e.get("kn_id") == Some(id_a.as_bytes())), "the post refused before its frame is not stored");
 }
