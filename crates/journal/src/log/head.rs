@@ -1,6 +1,7 @@
-//! The writer's `.head`: the header (`Head`), its open file
-//! (`HeadFile`, read and written with `pread`/`pwrite`), the `kn_id` duplicate index slots, and writing or
-//! rebuilding a head from the log.
+//! The writer's `.head`: the header (`Head`), its open file (`HeadFile`,
+//! read and written with `pread`/`pwrite`), the `kn_id` duplicate index
+//! slots, and writing or rebuilding a head from the log (with what a
+//! writer does with bad bytes in the active segment: `recovery_of`).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};

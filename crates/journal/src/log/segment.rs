@@ -1,6 +1,6 @@
 //! Segment files: their names, listing, scanning (resynchronising at the
-//! next valid frame after a bad one) and reading records after a sequence number, backwards,
-//! or as they arrive (`LogCursor`).
+//! next valid frame after a bad one) and reading records after a sequence
+//! number, backwards, or as they arrive (`LogCursor`).
 
 use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom};
