@@ -21,6 +21,8 @@ pub(super) const HEAD_SIZE: u64 = 128;
 const HEAD_CRC: usize = 72;
 pub(super) const SLOT_SIZE: u64 = 12;
 pub(super) const INITIAL_SLOTS: u64 = 64;
+/// The unit in which a whole `.head` is written (see `write_head_file`).
+const HEAD_PAGE: usize = 4096;
 
 /// The writer's state, kept in the first bytes of `.head`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -206,7 +208,13 @@ pub(super) fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -
     let write = || -> std::io::Result<HeadFile> {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
         group_writable(&f)?;
-        f.write_all_at(&bytes, 0)?;
+        // Page by page: the page cache then holds the file in small folios.
+        // One large write would make large folios, and every later small
+        // `pwrite` of a slot or the header would pay for the whole folio
+        // (ext4 walks each block of the folio it writes into).
+        for (i, page) in bytes.chunks(HEAD_PAGE).enumerate() {
+            f.write_all_at(page, (i * HEAD_PAGE) as u64)?;
+        }
         let mapped = HeadFile::new(f)?;
         fs::rename(&tmp, &path)?;
         Ok(mapped)
