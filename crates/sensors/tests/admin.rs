@@ -158,6 +158,26 @@ fn verify_finds_a_flipped_byte() {
 }
 
 #[test]
+fn verify_lists_a_damaged_first_record_and_counts_the_records_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let clean = ok(kn(dir.path(), &["--verbose", "verify"]));
+    let total: usize = clean.trim_start_matches("ok: ").split(' ').next().unwrap().parse().unwrap();
+    let path = segment(dir.path(), "/what/chat");
+    let mut bytes = std::fs::read(&path).unwrap();
+    // A byte of the first record's body: the records after it stay good.
+    bytes[12] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = kn(dir.path(), &["--verbose", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), 2, "{report}");
+    assert!(lines[0].starts_with(&format!("BAD {} at offset 0: damaged record", path.display())), "{report}");
+    assert_eq!(lines[1], format!("1 bad records; {} good records verified", total - 1), "{report}");
+}
+
+#[test]
 fn verify_repair_truncates_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());

@@ -183,7 +183,7 @@ impl Writer<'_> {
 /// The blob references of the records of segment `path` (read without
 /// their payloads).
 pub(super) fn refs_of_segment(path: &Path) -> Result<Vec<(u64, BlobRef)>> {
-    let Some(scan) = segment::scan_segment(path, 0)? else { return Ok(Vec::new()) };
+    let Some(scan) = segment::scan_segment(path, 0, 0, segment::Mode::Whole)? else { return Ok(Vec::new()) };
     Ok(scan.records.into_iter().filter_map(|(_, r)| r.blob.map(|b| (r.seq, b))).collect())
 }
 

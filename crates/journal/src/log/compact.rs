@@ -15,7 +15,7 @@ use crate::record::{self, BlobRef, Record};
 use super::{FILE_MODE, group_writable, sync_dir};
 use super::blob::{digest, refs_of_segment};
 use super::head::{Head, id_hash, table_slots, write_head_file};
-use super::segment::{list_segments, scan_segment, segment_name};
+use super::segment::{Mode, list_segments, scan_segment, segment_name};
 use super::writer::Writer;
 
 /// Compaction of an ordinary topic starts once it holds this many
@@ -74,7 +74,8 @@ impl Writer<'_> {
         let mut latest: HashMap<u128, u64> = HashMap::new();
         let mut scans = Vec::new();
         for &first in &segments {
-            let Some(scan) = scan_segment(&self.dir.join(segment_name(first)), 0)? else { continue };
+            let path = self.dir.join(segment_name(first));
+            let Some(scan) = scan_segment(&path, 0, first.saturating_sub(1), Mode::Whole)? else { continue };
             if self.ordinary {
                 for (_, r) in &scan.records {
                     latest.insert(id_key(&r.event), r.seq);
@@ -87,10 +88,14 @@ impl Writer<'_> {
         // Pass 2: rewrite what changes, then merge small neighbours.
         let horizon = now - self.config.expired_grace.as_secs_f64();
         let mut last_seq = 0u64;
-        let mut kept_segments: Vec<(u64, Vec<Record>, bool)> = Vec::new();
+        let mut kept_segments: Vec<(u64, Vec<Record>, bool, bool)> = Vec::new();
         for (first, scan) in scans {
             report.records_before += scan.records.len();
-            let active = first == self.head.active;
+            // A segment with a bad frame is left as it is, like the active
+            // one: rewriting it would delete the damaged bytes (FORMAT.md:
+            // never repaired), so it is neither rewritten nor merged.
+            let damaged = !scan.damaged.is_empty() || scan.stop.is_some();
+            let active = first == self.head.active || damaged;
             let total = scan.records.len();
             let mut keep = Vec::with_capacity(total);
             for (_, r) in scan.records {
@@ -103,9 +108,9 @@ impl Writer<'_> {
                 }
             }
             let changed = keep.len() != total;
-            kept_segments.push((first, keep, changed));
+            kept_segments.push((first, keep, changed, active));
         }
-        let merged = merge_small(kept_segments, self.head.active, self.config.segment_bytes);
+        let merged = merge_small(kept_segments, self.config.segment_bytes);
         for seg in &merged {
             report.records_after += seg.records.len();
             self.rewrite_segment(seg)?;
@@ -119,12 +124,12 @@ impl Writer<'_> {
         let kept_hashes: HashSet<u128> = merged.iter().flat_map(|s| s.records.iter().filter_map(|r| r.blob.map(|b| b.hash))).collect();
         let dropped: Vec<BlobRef> = blobs_before.into_iter().filter(|b| !kept_hashes.contains(&b.hash)).collect();
         report.blobs_unlinked = self.unlink_unreferenced(&kept, &dropped)?;
-        report.segments_after = merged.iter().filter(|s| !s.records.is_empty() || s.first == self.head.active).count();
+        report.segments_after = merged.iter().filter(|s| !s.records.is_empty() || s.pinned).count();
         Ok(report)
     }
 
     fn rewrite_segment(&self, seg: &Planned) -> Result<()> {
-        if seg.first == self.head.active || !seg.changed {
+        if seg.pinned || !seg.changed {
             return Ok(());
         }
         let path = self.dir.join(segment_name(seg.first));
@@ -200,18 +205,21 @@ struct Planned {
     pub(super) first: u64,
     pub(super) records: Vec<Record>,
     pub(super) changed: bool,
+    /// The active segment, or one with a bad frame: kept as it is.
+    pinned: bool,
     absorbed: Vec<u64>,
 }
 
 /// Merges runs of adjacent sealed segments whose records fit together in
 /// half a segment, so that compaction does not leave many tiny files.
-fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_bytes: u64) -> Vec<Planned> {
+/// Pinned segments (the active one, damaged ones) are never merged.
+fn merge_small(segments: Vec<(u64, Vec<Record>, bool, bool)>, segment_bytes: u64) -> Vec<Planned> {
     let size = |rs: &[Record]| rs.iter().map(|r| 64 + r.event.byte_size() as u64).sum::<u64>();
     let mut out: Vec<Planned> = Vec::new();
-    for (first, records, changed) in segments {
-        if first != active {
+    for (first, records, changed, pinned) in segments {
+        if !pinned {
             if let Some(prev) = out.last_mut() {
-                if prev.first != active && size(&prev.records) + size(&records) <= segment_bytes / 2 {
+                if !prev.pinned && size(&prev.records) + size(&records) <= segment_bytes / 2 {
                     prev.records.extend(records);
                     prev.changed = true;
                     prev.absorbed.push(first);
@@ -219,7 +227,7 @@ fn merge_small(segments: Vec<(u64, Vec<Record>, bool)>, active: u64, segment_byt
                 }
             }
         }
-        out.push(Planned { first, records, changed, absorbed: Vec::new() });
+        out.push(Planned { first, records, changed, pinned, absorbed: Vec::new() });
     }
     out
 }

@@ -1,6 +1,7 @@
-//! The writer's `.head`: the header (`Head`), its memory-mapped file
-//! (`HeadFile`), the `kn_id` duplicate index slots, and writing or
-//! rebuilding a head from the log.
+//! The writer's `.head`: the header (`Head`), its open file (`HeadFile`,
+//! read and written with `pread`/`pwrite`), the `kn_id` duplicate index
+//! slots, and writing or rebuilding a head from the log (with what a
+//! writer does with bad bytes in the active segment: `recovery_of`).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -12,7 +13,7 @@ use crate::config::{Config, SyncPolicy};
 use crate::error::{Error, Result};
 
 use super::{FILE_MODE, HEAD_FILE, group_writable, open_rw, sync_dir};
-use super::segment::{list_segments, scan_segment, segment_name};
+use super::segment::{MIN_FRAME, Mode, Scan, Stop, list_segments, scan_segment, segment_name};
 
 const HEAD_MAGIC: &[u8; 8] = b"KNHEAD\x00\x03";
 pub(super) const HEAD_SIZE: u64 = 128;
@@ -20,6 +21,8 @@ pub(super) const HEAD_SIZE: u64 = 128;
 const HEAD_CRC: usize = 72;
 pub(super) const SLOT_SIZE: u64 = 12;
 pub(super) const INITIAL_SLOTS: u64 = 64;
+/// The unit in which a whole `.head` is written (see `write_head_file`).
+const HEAD_PAGE: usize = 4096;
 
 /// The writer's state, kept in the first bytes of `.head`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -120,56 +123,50 @@ pub(super) fn index_full(used: u64, slots: u64) -> bool {
     (used + 1) * 10 > slots * 8
 }
 
-/// The open `.head`, mapped shared: the head read, the index probe and the
-/// slot and header updates of a post are memory accesses, not system calls.
-/// Other processes see the same page cache, exactly as with `pread` and
-/// `pwrite`; the store never truncates a `.head` in place (a new one is
-/// written aside and renamed), so the mapping never loses its pages.
+/// The open `.head`, read and written with `pread` and `pwrite`. It is
+/// not memory-mapped: a store into a mapped page that the file system
+/// cannot allocate (a full disk, a hole in the file, any write on a
+/// copy-on-write file system) raises SIGBUS and kills the process, where
+/// `pwrite` returns `ENOSPC` (the post's `DiskFull`, 507). The store never
+/// truncates a `.head` in place (a new one is written aside and renamed),
+/// so its length, read once here, stays right for as long as it is open.
 pub(crate) struct HeadFile {
     pub(super) file: File,
-    pub(super) map: memmap2::MmapRaw,
+    len: u64,
 }
 
 impl HeadFile {
-    /// Maps `file`; fails (the head is then rebuilt) when it is shorter
+    /// Takes `file`; fails (the head is then rebuilt) when it is shorter
     /// than a header.
     pub(super) fn new(file: File) -> std::io::Result<HeadFile> {
         let len = file.metadata()?.len();
         if len < HEAD_SIZE {
             return Err(std::io::Error::new(IoKind::UnexpectedEof, "head shorter than its header"));
         }
-        let map = memmap2::MmapOptions::new().len(len as usize).map_raw(&file)?;
-        Ok(HeadFile { file, map })
+        Ok(HeadFile { file, len })
     }
 
     pub(super) fn len(&self) -> u64 {
-        self.map.len() as u64
+        self.len
     }
 
     pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let end = offset as usize + buf.len();
-        if end > self.map.len() {
+        if offset + buf.len() as u64 > self.len {
             return Err(std::io::Error::new(IoKind::UnexpectedEof, "read past the end of the head"));
         }
-        // SAFETY: in bounds of a live mapping of a file that is never
-        // truncated in place; other processes' concurrent writes are
-        // excluded by the topic lock held by every writer of the head.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset as usize), buf.as_mut_ptr(), buf.len()) };
-        Ok(())
+        self.file.read_exact_at(buf, offset)
     }
 
+    /// One `pwrite`; the caller holds the topic lock, which excludes every
+    /// other writer of the head.
     pub(super) fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-        let end = offset as usize + bytes.len();
-        if end > self.map.len() {
+        if offset + bytes.len() as u64 > self.len {
             return Err(std::io::Error::new(IoKind::UnexpectedEof, "write past the end of the head"));
         }
-        // SAFETY: as in `read_exact_at`; the caller holds the topic lock.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.map.as_mut_ptr().add(offset as usize), bytes.len()) };
-        Ok(())
+        self.file.write_all_at(bytes, offset)
     }
 
     pub(super) fn sync_data(&self) -> std::io::Result<()> {
-        self.map.flush()?;
         self.file.sync_data()
     }
 }
@@ -211,7 +208,13 @@ pub(super) fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -
     let write = || -> std::io::Result<HeadFile> {
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
         group_writable(&f)?;
-        f.write_all_at(&bytes, 0)?;
+        // Page by page: the page cache then holds the file in small folios.
+        // One large write would make large folios, and every later small
+        // `pwrite` of a slot or the header would pay for the whole folio
+        // (ext4 walks each block of the folio it writes into).
+        for (i, page) in bytes.chunks(HEAD_PAGE).enumerate() {
+            f.write_all_at(page, (i * HEAD_PAGE) as u64)?;
+        }
         let mapped = HeadFile::new(f)?;
         fs::rename(&tmp, &path)?;
         Ok(mapped)
@@ -233,11 +236,17 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
     let mut active_len = 0u64;
     let mut kept = Vec::new();
     let last = segments.last().copied();
+    // Set when the last segment has bad bytes the rebuild may not cut:
+    // the sequence numbers they may have held, and that it must be sealed.
+    let mut hidden = 0u64;
+    let mut seal = false;
     for first in segments.drain(..) {
         let path = dir.join(segment_name(first));
-        let Some(scan) = scan_segment(&path, 0)? else { continue };
-        if scan.records.is_empty() && Some(first) != last {
-            // An empty sealed segment (a crash while rolling): drop it.
+        let Some(scan) = scan_segment(&path, 0, first.saturating_sub(1), Mode::Whole)? else { continue };
+        if scan.records.is_empty() && scan.damaged.is_empty() && scan.stop.is_none() && Some(first) != last {
+            // An empty sealed segment (a crash while rolling): drop it. A
+            // segment holding nothing but bad frames is kept (FORMAT.md:
+            // a damaged record is never deleted).
             let _ = fs::remove_file(&path);
             continue;
         }
@@ -252,15 +261,22 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
             }
         }
         if Some(first) == last {
-            if scan.stop.is_some() {
+            max_seq = max_seq.max(first.saturating_sub(1));
+            let tail = recovery_of(&scan, size_of(&path)?);
+            if tail.truncate {
                 let f = open_rw(&path, false).map_err(|e| Error::io("cannot open segment", &path, e))?;
                 f.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
             }
-            active_len = scan.end;
+            hidden = tail.hidden;
+            seal = tail.seal;
+            active_len = if seal { 0 } else { scan.end };
         }
         kept.push(first);
     }
     let active = match kept.last() {
+        // A damaged active segment is sealed: the new active one, created
+        // by the attach that follows, starts after every seq it may hold.
+        Some(&f) if seal => (max_seq + 1 + hidden).max(f + 1),
         Some(&f) => f,
         None => {
             let path = dir.join(segment_name(1));
@@ -271,7 +287,7 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
             1
         }
     };
-    let next_seq = (max_seq + 1).max(active);
+    let next_seq = (max_seq + 1 + hidden).max(active);
     let live = entries.len() as u64;
     let slots = if ordinary { table_slots(live) } else { 0 };
     let head = Head {
@@ -287,4 +303,32 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
     let list: Vec<(u64, u64)> = entries.into_iter().collect();
     let file = write_head_file(dir, &head, &list)?;
     Ok((file, head))
+}
+
+fn size_of(path: &Path) -> Result<u64> {
+    fs::metadata(path).map(|m| m.len()).map_err(|e| Error::io("cannot stat segment", path, e))
+}
+
+/// What a writer does with the active segment after scanning it whole
+/// under the lock (FORMAT.md, "Torn tails, recovery and the derived head").
+pub(super) struct TailRecovery {
+    /// Cut the file at `scan.end`: it ends in a torn write (an incomplete
+    /// frame or zeroed bytes) with no valid frame after it.
+    pub(super) truncate: bool,
+    /// Seal the segment and go on in a new one: it holds bad bytes that
+    /// are not a torn tail (damage followed by valid records, or a corrupt
+    /// last frame), which are kept for `verify` and never cut.
+    pub(super) seal: bool,
+    /// How many sequence numbers a corrupt last stretch may have held, so
+    /// that the next ones are not reused for new records.
+    pub(super) hidden: u64,
+}
+
+pub(super) fn recovery_of(scan: &Scan, size: u64) -> TailRecovery {
+    let corrupt_tail = matches!(scan.stop, Some(Stop::Corrupt(_)));
+    TailRecovery {
+        truncate: matches!(scan.stop, Some(Stop::Incomplete | Stop::Zeroed)),
+        seal: corrupt_tail || !scan.damaged.is_empty(),
+        hidden: if corrupt_tail { size.saturating_sub(scan.end) / MIN_FRAME + 1 } else { 0 },
+    }
 }

@@ -1,6 +1,6 @@
-//! Segment files: their names, listing, scanning (with the frame that
-//! stopped a scan) and reading records after a sequence number, backwards,
-//! or as they arrive (`LogCursor`).
+//! Segment files: their names, listing, scanning (resynchronising at the
+//! next valid frame after a bad one) and reading records after a sequence
+//! number, backwards, or as they arrive (`LogCursor`).
 
 use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom};
@@ -44,18 +44,16 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
     Ok(firsts)
 }
 
-/// Reads the records of a segment starting at byte `from`. Stops at the
-/// first incomplete or corrupt frame: readers treat it as not yet written.
-/// Returns the records with their offsets, the end of the valid prefix and
-/// what stopped the scan (`None` at a clean end).
-pub(crate) fn scan_segment(path: &Path, from: u64) -> Result<Option<Scan>> {
+/// Reads the records of a segment starting at byte `from` (see
+/// [`scan_file`] for `floor` and `mode`). `None` when the file is gone.
+pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<Scan>> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
     };
     let ino = stat_fd(&file).map(|s| s.ino).unwrap_or(0);
-    Ok(Some(scan_file(&mut file, path, from, ino)?))
+    Ok(Some(scan_file(&mut file, path, from, floor, mode, ino)?))
 }
 
 /// What the store asks `statx` about an open file.
@@ -93,46 +91,135 @@ pub(crate) fn stat_fd(file: &File) -> std::io::Result<FdStat> {
 
 /// The result of scanning part of a segment.
 pub(crate) struct Scan {
+    /// The valid records with their offsets, in file order.
     pub records: Vec<(u64, Record)>,
-    /// Offset just past the last valid record.
+    /// Offset just past the last valid record (or `from` if none).
     pub end: u64,
-    /// Why the scan stopped before the end of the file, if it did.
+    /// Bad frames followed by valid ones: each damaged stretch, skipped.
+    pub damaged: Vec<Damage>,
+    /// Why the scan stopped before the end of the file, if it did: a bad
+    /// frame at `end` with no valid frame after it.
     pub stop: Option<Stop>,
     /// The inode of the segment file scanned.
     pub ino: u64,
 }
 
-/// Why a scan stopped before the end of the file.
+/// A stretch of bad bytes in the middle of a segment, between two valid
+/// frames: one damaged record (or more, if the damage spans several).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Damage {
+    /// Where the bad frame starts.
+    pub offset: u64,
+    /// Bytes skipped up to the next valid frame.
+    pub len: u64,
+    /// What was wrong with the frame at `offset`.
+    pub stop: Stop,
+}
+
+/// Why a scan stopped before the end of the file, or why a frame was bad.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Stop {
+    /// A frame whose length runs past the end of the file.
     Incomplete,
+    /// Nothing but zero bytes up to the end of the file (a file size that
+    /// survived a power cut without its data).
+    Zeroed,
+    /// A frame whose length, CRC or body is wrong.
     Corrupt(String),
 }
 
-pub(super) fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Result<Scan> {
+/// How a scan treats an *incomplete* frame followed by more bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The segment may be receiving an append right now (the last segment,
+    /// read without the lock): an incomplete frame is "not written yet",
+    /// so the scan stops there. A *corrupt* frame is never a write in
+    /// progress (a reader sees a prefix of a frame, which is incomplete),
+    /// so the scan resynchronises after it.
+    Tail,
+    /// No append can be in progress (a sealed segment, or the writer's own
+    /// scan under the lock): the scan resynchronises after any bad frame.
+    Whole,
+}
+
+/// The smallest frame a writer ever writes: header, a map of three, the
+/// keys `s`, `t`, `e` with one-byte values and an empty element map. A
+/// stretch of `n` damaged bytes held at most `n / MIN_FRAME` records.
+pub(crate) const MIN_FRAME: u64 = (record::FRAME_HEADER + 10) as u64;
+
+/// Reads the records of `file` from byte `from` to its end. A bad frame
+/// does not end the scan: it looks forward, byte by byte, for the next
+/// frame whose length and CRC check out, whose body decodes and whose `seq`
+/// is above every `seq` before it (and above `floor`), and goes on from
+/// there, recording the skipped stretch in `damaged`. Only when no valid
+/// frame follows does it stop (`stop`), with `end` just past the last
+/// valid record. In [`Mode::Tail`] an incomplete frame stops the scan at
+/// once. The forward search runs only after a bad frame.
+pub(crate) fn scan_file(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64) -> Result<Scan> {
     let mut bytes = Vec::new();
     file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
     file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
     let mut records = Vec::new();
+    let mut damaged = Vec::new();
     let mut pos = 0usize;
+    let mut end = 0usize;
+    let mut last = floor;
     let mut stop = None;
     while pos < bytes.len() {
-        match record::decode(&bytes[pos..]) {
+        let bad = match record::decode(&bytes[pos..]) {
             Decoded::Record(r, len) => {
+                last = last.max(r.seq);
                 records.push((from + pos as u64, r));
                 pos += len;
+                end = pos;
+                continue;
             }
-            Decoded::Incomplete => {
-                stop = Some(Stop::Incomplete);
-                break;
+            Decoded::Incomplete => Stop::Incomplete,
+            Decoded::Corrupt(why) => Stop::Corrupt(why),
+        };
+        if bytes[pos..].iter().all(|&b| b == 0) {
+            stop = Some(Stop::Zeroed);
+            break;
+        }
+        if bad == Stop::Incomplete && mode == Mode::Tail {
+            stop = Some(bad);
+            break;
+        }
+        match resync(&bytes, pos + 1, last) {
+            Some(next) => {
+                damaged.push(Damage { offset: from + pos as u64, len: (next - pos) as u64, stop: bad });
+                pos = next;
             }
-            Decoded::Corrupt(why) => {
-                stop = Some(Stop::Corrupt(why));
+            None => {
+                stop = Some(bad);
                 break;
             }
         }
     }
-    Ok(Scan { records, end: from + pos as u64, stop, ino })
+    Ok(Scan { records, end: from + end as u64, damaged, stop, ino })
+}
+
+/// The first offset at or after `start` where a valid frame begins whose
+/// `seq` is above `last`.
+fn resync(bytes: &[u8], start: usize, last: u64) -> Option<usize> {
+    let header = record::FRAME_HEADER;
+    let mut at = start;
+    while at + MIN_FRAME as usize <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        // Cheap tests first: the length must fit, and a body is a map.
+        let plausible = len + header <= bytes.len() - at
+            && len >= MIN_FRAME as usize - header
+            && matches!(bytes[at + header], 0x80..=0x8f | 0xde | 0xdf);
+        if plausible {
+            if let Decoded::Record(r, _) = record::decode(&bytes[at..]) {
+                if r.seq > last {
+                    return Some(at);
+                }
+            }
+        }
+        at += 1;
+    }
+    None
 }
 
 /// Visits records newest first until `visit` returns false. Costs the
@@ -140,8 +227,9 @@ pub(super) fn scan_file(file: &mut File, path: &Path, from: u64, ino: u64) -> Re
 pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
     let segments = list_segments(dir)?;
     let mut floor = u64::MAX;
-    for &first in segments.iter().rev() {
-        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+    for (i, &first) in segments.iter().enumerate().rev() {
+        let mode = if i + 1 == segments.len() { Mode::Tail } else { Mode::Whole };
+        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, first.saturating_sub(1), mode)? else { continue };
         for (_, r) in scan.records.into_iter().rev() {
             if r.seq >= floor {
                 continue;
@@ -179,7 +267,7 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
     let Some(&last) = segments.last() else {
         return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
     };
-    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0)? else {
+    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0, last.saturating_sub(1), Mode::Tail)? else {
         return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0 });
     };
     let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
@@ -193,7 +281,8 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
     loop {
         let path = dir.join(segment_name(cursor.segment));
         let positioned = cursor.ino != 0;
-        let scan = if positioned { scan_segment(&path, cursor.offset)? } else { None };
+        let floor = cursor.last_seq.max(cursor.segment.saturating_sub(1));
+        let scan = if positioned { scan_segment(&path, cursor.offset, floor, Mode::Tail)? } else { None };
         match scan {
             Some(scan) if scan.ino == cursor.ino => {
                 for (_, r) in scan.records {
@@ -209,14 +298,15 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 }
                 // At the end of this segment, or at a frame not written
                 // completely: wait for more, unless a newer segment exists
-                // (then this one is sealed and a bad frame in it is
-                // corruption that `verify` reports: skip past it).
+                // (then this one is sealed: read the rest of it in whole,
+                // resynchronising after any bad frame, and move on).
                 let segments = list_segments(dir)?;
                 match segments.iter().find(|&&f| f > cursor.segment) {
                     Some(&next) => {
                         // Records appended to this segment after our read
                         // but before the roll: read them first.
-                        if let Some(late) = scan_segment(&path, cursor.offset)?.filter(|s| s.ino == cursor.ino) {
+                        let floor = cursor.last_seq.max(cursor.segment.saturating_sub(1));
+                        if let Some(late) = scan_segment(&path, cursor.offset, floor, Mode::Whole)?.filter(|s| s.ino == cursor.ino) {
                             cursor.offset = late.end;
                             for (_, r) in late.records {
                                 if r.seq > cursor.last_seq {
@@ -250,7 +340,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                     return Ok(out);
                 };
                 let first = segments[idx];
-                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0)? else { continue };
+                let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, u64::MAX, Mode::Tail)? else { continue };
                 cursor.segment = first;
                 cursor.ino = scan.ino;
                 cursor.offset = 0;
@@ -261,5 +351,73 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    fn segment(n: u64) -> (Vec<u8>, Vec<(usize, usize)>) {
+        let mut bytes = Vec::new();
+        let mut frames = Vec::new();
+        for seq in 1..=n {
+            let mut e = Event::new();
+            e.set("kn_id", format!("id{seq}")).set("kn_payload", "x".repeat(seq as usize * 3));
+            let frame = record::encode(&Record { seq, stored_secs: 1_796_018_670, event: e, blob: None });
+            frames.push((bytes.len(), frame.len()));
+            bytes.extend_from_slice(&frame);
+        }
+        (bytes, frames)
+    }
+
+    fn scan_bytes(bytes: &[u8], mode: Mode) -> Scan {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+        scan_file(&mut f, Path::new("test"), 0, 0, mode, 0).unwrap()
+    }
+
+    /// Every single flipped bit of the first, a middle or the last record
+    /// costs that record alone; the scan reports it where it starts.
+    #[test]
+    fn every_flipped_bit_costs_one_record() {
+        let (bytes, frames) = segment(7);
+        for k in [0usize, 3, 6] {
+            let (at, len) = frames[k];
+            for i in at..at + len {
+                for bit in 0..8 {
+                    let mut bad = bytes.clone();
+                    bad[i] ^= 1 << bit;
+                    let scan = scan_bytes(&bad, Mode::Whole);
+                    let seqs: Vec<u64> = scan.records.iter().map(|(_, r)| r.seq).collect();
+                    let want: Vec<u64> = (1..=7).filter(|&s| s != k as u64 + 1).collect();
+                    assert_eq!(seqs, want, "record {k}, byte {i}, bit {bit}");
+                    let reported: Vec<u64> =
+                        scan.damaged.iter().map(|d| d.offset).chain(scan.stop.as_ref().map(|_| scan.end)).collect();
+                    assert_eq!(reported, [at as u64], "record {k}, byte {i}, bit {bit}");
+                }
+            }
+        }
+    }
+
+    /// In the tail mode of readers, an incomplete frame at the end is "not
+    /// written yet"; a corrupt one in the middle is skipped.
+    #[test]
+    fn tail_mode_waits_at_an_incomplete_frame_and_skips_a_corrupt_one() {
+        let (bytes, frames) = segment(3);
+        let (at, _) = frames[2];
+        let partial = &bytes[..at + 10];
+        let scan = scan_bytes(partial, Mode::Tail);
+        assert_eq!((scan.records.len(), scan.end, scan.stop.clone()), (2, at as u64, Some(Stop::Incomplete)));
+        let mut bad = bytes.clone();
+        bad[frames[1].0 + 12] ^= 0x40;
+        let scan = scan_bytes(&bad, Mode::Tail);
+        assert_eq!(scan.records.iter().map(|(_, r)| r.seq).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(scan.stop, None);
+        // Zeros to the end of the file are a torn tail, whatever the mode.
+        let mut zeroed = bytes[..at].to_vec();
+        zeroed.extend_from_slice(&[0u8; 100]);
+        assert_eq!(scan_bytes(&zeroed, Mode::Whole).stop, Some(Stop::Zeroed));
     }
 }

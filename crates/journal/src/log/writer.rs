@@ -13,8 +13,8 @@ use crate::event::Event;
 use crate::record;
 
 use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, SharedPayload, eio, failpoint, group_writable, open_rw, sync_dir};
-use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, write_head_file};
-use super::segment::{scan_file, segment_name, stat_fd};
+use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, recovery_of, write_head_file};
+use super::segment::{Mode, scan_file, segment_name, stat_fd};
 
 /// What an append did to an ordinary topic's current state.
 #[derive(Debug, PartialEq, Eq)]
@@ -210,7 +210,10 @@ impl<'c> Writer<'c> {
     }
 
     /// Adopts whole records that a writer appended but did not record in
-    /// the head (it was killed), and truncates a torn tail.
+    /// the head (it was killed), and truncates a torn tail. Bad bytes that
+    /// are not a torn tail (valid records follow them, or the last frame is
+    /// corrupt rather than incomplete) are kept: the segment is sealed and
+    /// appends go on in a new one (see `recovery_of`).
     /// Returns false when the open segment was deleted (its name must be
     /// opened again) or the head lags behind the log (it must be rebuilt).
     fn recover_tail(&mut self) -> Result<bool> {
@@ -226,8 +229,11 @@ impl<'c> Writer<'c> {
             return Ok(true);
         }
         let path = self.dir.join(segment_name(self.head.active));
-        let scan = scan_file(&mut self.segment, &path, self.head.active_len, 0)?;
+        let floor = self.head.next_seq.saturating_sub(1);
+        let scan = scan_file(&mut self.segment, &path, self.head.active_len, floor, Mode::Whole, 0)?;
+        let tail = recovery_of(&scan, size);
         let adopted_next = scan.records.iter().map(|(_, r)| r.seq + 1).max().unwrap_or(0).max(self.head.next_seq);
+        let adopted_next = adopted_next + tail.hidden;
         if adopted_next != self.head.active && self.dir.join(segment_name(adopted_next)).exists() {
             // The head lags behind the log across a roll (a power cut with
             // sync=none): only a rebuild knows the right next seq.
@@ -240,10 +246,14 @@ impl<'c> Writer<'c> {
                 self.index(&r.event, digest)?;
             }
         }
-        if scan.end < size {
+        self.head.next_seq = adopted_next;
+        if tail.truncate {
             self.segment.set_len(scan.end).map_err(|e| Error::io("cannot truncate torn tail of", &path, e))?;
         }
-        self.head.active_len = scan.end;
+        self.head.active_len = if tail.truncate { scan.end } else { size };
+        if tail.seal && self.head.next_seq > self.head.active {
+            self.roll()?;
+        }
         self.write_head()?;
         Ok(true)
     }

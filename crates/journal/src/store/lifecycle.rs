@@ -50,8 +50,9 @@ impl Store {
         writer.compact(now())
     }
 
-    /// Checks every record of every topic: the count of valid records and
-    /// the bad ones found, blobs missing or damaged, blob links no record
+    /// Checks every record of every topic: the count of valid records
+    /// (those after a bad frame included) and each bad frame, with its
+    /// segment and offset; blobs missing or damaged, blob links no record
     /// refers to and blobs no topic links (FORMAT.md, "Blobs"). A post
     /// running meanwhile may show as an unreferenced link for a moment.
     pub fn verify(&self) -> Result<VerifyReport> {
@@ -61,13 +62,10 @@ impl Store {
         for dir in dirs {
             let (good, bad) = log::verify_dir(&dir)?;
             report.records += good;
-            report.problems.extend(bad.into_iter().map(|(path, offset, stop)| VerifyProblem {
-                path,
-                offset,
-                reason: match stop {
-                    log::Stop::Incomplete => "incomplete record (torn tail)".to_string(),
-                    log::Stop::Corrupt(why) => why,
-                },
+            report.problems.extend(bad.into_iter().map(|b| VerifyProblem {
+                reason: problem_reason(&b),
+                path: b.path,
+                offset: b.damage.offset,
             }));
         }
         for (path, reason) in log::orphan_blobs(&self.config.root)? {
@@ -78,14 +76,17 @@ impl Store {
 
     /// Truncates the torn tail of every topic (what the next writer would
     /// do), unlinks blob links no record refers to and blobs no topic
-    /// links, making `verify` clean after a crash. Returns how many topics
-    /// (and the blob directory) it touched.
+    /// links, making `verify` clean after a crash. Damaged records followed
+    /// by valid ones, and corrupt tails, are kept and stay reported.
+    /// Returns how many topics (and the blob directory) it touched.
     pub fn repair(&self) -> Result<usize> {
         let mut touched = 0;
         for t in std::iter::once(Topic::root()).chain(self.topics()?) {
             let dir = self.dir(&t);
             let (_, bad) = log::verify_dir(&dir)?;
-            if bad.is_empty() {
+            // Torn tails and blob problems are repaired; damaged records
+            // followed by valid ones are kept (FORMAT.md).
+            if !bad.iter().any(|b| b.tail || !b.path.file_name().is_some_and(log::is_segment_file)) {
                 continue;
             }
             let writer = Writer::open(&dir, &self.config, !t.is_journal())?;
@@ -165,6 +166,22 @@ impl Store {
             Err(e) if e.kind() == IoKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("cannot expire heartbeat", &path, e)),
         }
+    }
+}
+
+/// How `kn verify` describes a bad frame.
+fn problem_reason(bad: &log::BadFrame) -> String {
+    let why = match &bad.damage.stop {
+        log::Stop::Incomplete => "incomplete record".to_string(),
+        log::Stop::Zeroed => "zeroed bytes".to_string(),
+        log::Stop::Corrupt(why) => why.clone(),
+    };
+    if !bad.tail {
+        return format!("damaged record ({why}); {} bytes skipped to the next valid record", bad.damage.len);
+    }
+    match bad.damage.stop {
+        log::Stop::Incomplete | log::Stop::Zeroed => format!("{why} (torn tail)"),
+        log::Stop::Corrupt(_) => format!("damaged record ({why}); no valid record after it in this segment"),
     }
 }
 

@@ -5,6 +5,7 @@ use kn_journal::{Event, Topic};
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
 /// tests create thousands of topic directories, and ext4's inode allocator
 /// slows to milliseconds per file on a disk that other test suites churn.
+#[allow(unused_imports)] // not every test file scratches
 pub use kn_test_support::scratch;
 
 /// A topic from a name the test knows is valid.

@@ -102,7 +102,8 @@ enum Command {
         topic: Option<String>,
     },
     /// Check the CRC of every record of every topic. Exits 1 when a bad
-    /// record is found, listing each (segment file, offset, why).
+    /// record is found, listing each (segment file, offset, why); the
+    /// records after a bad one are read and counted all the same.
     Verify {
         /// Then truncate torn tails (what the next writer would do) and
         /// verify again. A corrupt record in the middle of a log is
@@ -409,6 +410,9 @@ fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> 
         writeln!(out, "BAD {} at offset {}: {}", p.path.display(), p.offset, p.reason).map_err(write_error)?;
     }
     if !report.problems.is_empty() {
+        if summaries {
+            writeln!(out, "{} bad records; {} good records verified", report.problems.len(), report.records).map_err(write_error)?;
+        }
         return Ok(ExitCode::from(1));
     }
     if summaries {
