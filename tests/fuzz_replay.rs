@@ -52,7 +52,15 @@ const TOKENS: &[&[u8]] = &[
     b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff",
 ];
 
-fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
+/// Tokens that hostile requests are made of (the `request_handle` target).
+const REQUEST_TOKENS: &[&[u8]] = &[
+    b"&", b";", b"=", b"%", b"%FF", b"%00", b"%2B", b"\n", b"\n\n", b"?", b"/", b"..", b"kn_expires=", b"do_max_n=",
+    b"do_max_age=", b"do_since_checkpoint=", b"kn_to=", b"kn_from=", b"kn_id=", b"kn_response_format=sse", b"do_method=",
+    b"kn_batch=", b"99999999999999999999", b"18446744073709551616", b"-1", b"+", b"1e309", b"NaN", b"inf", b"infinity",
+    b".", b"0", b"/kn_journal", b"javascript:", b"Last-Event-ID: ", b"Host: ",
+];
+
+fn mutate_with(rng: &mut Rng, input: &[u8], tokens: &[&[u8]]) -> Vec<u8> {
     let mut out = input.to_vec();
     for _ in 0..1 + rng.below(4) {
         let at = rng.below(out.len() + 1);
@@ -63,7 +71,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             }
             1 => out.truncate(at),
             2 => {
-                let token = TOKENS[rng.below(TOKENS.len())];
+                let token = tokens[rng.below(tokens.len())];
                 out.splice(at..at, token.iter().copied());
             }
             3 if !out.is_empty() => {
@@ -78,15 +86,19 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 }
 
 fn replay(target: &str) {
+    replay_with(target, MUTATIONS, TOKENS);
+}
+
+fn replay_with(target: &str, mutations: usize, tokens: &[&[u8]]) {
     let inputs = corpus(target);
     for (path, bytes) in &inputs {
         let result = std::panic::catch_unwind(|| kn_fuzz::run(target, bytes));
         assert!(matches!(result, Ok(true)), "{target} fails on corpus input {}", path.display());
     }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ target.len() as u64);
-    for n in 0..MUTATIONS {
+    for n in 0..mutations {
         let (_, seed) = &inputs[n % inputs.len()];
-        let input = mutate(&mut rng, seed);
+        let input = mutate_with(&mut rng, seed, tokens);
         let result = std::panic::catch_unwind(|| kn_fuzz::run(target, &input));
         assert!(result.is_ok(), "{target} fails on a mutation of its corpus: {:?}", String::from_utf8_lossy(&input));
     }
@@ -122,4 +134,11 @@ fn legacy_event_parser_survives_its_corpus() {
 #[test]
 fn topic_canonicalisation_survives_its_corpus() {
     replay("topic_parse");
+}
+
+#[test]
+fn request_handler_survives_its_corpus() {
+    // Each input opens a store and is handled twice (serve and CGI paths):
+    // fewer mutations keep this to seconds.
+    replay_with("request_handle", 1_000, REQUEST_TOKENS);
 }

@@ -8,14 +8,18 @@
 //! suite (`tests/fuzz_replay.rs` includes this file as a module), so a
 //! crash found once stays fixed without a fuzzer installed.
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Topic, KN_PAYLOAD};
+use kn_cgi::{Handler, HttpRequest, Limits, Options, Reply, Request};
+use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Remote, RemoteReply, Store, Topic, KN_PAYLOAD};
 use kn_wire::form::{self, Params};
 use kn_wire::simple;
 
 /// The names of the targets, as in `fuzz/Cargo.toml` and `fuzz/corpus/`.
-pub const TARGETS: [&str; 5] = ["form_parse", "simple_codec", "record_decode", "legacy_event", "topic_parse"];
+pub const TARGETS: [&str; 6] = ["form_parse", "simple_codec", "record_decode", "legacy_event", "topic_parse", "request_handle"];
 
 /// Runs the target called `name` on `data`; false for an unknown name.
 pub fn run(name: &str, data: &[u8]) -> bool {
@@ -25,6 +29,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "record_decode" => record_decode(data),
         "legacy_event" => legacy_event(data),
         "topic_parse" => topic_parse(data),
+        "request_handle" => request_handle(data),
         _ => return false,
     }
     true
@@ -141,5 +146,144 @@ pub fn topic_parse(data: &[u8]) {
     assert!(dir.starts_with(root), "{name:?} stays under the store");
     if let Some(parent) = topic.parent() {
         assert!(topic.is_within(&parent), "{name:?} lies within its parent");
+    }
+}
+
+/// `kn_cgi::Handler`: an arbitrary HTTP request, written as on the wire
+/// (`METHOD target`, then `Name: value` header lines, a blank line and
+/// the body; `\r` optional), handled on a fresh temporary store, through
+/// both the `serve` path (`Request::from_http`) and the CGI path
+/// (`Request::from_cgi_env`, with `Content-Length` taken as sent). No
+/// request may panic; a tunnel is driven for one read of new events and
+/// then closed as if its `kn_expires` had passed, never followed.
+pub fn request_handle(data: &[u8]) {
+    let http = arbitrary_request(data);
+    let store = TempStore::new();
+    let handler = Handler::new(store.store.clone(), Options { keep_alive: Duration::from_millis(1) });
+    let limits = Limits::new().with_max_body(1 << 16);
+    if let Ok(request) = Request::from_cgi_env(cgi_env(&http), http.body.as_slice(), &limits) {
+        drive(&handler, &request);
+    }
+    if let Ok(request) = Request::from_http(http, &limits) {
+        drive(&handler, &request);
+    }
+}
+
+fn drive(handler: &Handler, request: &Request) {
+    match handler.handle(request) {
+        Reply::Done(response) => {
+            let code = response.code();
+            assert!((100..600).contains(&code), "status {code} of {:?}", response.head);
+            let _ = response.to_cgi_bytes();
+        }
+        Reply::Tunnel(mut tunnel) => {
+            let _ = tunnel.head.to_cgi_bytes(None);
+            assert!(!tunnel.take_first().is_empty(), "a tunnel starts with its status event");
+            let _ = tunnel.take_initial();
+            let _ = tunnel.next_chunk(handler.store());
+            let _ = tunnel.deadline();
+            let _ = tunnel.finish(handler.store());
+        }
+    }
+}
+
+/// The request `data` spells (see [`request_handle`]).
+pub fn arbitrary_request(data: &[u8]) -> HttpRequest {
+    let mut lines = data.split(|&b| b == b'\n');
+    let first = lines.next().unwrap_or_default();
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    let (method, target) = match first.iter().position(|&b| b == b' ') {
+        Some(i) => (&first[..i], &first[i + 1..]),
+        None => (first, &b""[..]),
+    };
+    let (path, query) = match target.iter().position(|&b| b == b'?') {
+        Some(i) => (&target[..i], &target[i + 1..]),
+        None => (target, &b""[..]),
+    };
+    let mut consumed = first.len() + 1;
+    let mut headers = Vec::new();
+    for line in lines.by_ref() {
+        consumed += line.len() + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, &b""[..]),
+        };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        headers.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
+    }
+    HttpRequest {
+        method: String::from_utf8_lossy(method).into_owned(),
+        path_info: path.to_vec(),
+        query: query.to_vec(),
+        headers,
+        body: data.get(consumed..).unwrap_or_default().to_vec(),
+        script_name: "/kn".to_owned(),
+        server_name: "127.0.0.1".to_owned(),
+        server_port: 8080,
+        https: false,
+        remote_user: None,
+    }
+}
+
+/// The CGI environment a web server makes of `http`: headers become
+/// `HTTP_*` (and `Content-Length` becomes `CONTENT_LENGTH`, as sent).
+fn cgi_env(http: &HttpRequest) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut vars = vec![
+        (b"REQUEST_METHOD".to_vec(), http.method.as_bytes().to_vec()),
+        (b"QUERY_STRING".to_vec(), http.query.clone()),
+        (b"SCRIPT_NAME".to_vec(), b"/kn".to_vec()),
+        (b"PATH_INFO".to_vec(), http.path_info.clone()),
+        (b"SERVER_NAME".to_vec(), b"localhost".to_vec()),
+        (b"SERVER_PORT".to_vec(), b"80".to_vec()),
+    ];
+    for (name, value) in &http.headers {
+        let upper = name.to_ascii_uppercase().replace('-', "_");
+        let var = match upper.as_str() {
+            "CONTENT_LENGTH" | "CONTENT_TYPE" => upper,
+            _ => format!("HTTP_{upper}"),
+        };
+        vars.push((var.into_bytes(), value.clone()));
+    }
+    vars
+}
+
+/// A store in a fresh temporary directory, removed on drop.
+struct TempStore {
+    dir: PathBuf,
+    store: Arc<Store>,
+}
+
+impl TempStore {
+    fn new() -> TempStore {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        static NO_REPLAY: std::sync::Once = std::sync::Once::new();
+        // do_method=replay starts a program: name one that does not exist,
+        // so that the handler answers 501 instead of spawning processes.
+        NO_REPLAY.call_once(|| std::env::set_var("KN_REPLAY", "/nonexistent/kn-replay"));
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("kn-fuzz-handler-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(dir.join("events")).expect("open a temporary store").with_remote(Arc::new(Offline));
+        TempStore { dir, store: Arc::new(store) }
+    }
+}
+
+/// Remote routes and content transforms fail at once: a fuzzer must not
+/// reach the network.
+struct Offline;
+
+impl Remote for Offline {
+    fn post_form(&self, url: &str, _pairs: &[(&[u8], &[u8])]) -> kn_journal::Result<RemoteReply> {
+        Err(kn_journal::Error::new(kn_journal::ErrorKind::Remote, format!("'{url}': no network while fuzzing")))
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

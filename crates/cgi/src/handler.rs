@@ -93,6 +93,8 @@ impl Handler {
 
     /// Answers one request.
     pub fn handle(&self, request: &Request) -> Reply {
+        #[cfg(feature = "failpoints")]
+        panic_failpoint(request);
         if !request.method().is_supported() {
             let head_only = request.method().as_str() == "HEAD";
             return Reply::Done(Response::not_implemented(head_only));
@@ -123,7 +125,7 @@ impl Handler {
             "lib" | "libform" | "lib2form" => return Reply::Done(self.lib(request, &method)),
             "blank" => return Reply::Done(self.blank(request)),
             "help" => return Reply::Done(self.help(request)),
-            "test" => return Reply::Done(self.test(request)),
+            "test" => return Reply::Done(self.test()),
             other => {
                 let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{other}'"), status_from);
                 return self.reply_statuses(request, format, &page, vec![status]);
@@ -355,7 +357,7 @@ impl Handler {
             Some(v) => {
                 let t = kn_journal::now();
                 let at = parse_expires(v, t).map_err(|e| Failure::journal(e, "Bad request"))?;
-                at.map(|at| Instant::now() + Duration::from_secs_f64((at - t).max(0.0)))
+                at.and_then(|at| tunnel_deadline(at - t))
             }
             None => None,
         };
@@ -460,11 +462,11 @@ impl Handler {
         Response::new(Head::new(None, "text/html; charset=utf-8"), body.into_bytes())
     }
 
-    /// `do_method=test`: the server's self-checks; `FAIL` appears only if
-    /// one failed.
-    fn test(&self, request: &Request) -> Response {
+    /// `do_method=test`: the installation's self-checks; `FAIL` appears
+    /// only if one failed.
+    fn test(&self) -> Response {
         let mut body = js::start_html(b"PubSub server self-test", "", "<body>\n");
-        for (name, result) in crate::selftest::run(&self.store, request) {
+        for (name, result) in crate::selftest::run(&self.store) {
             let mut line = Vec::new();
             js::html_escape(name.as_bytes(), &mut line);
             body.extend_from_slice(b"<h1>");
@@ -482,6 +484,32 @@ impl Handler {
         body.extend_from_slice(b"</body>\n</html>\n");
         Response::new(Head::new(None, "text/html; charset=utf-8"), body)
     }
+}
+
+/// Fault injection for tests (the `failpoints` build only): when the file
+/// named by `KN_FAILPOINT` lists `handler-panic`, a request carrying the
+/// parameter `kn_failpoint_panic` panics, so that tests can prove that
+/// `serve` answers it 500 and keeps serving everyone else.
+#[cfg(feature = "failpoints")]
+fn panic_failpoint(request: &Request) {
+    let armed = std::env::var_os("KN_FAILPOINT")
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .is_some_and(|list| list.split_whitespace().any(|w| w == "handler-panic"));
+    if armed && request.param("kn_failpoint_panic").is_some() {
+        panic!("failpoint handler-panic");
+    }
+}
+
+/// When a tunnel whose `kn_expires` lies `seconds` ahead closes: at once
+/// for a time already past, never for one beyond what an `Instant` can
+/// hold (`kn_expires=99999999999999999999` is a date in the year 3e12, as
+/// good as `infinity`; it must not overflow into a panic).
+fn tunnel_deadline(seconds: f64) -> Option<Instant> {
+    let now = Instant::now();
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Some(now);
+    }
+    Duration::try_from_secs_f64(seconds).ok().and_then(|ahead| now.checked_add(ahead))
 }
 
 fn is_tunnel_request(params: &Params) -> bool {

@@ -1,26 +1,30 @@
-//! `do_method=test`: checks that this server can do its job here.
+//! `do_method=test`: checks that this installation can do its job: that
+//! a post to the store is stored and read back, that the disk has room
+//! above the reserve, that the server's names are usable URLs, and that
+//! the store's directories and files carry the modes a sensor of the
+//! store's group needs (docs/DEPLOY.md: directories `2775`, files `0664`,
+//! all in the store's group).
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
-use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Store, Topic};
+use kn_journal::Store;
 
-use crate::request::Request;
+/// Most directory entries the permission checks look at: a self-test
+/// answers in bounded time however large the store.
+pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 
 /// Runs every self-check: its name and `Err(why)` when it failed.
-pub fn run(store: &Store, request: &Request) -> Vec<(&'static str, Result<(), String>)> {
+pub fn run(store: &Store) -> Vec<(&'static str, Result<(), String>)> {
+    let tree = Tree::walk(store.root());
     vec![
-        ("Event store is writable", store_writable(store)),
+        ("Event store stores and reads back a post", store.probe().map_err(|e| e.to_string())),
         ("Free space above the reserve", free_space(store)),
-        ("Topic names", topic_names()),
-        ("Record framing", record_framing()),
-        ("Server URL", server_url(request)),
+        ("Server names", server_names(store)),
+        ("Store directories are group-writable (2775)", tree.as_ref().map_err(Clone::clone).and_then(Tree::directories)),
+        ("Store files are group-writable (0664)", tree.as_ref().map_err(Clone::clone).and_then(Tree::files)),
     ]
-}
-
-fn store_writable(store: &Store) -> Result<(), String> {
-    let probe = store.root().join(format!(".tmp-selftest-{}", std::process::id()));
-    fs::write(&probe, b"x").map_err(|e| format!("cannot write in '{}': {e}", store.root().display()))?;
-    fs::remove_file(&probe).map_err(|e| format!("cannot delete '{}': {e}", probe.display()))
 }
 
 fn free_space(store: &Store) -> Result<(), String> {
@@ -32,31 +36,105 @@ fn free_space(store: &Store) -> Result<(), String> {
     Ok(())
 }
 
-fn topic_names() -> Result<(), String> {
-    let t = Topic::parse("what//chat/").map_err(|e| e.to_string())?;
-    if t.as_str() != "/what/chat" {
-        return Err(format!("'what//chat/' became '{t}'"));
+/// The names the store resolves absolute URLs with: the configured
+/// `KN_SERVER_URL` and the `.names` list must be absolute `http(s)` URLs,
+/// else routes to this server's own URLs would be taken for remote ones.
+fn server_names(store: &Store) -> Result<(), String> {
+    if let Some(url) = &store.config().server_url {
+        usable_url(url).map_err(|why| format!("the configured server URL (KN_SERVER_URL) '{url}' {why}"))?;
     }
-    if Topic::parse("/what/../etc").is_ok() {
-        return Err("'/what/../etc' was accepted".to_string());
+    for name in store.server_names() {
+        usable_url(&name).map_err(|why| format!("the server name '{name}' ({}/.names) {why}", store.root().display()))?;
     }
     Ok(())
 }
 
-fn record_framing() -> Result<(), String> {
-    let record = Record { seq: 7, stored_secs: 1, event: Event::from_pairs([(&b"kn_payload"[..], &b"\0\xff"[..])]), blob: None };
-    let frame = encode_record(&record);
-    match decode_record(&frame) {
-        Decoded::Record(r, n) if r == record && n == frame.len() => Ok(()),
-        other => Err(format!("round trip gave {other:?}")),
+fn usable_url(url: &str) -> Result<(), &'static str> {
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return Err("is not an absolute http:// or https:// URL");
+    };
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("has no host");
     }
+    if url.bytes().any(|b| b.is_ascii_control() || b == b' ' || b == b'"' || b == b'\'' || b == b'<' || b == b'>') {
+        return Err("contains a space, a quote or a control character");
+    }
+    if url.ends_with('/') || url.contains(['?', '#']) {
+        return Err("must end with the script's path, without a final '/', query or fragment");
+    }
+    Ok(())
 }
 
-fn server_url(request: &Request) -> Result<(), String> {
-    let url = request.server_url();
-    if url.starts_with("http://") || url.starts_with("https://") {
-        Ok(())
-    } else {
-        Err(format!("server URL '{url}' is not absolute"))
+/// The store's directories and files with their modes and groups (links
+/// are not followed; the self-test's own probe directories are skipped).
+struct Tree {
+    group: u32,
+    dirs: Vec<(PathBuf, fs::Metadata)>,
+    files: Vec<(PathBuf, fs::Metadata)>,
+}
+
+impl Tree {
+    fn walk(root: &Path) -> Result<Tree, String> {
+        let meta = fs::symlink_metadata(root).map_err(|e| format!("cannot read '{}': {e}", root.display()))?;
+        let mut tree = Tree { group: meta.gid(), dirs: vec![(root.to_path_buf(), meta)], files: Vec::new() };
+        let mut next = 0;
+        while next < tree.dirs.len() && tree.dirs.len() + tree.files.len() < MAX_CHECKED_ENTRIES {
+            let dir = tree.dirs[next].0.clone();
+            next += 1;
+            let entries = fs::read_dir(&dir).map_err(|e| format!("cannot list '{}': {e}", dir.display()))?;
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(".probe-") {
+                    continue;
+                }
+                let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };
+                if meta.is_dir() {
+                    tree.dirs.push((entry.path(), meta));
+                } else if meta.is_file() {
+                    tree.files.push((entry.path(), meta));
+                }
+            }
+        }
+        Ok(tree)
+    }
+
+    /// Every directory setgid and group-writable (`2775`), in the store's
+    /// group, never world-writable: a sensor of the group creates topics.
+    fn directories(&self) -> Result<(), String> {
+        self.check(&self.dirs, 0o2070, "directories", "2775")
+    }
+
+    /// Every file group-readable and -writable (`0664`), in the store's
+    /// group, never world-writable: a sensor of the group appends to it.
+    fn files(&self) -> Result<(), String> {
+        self.check(&self.files, 0o060, "files", "0664")
+    }
+
+    fn check(&self, entries: &[(PathBuf, fs::Metadata)], needed: u32, what: &str, mode: &str) -> Result<(), String> {
+        let bad: Vec<String> = entries
+            .iter()
+            .filter_map(|(path, meta)| {
+                let m = meta.mode() & 0o7777;
+                let why = if m & needed != needed {
+                    format!("mode {m:04o}")
+                } else if m & 0o002 != 0 {
+                    format!("mode {m:04o}, world-writable")
+                } else if meta.gid() != self.group {
+                    format!("group {} instead of the store's {}", meta.gid(), self.group)
+                } else {
+                    return None;
+                };
+                Some(format!("'{}' ({why})", path.display()))
+            })
+            .collect();
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = bad.iter().take(3).map(String::as_str).collect();
+        let more = if bad.len() > 3 { format!(" and {} more", bad.len() - 3) } else { String::new() };
+        Err(format!(
+            "{} of the store's {what} cannot be written by every member of its group (docs/DEPLOY.md: {mode}, in the store's group): {}{more}",
+            bad.len(),
+            shown.join(", ")
+        ))
     }
 }

@@ -369,9 +369,15 @@ impl Server {
             ..HttpRequest::default()
         };
         let server = self.clone();
+        // No request may panic; should one, it alone is answered 500 (the
+        // inline path runs on the async worker, where a panic would drop
+        // the connection).
         let work = move || {
-            let request = Request::from_http(http, &server.limits)?;
-            Ok::<_, Error>(server.handler.handle(&request))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let request = Request::from_http(http, &server.limits)?;
+                Ok::<_, Error>(server.handler.handle(&request))
+            }))
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)")))
         };
         // Off the async workers: a request may wait for a topic's lock.
         let handled = tokio::task::spawn_blocking(work).await;

@@ -207,18 +207,20 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
 /// assert_eq!(parse_expires(b"1796018695", 0.0).unwrap(), Some(1796018695.0));
 /// assert_eq!(parse_expires(b"infinity", 5.0).unwrap(), None);
 /// assert!(parse_expires(b"soon", 5.0).is_err());
+/// assert!(parse_expires(b"\xff", 5.0).is_err());
 /// ```
 pub fn parse_expires(value: &[u8], now: f64) -> Result<Option<f64>, Error> {
-    let text = std::str::from_utf8(value).unwrap_or("").trim();
-    if text.eq_ignore_ascii_case("infinity") || text.is_empty() {
-        return Ok(None);
-    }
     let bad = || {
         Error::new(
             ErrorKind::BadRequest,
             format!("bad kn_expires '{}': expected 'infinity', '+seconds' or an epoch time", String::from_utf8_lossy(value)),
         )
     };
+    // Not UTF-8 is malformed, not empty (which means `infinity`).
+    let text = std::str::from_utf8(value).map_err(|_| bad())?.trim();
+    if text.eq_ignore_ascii_case("infinity") || text.is_empty() {
+        return Ok(None);
+    }
     let (relative, number) = match text.strip_prefix('+') {
         Some(rest) => (true, rest),
         None => (false, text),

@@ -93,4 +93,4 @@ pub use log::{CompactReport, LogCursor};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
 pub use store::*;
-pub use topic::{Topic, JOURNAL_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

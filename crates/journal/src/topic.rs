@@ -12,6 +12,17 @@ pub const ROUTES_SEGMENT: &str = "kn_routes";
 /// The reserved child topic that announces a topic's new children.
 pub const SUBTOPICS_SEGMENT: &str = "kn_subtopics";
 
+/// Most segments a topic name may have. Creating a topic announces it in
+/// the `kn_subtopics` of each ancestor, so a post's cost grows with the
+/// square of its depth: a name 2,000 segments deep once took minutes.
+pub const MAX_TOPIC_DEPTH: usize = 64;
+/// Longest canonical topic name, in bytes: its directory path must fit in
+/// the file system's `PATH_MAX` (4096) below the store root with room
+/// for `kn_routes/<id>` and file names.
+pub const MAX_TOPIC_BYTES: usize = 1024;
+/// Longest segment, in bytes: the file system's `NAME_MAX`.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
 /// A valid topic name in canonical form: a leading `/`, segments separated
 /// by single `/`, no trailing `/` (except the root topic `/`).
 ///
@@ -37,9 +48,23 @@ impl Topic {
     ///
     /// Errors (kind [`ErrorKind::BadTopic`]) say which rule the name broke.
     pub fn parse_bytes(name: &[u8]) -> Result<Topic, Error> {
-        let bad = |why: String| Error::new(ErrorKind::BadTopic, format!("bad topic name '{}': {why}", String::from_utf8_lossy(name)));
-        let mut canonical = String::with_capacity(name.len() + 1);
-        for segment in name.split(|&b| b == b'/').filter(|s| !s.is_empty()) {
+        let bad = |why: String| {
+            // A name too long to be valid is shown by its start.
+            let shown = String::from_utf8_lossy(&name[..name.len().min(MAX_TOPIC_BYTES)]);
+            let more = if name.len() > MAX_TOPIC_BYTES { "..." } else { "" };
+            Error::new(ErrorKind::BadTopic, format!("bad topic name '{shown}{more}': {why}"))
+        };
+        let mut canonical = String::with_capacity(name.len().min(MAX_TOPIC_BYTES) + 1);
+        for (depth, segment) in name.split(|&b| b == b'/').filter(|s| !s.is_empty()).enumerate() {
+            if depth == MAX_TOPIC_DEPTH {
+                return Err(bad(format!("more than {MAX_TOPIC_DEPTH} segments")));
+            }
+            if segment.len() > MAX_SEGMENT_BYTES {
+                return Err(bad(format!("a segment of {} bytes, more than {MAX_SEGMENT_BYTES}", segment.len())));
+            }
+            if canonical.len() + 1 + segment.len() > MAX_TOPIC_BYTES {
+                return Err(bad(format!("longer than {MAX_TOPIC_BYTES} bytes")));
+            }
             if let Some(&b) = segment.iter().find(|&&b| !allowed_byte(b)) {
                 return Err(bad(format!("byte 0x{b:02X} is not allowed in a topic")));
             }

@@ -1,5 +1,6 @@
-//! Topic lifecycle: the topic list, compaction, verify and repair, and
-//! journal heartbeats (stale, refreshed, expired).
+//! Topic lifecycle: the topic list, compaction, verify and repair, journal
+//! heartbeats (stale, refreshed, expired), and the write probe of the
+//! self-test.
 
 use std::fs;
 use std::io::ErrorKind as IoKind;
@@ -8,11 +9,17 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::ids::now;
-use crate::log::{self, CompactReport, Writer};
+use crate::event::{Event, KN_ID, KN_PAYLOAD};
+use crate::ids::{fresh_id, now};
+use crate::log::{self, Appended, CompactReport, Writer};
 use crate::topic::Topic;
 
-use super::{HEARTBEAT_FILE, Kept, Store};
+use super::{create_topic_dir, HEARTBEAT_FILE, Kept, Store};
+
+/// The name prefix of the probe directories of [`Store::probe`]: hidden,
+/// so no topic can be named so (a topic segment never starts with `.`)
+/// and the topic list skips it.
+const PROBE_PREFIX: &str = ".probe-";
 
 impl Store {
     /// Every topic of the store, sorted (the tree, walked with `walkdir`).
@@ -182,6 +189,50 @@ fn problem_reason(bad: &log::BadFrame) -> String {
     match bad.damage.stop {
         log::Stop::Incomplete | log::Stop::Zeroed => format!("{why} (torn tail)"),
         log::Stop::Corrupt(_) => format!("damaged record ({why}); no valid record after it in this segment"),
+    }
+}
+
+impl Store {
+    /// Proves that this process can post to the store, with the journal's
+    /// own writer: in a fresh hidden directory of the store root (never a
+    /// topic, see `PROBE_PREFIX`) it stores one event, reads it back, and
+    /// removes the directory again, whatever happened. The error names
+    /// the step that failed (permissions, the free-space reserve, a read
+    /// that does not give back what was written).
+    pub fn probe(&self) -> Result<()> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = self.config.root.join(format!("{PROBE_PREFIX}{}-{n}", std::process::id()));
+        let result = self.probe_in(&dir);
+        let removed = match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != IoKind::NotFound => Err(Error::io("cannot remove the probe directory", &dir, e)),
+            _ => Ok(()),
+        };
+        result.and(removed)
+    }
+
+    fn probe_in(&self, dir: &std::path::Path) -> Result<()> {
+        create_topic_dir(dir).map_err(|e| Error::io("cannot create a directory in the store", dir, e))?;
+        let mut event = Event::new();
+        event.set(KN_ID, fresh_id()).set(KN_PAYLOAD, &b"self-test probe"[..]);
+        let mut writer = Writer::open(dir, &self.config, true)?;
+        let appended = writer.append(&event, now().max(0.0) as u64, &self.gauge)?;
+        drop(writer);
+        let Appended::Stored(seq) = appended else {
+            return Err(Error::new(ErrorKind::Io, format!("the probe event in '{}' was taken for a duplicate", dir.display())));
+        };
+        let mut read = Vec::new();
+        log::read_backwards(dir, |record| {
+            read.push(record);
+            true
+        })?;
+        match read.as_slice() {
+            [record] if record.seq == seq && record.event == event => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::Io,
+                format!("the probe event written to '{}' read back as {} records, not the one written", dir.display(), read.len()),
+            )),
+        }
     }
 }
 

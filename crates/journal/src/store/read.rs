@@ -56,9 +56,15 @@ impl Selection {
         }
         if let Some(v) = params.get("do_max_n") {
             let text = String::from_utf8_lossy(v);
-            s.max_n = Some(text.trim().parse::<usize>().map_err(|_| {
-                Error::new(ErrorKind::BadRequest, format!("bad do_max_n '{}': expected a count", text.trim()))
-            })?);
+            let t = text.trim();
+            // A count too large for this machine asks for more events than
+            // exist, which is not an error (PROTOCOL.md 3.3): all of them.
+            let digits = !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+            s.max_n = Some(match t.parse::<usize>() {
+                Ok(n) => n,
+                Err(_) if digits => usize::MAX,
+                Err(_) => return Err(Error::new(ErrorKind::BadRequest, format!("bad do_max_n '{t}': expected a count"))),
+            });
         }
         if let Some(v) = params.get("do_since_checkpoint") {
             s.since_checkpoint = Some(v.to_vec());
