@@ -5,10 +5,10 @@
 //! promises made there. It sits below the store and knows nothing of it
 //! (nor of `watch`): it takes a topic directory and a [`Config`].
 //!
-//! * `segment`: segment names, listing, scanning, reading (after a seq,
-//!   backwards, new records behind a [`LogCursor`]).
-//! * `head`: the `.head` header, its mapping, the `kn_id` index slots,
-//!   writing and rebuilding a head.
+//! * `segment`: segment names, listing, scanning (resynchronising after a
+//!   bad frame), reading (backwards, new records behind a [`LogCursor`]).
+//! * `head`: the `.head` header (read and written with pread/pwrite, never
+//!   mapped), the `kn_id` index slots, writing and rebuilding a head.
 //! * `writer`: [`Writer`], the locked appender (attach or reuse, torn-tail
 //!   recovery, duplicate check, append, roll) and the free-space gauge.
 //! * `blob`: payloads stored once in `.blobs/` and linked into each topic
