@@ -57,8 +57,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
-/// | `max_topic_depth` | 32 segments per topic name (more: `400`) | `KN_MAX_TOPIC_DEPTH` |
-/// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`) | `KN_MAX_TOPIC_BYTES` |
+/// | `max_topic_depth` | 32 segments per topic name (more: `400`); at most [`MAX_TOPIC_DEPTH`](crate::MAX_TOPIC_DEPTH) (64), beyond which no name is valid anywhere | `KN_MAX_TOPIC_DEPTH` |
+/// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`); at most [`MAX_TOPIC_BYTES`](crate::MAX_TOPIC_BYTES) (1024) | `KN_MAX_TOPIC_BYTES` |
 /// | `max_form_elements` | 10,000 form elements (`name=value` pairs) per request, query and body together (more: `413`) | `KN_MAX_FORM_ELEMENTS` |
 /// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
