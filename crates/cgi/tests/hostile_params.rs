@@ -16,8 +16,15 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with(|_| {})
+    }
+
+    /// A fixture whose store's settings `change` adjusts.
+    fn with(change: impl FnOnce(&mut kn_journal::Config)) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("events")).unwrap();
+        let mut config = kn_journal::Config::new(dir.path().join("events"));
+        change(&mut config);
+        let store = Store::open_with(config).unwrap();
         Fixture { handler: Handler::new(Arc::new(store), Options::default()), _dir: dir }
     }
 
@@ -155,7 +162,9 @@ fn invalid_utf8_and_empty_values_are_clear_errors_or_served() {
 #[test]
 fn a_topic_deeper_or_longer_than_the_limits_is_400_at_once() {
     use kn_journal::{MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH};
-    let f = Fixture::new();
+    // The store's own limit (KN_MAX_TOPIC_DEPTH, 32 by default) raised to
+    // the protocol-wide maximum, which no setting can pass.
+    let f = Fixture::with(|c| c.max_topic_depth = 1000);
     // 2,000 segments once cost minutes: one kn_subtopics post per level,
     // each walking the whole path.
     let deepest = "/a".repeat(MAX_TOPIC_DEPTH);
