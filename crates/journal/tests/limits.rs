@@ -97,9 +97,15 @@ fn one_very_deep_kn_to_is_refused_by_default_and_creates_nothing() {
     assert_eq!(store.config().max_topic_bytes, 1024);
     post(&store, &deep(32), "deep but allowed");
     let before = directories(dir.path());
-    let err = store.notify(&t(&deep(1000)), ev(&[("kn_payload", "x")])).unwrap_err();
+    // Past the store's limit (KN_MAX_TOPIC_DEPTH) but a valid name.
+    let err = store.notify(&t(&deep(33)), ev(&[("kn_payload", "x")])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::BadTopic, "{err}");
-    assert!(err.to_string().len() < 400, "the message quotes the start of the name only: {err}");
+    assert_eq!(directories(dir.path()), before);
+    // Past the protocol-wide maximum: not even a name.
+    let name = deep(1000);
+    let err = kn_journal::Topic::parse(&name).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadTopic, "{err}");
+    assert!(err.to_string().len() < kn_journal::MAX_TOPIC_BYTES + 200, "the message quotes the start of the {}-byte name only: {err}", name.len());
     assert_eq!(directories(dir.path()), before);
 }
 
