@@ -3,13 +3,14 @@
 //! decides which remote route destinations and content transforms the
 //! store sends requests to, and a refused one is never contacted.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use kn_journal::{Config, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_test_support::read_head_and_body;
 
 /// A listener that answers every request with `200` and `reply`, and
 /// reports each request's first line and body.
@@ -56,23 +57,7 @@ impl Listener {
 }
 
 fn read_request(stream: &mut TcpStream) -> (String, Vec<u8>) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => buf.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0usize);
-    let mut body = vec![0; len];
-    let _ = stream.read_exact(&mut body);
+    let (head, body) = read_head_and_body(stream);
     (head.lines().next().unwrap_or("").to_string(), body)
 }
 

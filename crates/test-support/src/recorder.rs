@@ -36,13 +36,9 @@ impl Received {
 /// `None` when the client closes or the read fails first (set a read
 /// timeout on `conn` to bound the wait).
 pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if conn.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
+    let head = read_head(conn);
+    if !head.ends_with(b"\r\n\r\n") {
+        return None;
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     let mut lines = head.split("\r\n");
@@ -57,6 +53,37 @@ pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
     let mut body = vec![0u8; len];
     conn.read_exact(&mut body).ok()?;
     Some(Received { request_line, headers, body })
+}
+
+/// Reads a request head byte by byte, up to and including its blank line;
+/// what arrived when the client closes or the read fails first (a partial
+/// head, maybe empty). The body, if any, is left unread.
+pub fn read_head(conn: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match conn.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    head
+}
+
+/// Reads a request's head (as text) and its `Content-Length` body, waiting
+/// at most 5 s for each read. Lenient, for listeners that record whatever
+/// comes: a short head is returned as it is, a short body zero-filled.
+pub fn read_head_and_body(conn: &mut TcpStream) -> (String, Vec<u8>) {
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let head = String::from_utf8_lossy(&read_head(conn)).into_owned();
+    let len = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0usize);
+    let mut body = vec![0; len];
+    let _ = conn.read_exact(&mut body);
+    (head, body)
 }
 
 /// Decodes an `application/x-www-form-urlencoded` body: `&`-separated
