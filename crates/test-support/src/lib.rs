@@ -35,6 +35,9 @@
 //!   [`Stream`], a raw connection read incrementally with deadlines.
 //! * [`recorder`]: [`Received`], [`read_request`], [`form_decode`]: the
 //!   server side, for listeners that stand in for a remote.
+//! * [`raw`]: [`raw::Conn`], [`raw::Reply`], [`raw::Tunnel`]: a raw
+//!   HTTP/1.1 keep-alive client and tunnel reader for `pubsub-cgi serve`
+//!   (not re-exported at the root).
 //! * [`process`]: [`wait_for`], [`process_alive`], [`run_with_stdin`],
 //!   [`scratch`], [`owner`].
 //!
@@ -54,6 +57,7 @@ pub mod bins;
 pub mod dir;
 pub mod http;
 pub mod process;
+pub mod raw;
 pub mod recorder;
 pub mod servers;
 pub mod skip;
