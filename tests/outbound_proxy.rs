@@ -7,14 +7,14 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use kn_journal::{Event, Selection, Store, Topic};
-use support::{Apache, Dir, Serve};
+use support::{read_head_and_body, Apache, Dir, Serve};
 
 /// A listener the test owns that records the head of every connection
 /// made to it and answers `200` only to requests whose header names are
@@ -62,27 +62,6 @@ impl Recorder {
     fn drain(&self) -> Vec<String> {
         self.seen.try_iter().collect()
     }
-}
-
-fn read_head_and_body(stream: &mut TcpStream) -> (String, Vec<u8>) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => buf.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0usize);
-    let mut body = vec![0; len];
-    let _ = stream.read_exact(&mut body);
-    (head, body)
 }
 
 /// An HTTP `CONNECT` proxy the test runs: records each request line and
