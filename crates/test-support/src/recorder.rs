@@ -1,8 +1,65 @@
 //! The server side of a test: HTTP requests as a listener received them
 //! (a remote PubSub server stand-in, an outbound transform, …).
 
+use std::fmt::Debug;
 use std::io::Read;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// A listener on a free loopback port that hands each connection in turn,
+/// on one background thread, to a handler and records what it returns: a
+/// remote server, transform or proxy the test owns.
+pub struct Listener<T> {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    seen: mpsc::Receiver<T>,
+}
+
+impl<T: Send + 'static> Listener<T> {
+    /// Starts listening; `handle` answers one connection and returns what
+    /// to record of it.
+    pub fn start(mut handle: impl FnMut(TcpStream) -> T + Send + 'static) -> Listener<T> {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, seen) = mpsc::channel();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                if tx.send(handle(stream)).is_err() {
+                    return;
+                }
+            }
+        });
+        Listener { port, seen }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The record of the next connection, if one arrives within 15 s.
+    pub fn next(&self) -> Option<T> {
+        self.seen.recv_timeout(Duration::from_secs(15)).ok()
+    }
+
+    /// The records of every connection handled so far, not yet taken.
+    pub fn drain(&self) -> Vec<T> {
+        self.seen.try_iter().collect()
+    }
+
+    /// Panics if a connection was handled (waiting 300 ms for stragglers).
+    pub fn assert_silent(&self, what: &str)
+    where
+        T: Debug,
+    {
+        if let Ok(record) = self.seen.recv_timeout(Duration::from_millis(300)) {
+            panic!("{what}: the listener was contacted: {record:?}");
+        }
+    }
+}
 
 /// An HTTP request as a listener received it.
 #[derive(Clone, Debug)]
