@@ -7,117 +7,51 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::io::Write;
+use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
 
 use kn_journal::{Event, Selection, Store, Topic};
-use support::{Apache, Dir, Serve};
+use support::{read_head_and_body, Apache, Dir, Listener, Serve};
 
 /// A listener the test owns that records the head of every connection
 /// made to it and answers `200` only to requests whose header names are
 /// in canonical case (`Host:`, `Content-Length:` matched literally), as a
 /// hand-written parser of an old receiver would.
-struct Recorder {
-    port: u16,
-    seen: mpsc::Receiver<String>,
-}
-
-impl Recorder {
-    fn start() -> Recorder {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let (tx, seen) = mpsc::channel();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { return };
-                let (head, _) = read_head_and_body(&mut stream);
-                let canonical = head.contains("\r\nHost: ") && head.contains("\r\nContent-Length: ");
-                let reply: &[u8] = if canonical {
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\ntransformed"
-                } else {
-                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                };
-                let _ = stream.write_all(reply);
-                if tx.send(head).is_err() {
-                    return;
-                }
-            }
-        });
-        Recorder { port, seen }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// The head of the next request, if one arrives within 15 s.
-    fn next(&self) -> Option<String> {
-        self.seen.recv_timeout(Duration::from_secs(15)).ok()
-    }
-
-    /// Everything that arrived so far.
-    fn drain(&self) -> Vec<String> {
-        self.seen.try_iter().collect()
-    }
-}
-
-fn read_head_and_body(stream: &mut TcpStream) -> (String, Vec<u8>) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => buf.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0usize);
-    let mut body = vec![0; len];
-    let _ = stream.read_exact(&mut body);
-    (head, body)
+fn recorder() -> Listener<String> {
+    Listener::start(|mut stream| {
+        let (head, _) = read_head_and_body(&mut stream);
+        let canonical = head.contains("\r\nHost: ") && head.contains("\r\nContent-Length: ");
+        let reply: &[u8] = if canonical {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\ntransformed"
+        } else {
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        };
+        let _ = stream.write_all(reply);
+        head
+    })
 }
 
 /// An HTTP `CONNECT` proxy the test runs: records each request line and
 /// relays the tunnel to the target.
-struct ConnectProxy {
-    port: u16,
-    seen: mpsc::Receiver<String>,
-}
-
-impl ConnectProxy {
-    fn start() -> ConnectProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let (tx, seen) = mpsc::channel();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut client) = stream else { return };
-                let (head, _) = read_head_and_body(&mut client);
-                let line = head.lines().next().unwrap_or("").to_string();
-                let _ = tx.send(line.clone());
-                let Some(target) = line.strip_prefix("CONNECT ").and_then(|r| r.split_whitespace().next()) else {
-                    let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
-                    continue;
-                };
-                let Ok(upstream) = TcpStream::connect(target) else {
-                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
-                    continue;
-                };
-                let _ = client.set_read_timeout(None);
-                let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
-                relay(client, upstream);
-            }
-        });
-        ConnectProxy { port, seen }
-    }
+fn connect_proxy() -> Listener<String> {
+    Listener::start(|mut client| {
+        let (head, _) = read_head_and_body(&mut client);
+        let line = head.lines().next().unwrap_or("").to_string();
+        let Some(target) = line.strip_prefix("CONNECT ").and_then(|r| r.split_whitespace().next()) else {
+            let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
+            return line;
+        };
+        let Ok(upstream) = TcpStream::connect(target) else {
+            let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+            return line;
+        };
+        let _ = client.set_read_timeout(None);
+        let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        relay(client, upstream);
+        line
+    })
 }
 
 fn relay(client: TcpStream, upstream: TcpStream) {
@@ -158,7 +92,7 @@ fn post_with_proxy_header(url: &str, proxy: &str, pairs: &[(&str, &str)]) -> u16
 /// Runs the three outbound requests against the server at `kn` (its `/kn`
 /// URL), each with a `Proxy:` header naming `trap`, and checks that each
 /// reached `target` with canonical header names.
-fn outbound_requests_reach_the_target(kn: &str, target: &Recorder, trap: &Recorder, log: &dyn Fn() -> String) {
+fn outbound_requests_reach_the_target(kn: &str, target: &Listener<String>, trap: &Listener<String>, log: &dyn Fn() -> String) {
     let proxy = trap.url("");
     let route = [("do_method", "route"), ("kn_from", "/what/a"), ("kn_to", &*target.url("/remote/topic")), ("kn_id", "r1")];
     assert_eq!(post_with_proxy_header(kn, &proxy, &route), 200, "{}", log());
@@ -200,7 +134,7 @@ fn apache_cgi_ignores_the_proxy_header_for_routes_transforms_and_replay() {
     if !support::available(support::APACHE) {
         return;
     }
-    let (target, trap) = (Recorder::start(), Recorder::start());
+    let (target, trap) = (recorder(), recorder());
     let dir = Dir::new("apache_cgi_ignores_the_proxy_header");
     let store = dir.store("events");
     store_with_remote_journal(&store, &target.url("/origin/topic"));
@@ -212,7 +146,7 @@ fn apache_cgi_ignores_the_proxy_header_for_routes_transforms_and_replay() {
 
 #[test]
 fn serve_ignores_the_proxy_header_and_proxy_variables() {
-    let (target, trap) = (Recorder::start(), Recorder::start());
+    let (target, trap) = (recorder(), recorder());
     let dir = Dir::new("serve_ignores_the_proxy_header");
     let store = dir.store("events");
     store_with_remote_journal(&store, &target.url("/origin/topic"));
@@ -228,11 +162,11 @@ fn serve_ignores_the_proxy_header_and_proxy_variables() {
 
 /// Delivers one event over a remote route through the server at `kn` and
 /// checks it went through `proxy` to `target`.
-fn delivery_goes_through(kn: &str, target: &Recorder, proxy: &ConnectProxy, log: &dyn Fn() -> String) {
+fn delivery_goes_through(kn: &str, target: &Listener<String>, proxy: &Listener<String>, log: &dyn Fn() -> String) {
     let route = [("do_method", "route"), ("kn_from", "/what/a"), ("kn_to", &*target.url("/remote/topic")), ("kn_id", "r1")];
     assert_eq!(support::post_form(kn, &route).status, 200, "{}", log());
     assert_eq!(support::post_form(kn, &[("kn_to", "/what/a"), ("kn_payload", "x")]).status, 200, "{}", log());
-    let line = proxy.seen.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("the proxy was not used: {}", log()));
+    let line = proxy.next().unwrap_or_else(|| panic!("the proxy was not used: {}", log()));
     assert_eq!(line, format!("CONNECT 127.0.0.1:{} HTTP/1.1", target.port));
     let head = target.next().unwrap_or_else(|| panic!("nothing reached the target through the proxy: {}", log()));
     assert!(head.starts_with("POST /remote/topic "), "{head}");
@@ -243,7 +177,7 @@ fn apache_cgi_uses_the_explicit_kn_http_proxy() {
     if !support::available(support::APACHE) {
         return;
     }
-    let (target, proxy) = (Recorder::start(), ConnectProxy::start());
+    let (target, proxy) = (recorder(), connect_proxy());
     let dir = Dir::new("apache_cgi_uses_the_explicit_kn_http_proxy");
     let store = dir.store("events");
     let conf = format!("SetEnv KN_OUTBOUND {}\nSetEnv KN_HTTP_PROXY http://127.0.0.1:{}\n", target.url("/"), proxy.port);
@@ -253,7 +187,7 @@ fn apache_cgi_uses_the_explicit_kn_http_proxy() {
 
 #[test]
 fn serve_uses_the_explicit_kn_http_proxy() {
-    let (target, proxy) = (Recorder::start(), ConnectProxy::start());
+    let (target, proxy) = (recorder(), connect_proxy());
     let dir = Dir::new("serve_uses_the_explicit_kn_http_proxy");
     let store = dir.store("events");
     let mut command = Serve::command(&store, None);

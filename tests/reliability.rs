@@ -15,7 +15,7 @@ mod support;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use e2e::{parse_frames, post_simple, route, routes_of, KnEvent, PATIENCE};
 use kn_journal::{Config, Selection, Store, Topic};
-use support::{Apache, Dir, Tmpfs};
+use support::{failpoint_cgi, Apache, Dir, Tmpfs};
 
 /// The tests of this file run one at a time: each drives a real Apache
 /// hard (hundreds of CGI processes, killers, full disks), and two at once
@@ -754,32 +754,6 @@ fn a_full_file_system_answers_507_and_tears_nothing() {
     );
     drop(store);
     drop(fs);
-}
-
-/// `pubsub-cgi` built with the `failpoints` feature (kn-journal honours
-/// `KN_FAILPOINT`), in its own target directory so that it never replaces
-/// the binary other tests run.
-fn failpoint_cgi() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let target = profile_dir.parent().unwrap().join("failpoints");
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = std::process::Command::new(cargo);
-            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["build", "--quiet", "-p", "kn-cgi", "--bin", "pubsub-cgi", "--features", "failpoints", "--target-dir"])
-                .arg(&target);
-            if release {
-                cmd.arg("--release");
-            }
-            let out = cmd.output().expect("run cargo build");
-            assert!(out.status.success(), "building pubsub-cgi --features failpoints: {}", String::from_utf8_lossy(&out.stderr));
-            target.join(if release { "release" } else { "debug" }).join("pubsub-cgi")
-        })
-        .clone()
 }
 
 /// Injected EIO (the `failpoints` build): a write that fails half way and

@@ -1,11 +1,12 @@
 //! `pubsub-cgi serve` end to end: the real binary on a loopback port, spoken
 //! to over raw HTTP/1.1 on `TcpStream`s, so every byte on the wire is seen.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use kn_test_support::raw::{Conn, Reply, Tunnel};
 use kn_test_support::{find, wait_exit, wait_for, Serve};
 
 /// A running `pubsub-cgi serve` with its own store and static directory.
@@ -46,16 +47,14 @@ impl Server {
     }
 
     fn connect(&self) -> Conn {
-        let stream = TcpStream::connect(&self.addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn { reader: BufReader::new(stream), host: self.addr.clone() }
+        Conn::connect(&self.addr, Duration::from_secs(10))
     }
 
     /// One request on a fresh connection.
     fn request(&self, method: &str, target: &str, body: &[u8]) -> Reply {
         let mut conn = self.connect();
         conn.send(method, target, body);
-        conn.reply(method == "HEAD")
+        conn.read_reply(method == "HEAD")
     }
 
     fn post(&self, body: &str) -> Reply {
@@ -72,7 +71,7 @@ impl Server {
     fn open_tunnel(&self, target: &str) -> Tunnel {
         let mut conn = self.connect();
         conn.send("GET", target, b"");
-        Tunnel { stream: conn.reader.into_inner(), seen: Vec::new() }
+        conn.into_tunnel()
     }
 
     fn status(&self, field: &str) -> u64 {
@@ -118,103 +117,6 @@ impl Server {
     }
 }
 
-/// A client connection that may carry several requests (keep-alive).
-struct Conn {
-    reader: BufReader<TcpStream>,
-    host: String,
-}
-
-impl Conn {
-    fn send(&mut self, method: &str, target: &str, body: &[u8]) {
-        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.host).into_bytes();
-        if !body.is_empty() || method == "POST" {
-            request.extend_from_slice(
-                format!("Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n", body.len()).as_bytes(),
-            );
-        }
-        request.extend_from_slice(b"\r\n");
-        request.extend_from_slice(body);
-        self.reader.get_mut().write_all(&request).unwrap();
-    }
-
-    /// Reads one response with a `Content-Length` (or none, for 204/HEAD).
-    fn reply(&mut self, head_only: bool) -> Reply {
-        let mut status_line = String::new();
-        self.reader.read_line(&mut status_line).unwrap();
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            self.reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').unwrap();
-            headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
-        }
-        let mut reply = Reply { status_line: status_line.trim_end().to_string(), headers, body: Vec::new() };
-        if !head_only {
-            if let Some(n) = reply.header("content-length") {
-                let mut body = vec![0; n.parse().unwrap()];
-                self.reader.read_exact(&mut body).unwrap();
-                reply.body = body;
-            }
-        }
-        reply
-    }
-}
-
-struct Reply {
-    status_line: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// The raw bytes of a streaming response, read as they come.
-struct Tunnel {
-    stream: TcpStream,
-    seen: Vec<u8>,
-}
-
-impl Tunnel {
-    /// Reads until `needle` has been seen (anywhere since the start) or
-    /// `limit` passes.
-    fn wait_for(&mut self, needle: &[u8], limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        let mut buf = [0u8; 16384];
-        loop {
-            if contains(&self.seen, needle) {
-                return true;
-            }
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            self.stream.set_read_timeout(Some(left.min(Duration::from_millis(200)))).unwrap();
-            match self.stream.read(&mut buf) {
-                Ok(0) => return contains(&self.seen, needle),
-                Ok(n) => self.seen.extend_from_slice(&buf[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(e) => panic!("tunnel read failed: {e}"),
-            }
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.seen[..self.seen.len().min(2000)]).into_owned()
-    }
-}
-
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     find(haystack, needle).is_some()
 }
@@ -250,7 +152,7 @@ fn notify_is_200_notified_with_content_length_on_a_kept_alive_connection() {
     let mut conn = server.connect();
     for i in 0..2 {
         conn.send("POST", "/kn", format!("kn_to=/what/chat&kn_payload=hello{i}&kn_response_format=simple").as_bytes());
-        let reply = conn.reply(false);
+        let reply = conn.reply();
         assert_eq!(reply.status_line, "HTTP/1.1 200 Notified", "request {i}");
         assert_eq!(reply.header("content-length").map(|n| n.parse::<usize>().unwrap()), Some(reply.body.len()));
         assert_eq!(reply.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -304,13 +206,13 @@ fn kn_status_to_is_204_and_the_status_reaches_that_journal() {
     let mut journal = server.tunnel("/kn/who/s/s/1/kn_journal?kn_response_format=simple");
     let mut conn = server.connect();
     conn.send("POST", "/kn", b"kn_to=/what/chat&kn_payload=x&kn_status_to=/who/s/s/1/kn_journal&kn_status_from=mine");
-    let reply = conn.reply(false);
+    let reply = conn.reply();
     assert_eq!(reply.status_line, "HTTP/1.1 204 Content forwarded");
     assert!(reply.body.is_empty());
     assert!(journal.wait_for(b"kn_route_location: mine", Duration::from_secs(5)), "{}", journal.text());
     // The connection is still usable after a 204.
     conn.send("POST", "/kn", b"kn_to=/what/chat&kn_payload=y&kn_response_format=simple");
-    assert_eq!(conn.reply(false).status_line, "HTTP/1.1 200 Notified");
+    assert_eq!(conn.reply().status_line, "HTTP/1.1 200 Notified");
 }
 
 #[test]
@@ -326,8 +228,8 @@ fn a_body_over_the_limit_is_refused_with_413_before_it_is_read() {
     stream.write_all(head.as_bytes()).unwrap();
     // Only the head and a few bytes were sent: the answer must not wait
     // for the other 50 MB.
-    let mut conn = Conn { reader: BufReader::new(stream), host: server.addr.clone() };
-    let reply = conn.reply(false);
+    let mut conn = Conn::new(stream, &server.addr);
+    let reply = conn.reply();
     assert_eq!(reply.status_line, "HTTP/1.1 413 Request too large");
     assert_eq!(reply.header("connection"), Some("close"));
     assert!(reply.text().contains("50000000"), "{}", reply.text());
@@ -347,7 +249,7 @@ fn a_body_over_the_limit_is_refused_with_413_before_it_is_read() {
     request.extend_from_slice(b"0\r\n\r\n");
     // The server may close before reading it all; a failed write is fine.
     let _ = conn.reader.get_mut().write_all(&request);
-    assert_eq!(conn.reply(false).status_line, "HTTP/1.1 413 Request too large");
+    assert_eq!(conn.reply().status_line, "HTTP/1.1 413 Request too large");
 }
 
 // ----- static files ----------------------------------------------------------

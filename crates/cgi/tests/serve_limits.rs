@@ -4,52 +4,40 @@
 //! loopback port, spoken to over raw HTTP/1.1.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use kn_test_support::raw::{Conn, Reply, Tunnel};
+use kn_test_support::{find, wait_for, Serve};
 
 /// A running `pubsub-cgi serve` with its own store.
 struct Server {
-    child: Child,
+    _serve: Serve,
     addr: String,
-    _stdout: BufReader<ChildStdout>,
     dir: tempfile::TempDir,
 }
 
 impl Server {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(dir.path().join("events"))
+        let mut command = Serve::command_of(Path::new(env!("CARGO_BIN_EXE_pubsub-cgi")), &dir.path().join("events"), None);
+        command
             .args(args)
             .current_dir(dir.path())
-            .env_remove("KN_EVENTS")
-            .env_remove("GATEWAY_INTERFACE")
             .env_remove("KN_MAX_CONNECTIONS")
             .env_remove("KN_MAX_TUNNELS")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start pubsub-cgi serve");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .strip_prefix("knpubsub serving http://")
-            .and_then(|rest| rest.split_once("/kn (store "))
-            .map(|(addr, _)| addr.to_string())
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        Server { child, addr, _stdout: stdout, dir }
+            .envs(env.iter().copied());
+        let serve = Serve::spawn(command);
+        let addr = serve.addr().to_string();
+        Server { _serve: serve, addr, dir }
     }
 
     fn connect(&self) -> Conn {
-        let stream = TcpStream::connect(&self.addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Conn { reader: BufReader::new(stream), host: self.addr.clone() }
+        Conn::connect(&self.addr, Duration::from_secs(20))
     }
 
     fn post(&self, body: &str) -> Reply {
@@ -62,7 +50,7 @@ impl Server {
     fn open_tunnel(&self, target: &str) -> Tunnel {
         let mut conn = self.connect();
         conn.send("GET", target, b"");
-        Tunnel { stream: conn.reader.into_inner(), seen: Vec::new() }
+        conn.into_tunnel()
     }
 
     fn tunnel(&self, target: &str) -> Tunnel {
@@ -72,120 +60,8 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A client connection that may carry several requests (keep-alive).
-struct Conn {
-    reader: BufReader<TcpStream>,
-    host: String,
-}
-
-impl Conn {
-    fn send(&mut self, method: &str, target: &str, body: &[u8]) {
-        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.host).into_bytes();
-        if method == "POST" {
-            request.extend_from_slice(
-                format!("Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n", body.len()).as_bytes(),
-            );
-        }
-        request.extend_from_slice(b"\r\n");
-        request.extend_from_slice(body);
-        self.reader.get_mut().write_all(&request).unwrap();
-    }
-
-    /// Reads one response with a `Content-Length`.
-    fn reply(&mut self) -> Reply {
-        let mut status_line = String::new();
-        self.reader.read_line(&mut status_line).unwrap();
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            self.reader.read_line(&mut line).unwrap();
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').unwrap();
-            headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
-        }
-        let mut reply = Reply { status_line: status_line.trim_end().to_string(), headers, body: Vec::new() };
-        if let Some(n) = reply.header("content-length") {
-            let mut body = vec![0; n.parse().unwrap()];
-            self.reader.read_exact(&mut body).unwrap();
-            reply.body = body;
-        }
-        reply
-    }
-}
-
-struct Reply {
-    status_line: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// The raw bytes of a streaming response, read as they come.
-struct Tunnel {
-    stream: TcpStream,
-    seen: Vec<u8>,
-}
-
-impl Tunnel {
-    /// Reads until `needle` has been seen or `limit` passes.
-    fn wait_for(&mut self, needle: &[u8], limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        let mut buf = [0u8; 16384];
-        loop {
-            if contains(&self.seen, needle) {
-                return true;
-            }
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            self.stream.set_read_timeout(Some(left.min(Duration::from_millis(200)))).unwrap();
-            match self.stream.read(&mut buf) {
-                Ok(0) => return contains(&self.seen, needle),
-                Ok(n) => self.seen.extend_from_slice(&buf[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(e) => panic!("tunnel read failed: {e}"),
-            }
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.seen[..self.seen.len().min(2000)]).into_owned()
-    }
-}
-
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
+    find(haystack, needle).is_some()
 }
 
 // ----- the event loop never blocks --------------------------------------------
@@ -271,7 +147,7 @@ fn the_tunnel_past_the_cap_gets_503_and_a_closed_one_frees_its_place() {
     drop(first);
     // The server notices at the next keep-alive write (every second).
     let mut reopened = None;
-    let accepted = wait_until(Duration::from_secs(15), || {
+    let accepted = wait_for(Duration::from_secs(15), || {
         let mut tunnel = server.open_tunnel("/kn/what/t3?kn_response_format=simple");
         tunnel.wait_for(b"status: ", Duration::from_secs(5));
         let ok = contains(&tunnel.seen, b"status: 200 Watching topic");
@@ -307,7 +183,7 @@ fn the_connection_past_the_cap_gets_503_and_a_closed_one_frees_its_place() {
     assert_eq!(third.reader.read_to_end(&mut rest).unwrap(), 0, "the refused connection stays open");
 
     drop(first);
-    let served = wait_until(Duration::from_secs(10), || {
+    let served = wait_for(Duration::from_secs(10), || {
         server.post("kn_to=/what/c&kn_payload=z&kn_response_format=simple").status_line == "HTTP/1.1 200 Notified"
     });
     assert!(served, "no connection was served after one closed");

@@ -1,40 +1,16 @@
 //! `pubsub-cgi serve` survives a request that panics: that request alone is
 //! answered `500`, and a tunnel open on the same server keeps receiving
 //! events. No input may panic, so the panic is injected: the `failpoints`
-//! build of `pubsub-cgi` (built here, in its own target directory, as
-//! tests/reliability.rs does) panics on a request carrying
+//! build of `pubsub-cgi` ([`kn_test_support::failpoint_cgi`], in its own
+//! target directory) panics on a request carrying
 //! `kn_failpoint_panic` when `KN_FAILPOINT` lists `handler-panic`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `pubsub-cgi` built with the `failpoints` feature, in
-/// `target/failpoints` so that it never replaces the binary other tests run.
-fn failpoint_cgi() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let target = profile_dir.parent().unwrap().join("failpoints");
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["build", "--quiet", "-p", "kn-cgi", "--bin", "pubsub-cgi", "--features", "failpoints", "--target-dir"])
-                .arg(&target);
-            if release {
-                cmd.arg("--release");
-            }
-            let out = cmd.output().expect("run cargo build");
-            assert!(out.status.success(), "building pubsub-cgi --features failpoints: {}", String::from_utf8_lossy(&out.stderr));
-            target.join(if release { "release" } else { "debug" }).join("pubsub-cgi")
-        })
-        .clone()
-}
+use kn_test_support::failpoint_cgi;
 
 struct Server {
     child: Child,

@@ -3,76 +3,26 @@
 //! decides which remote route destinations and content transforms the
 //! store sends requests to, and a refused one is never contacted.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+use std::io::Write;
+use std::net::TcpStream;
 
 use kn_journal::{Config, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_test_support::{read_head_and_body, Listener};
 
 /// A listener that answers every request with `200` and `reply`, and
 /// reports each request's first line and body.
-struct Listener {
-    port: u16,
-    seen: mpsc::Receiver<(String, Vec<u8>)>,
-}
-
-impl Listener {
-    fn start(reply: &'static [u8]) -> Listener {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let (tx, seen) = mpsc::channel();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { return };
-                let request = read_request(&mut stream);
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
-                let _ = stream.write_all(head.as_bytes());
-                let _ = stream.write_all(reply);
-                if tx.send(request).is_err() {
-                    return;
-                }
-            }
-        });
-        Listener { port, seen }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// The next request, if one arrives within a few seconds.
-    fn next(&self) -> Option<(String, Vec<u8>)> {
-        self.seen.recv_timeout(Duration::from_secs(5)).ok()
-    }
-
-    /// Panics if any request arrived (waiting briefly for stragglers).
-    fn assert_silent(&self, what: &str) {
-        if let Ok((line, _)) = self.seen.recv_timeout(Duration::from_millis(300)) {
-            panic!("{what}: the listener was contacted: {line}");
-        }
-    }
+fn answering(reply: &'static [u8]) -> Listener<(String, Vec<u8>)> {
+    Listener::start(move |mut stream| {
+        let request = read_request(&mut stream);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(reply);
+        request
+    })
 }
 
 fn read_request(stream: &mut TcpStream) -> (String, Vec<u8>) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => buf.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0usize);
-    let mut body = vec![0; len];
-    let _ = stream.read_exact(&mut body);
+    let (head, body) = read_head_and_body(stream);
     (head.lines().next().unwrap_or("").to_string(), body)
 }
 
@@ -110,7 +60,7 @@ fn transform_route(store: &Store, url: &str) -> kn_journal::Result<kn_journal::R
 #[test]
 fn the_default_policy_denies_every_remote_url() {
     assert_eq!(Config::new("/nonexistent").outbound, OutboundPolicy::DenyAll, "deny is the default");
-    let listener = Listener::start(b"");
+    let listener = answering(b"");
     let (_dir, store) = store(None);
     let err = store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
@@ -124,7 +74,7 @@ fn the_default_policy_denies_every_remote_url() {
 
 #[test]
 fn the_default_policy_never_calls_a_content_transform() {
-    let listener = Listener::start(b"TRANSFORMED");
+    let listener = answering(b"TRANSFORMED");
     let (_dir, store) = store(None);
     // The route itself is local; only its transform is remote.
     let _ = transform_route(&store, &listener.url("/t"));
@@ -138,7 +88,7 @@ fn the_default_policy_never_calls_a_content_transform() {
 
 #[test]
 fn allow_delivers_to_a_remote_listener_and_runs_transforms() {
-    let listener = Listener::start(b"");
+    let listener = answering(b"");
     let (_dir, store) = store(Some(OutboundPolicy::AllowAll));
     store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).expect("route");
     store.notify(&topic("/what/chat"), event("hello remote")).expect("notify");
@@ -146,7 +96,7 @@ fn allow_delivers_to_a_remote_listener_and_runs_transforms() {
     assert!(line.starts_with("POST /kn/what/chat "), "{line}");
     assert!(String::from_utf8_lossy(&body).contains("kn_payload=hello+remote"), "{}", String::from_utf8_lossy(&body));
 
-    let transformer = Listener::start(b"TRANSFORMED");
+    let transformer = answering(b"TRANSFORMED");
     transform_route(&store, &transformer.url("/t")).expect("transform route");
     store.notify(&topic("/what/in"), event("original")).expect("notify");
     let (line, body) = transformer.next().expect("the transform was called");
@@ -157,8 +107,8 @@ fn allow_delivers_to_a_remote_listener_and_runs_transforms() {
 
 #[test]
 fn a_prefix_list_allows_its_prefixes_and_nothing_that_merely_looks_alike() {
-    let good = Listener::start(b"TRANSFORMED");
-    let other = Listener::start(b"");
+    let good = answering(b"TRANSFORMED");
+    let other = answering(b"");
     let prefixes = format!("{} http://good.example/", good.url("/kn/"));
     let policy: OutboundPolicy = prefixes.parse().expect("prefix list");
     let (_dir, store) = store(Some(policy));
@@ -229,28 +179,20 @@ fn a_refusal_says_how_to_allow_the_url() {
 /// destination, and the delivery fails as the proxy's answer says).
 #[test]
 fn the_store_sends_through_the_configured_proxy_only() {
-    let listener = Listener::start(b"");
-    let proxy = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let proxy_url = format!("http://{}", proxy.local_addr().expect("addr"));
-    let (tx, connects) = mpsc::channel();
-    thread::spawn(move || {
-        for stream in proxy.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let (line, _) = read_request(&mut stream);
-            let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
+    let listener = answering(b"");
+    let proxy = Listener::start(|mut stream| {
+        let (line, _) = read_request(&mut stream);
+        let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        line
     });
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::new(dir.path().join("kn_events"));
     config.outbound = OutboundPolicy::AllowAll;
-    config.http_proxy = Some(proxy_url.parse().expect("proxy URL"));
+    config.http_proxy = Some(proxy.url("").parse().expect("proxy URL"));
     let store = Store::open_with(config).expect("open store");
     store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).expect("route");
     store.notify(&topic("/what/chat"), event("hello")).expect("notify");
-    let line = connects.recv_timeout(Duration::from_secs(5)).expect("the proxy was asked");
+    let line = proxy.next().expect("the proxy was asked");
     assert_eq!(line, format!("CONNECT 127.0.0.1:{} HTTP/1.1", listener.port));
     listener.assert_silent("a delivery the proxy refused");
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use kn_journal::{content_transform, deliver, Config, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
 
+use kn_test_support::read_head;
 use kn_test_support::Received as Seen;
 
 /// Reads one HTTP request (headers and a Content-Length body).
@@ -495,14 +496,7 @@ fn hand_built_prefixes_are_normalised_when_checked() {
 fn strict_receiver() -> (String, mpsc::Receiver<String>) {
     let (tx, rx) = mpsc::channel();
     let url = listen_once(move |mut stream| {
-        let mut buf = Vec::new();
-        let mut byte = [0u8; 1];
-        while !buf.ends_with(b"\r\n\r\n") {
-            match stream.read(&mut byte) {
-                Ok(1) => buf.push(byte[0]),
-                _ => break,
-            }
-        }
+        let buf = read_head(&mut stream);
         let head = String::from_utf8_lossy(&buf).into_owned();
         let length = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).and_then(|v| v.trim().parse().ok());
         let reply: &[u8] = match length {
@@ -567,14 +561,7 @@ where
     thread::spawn(move || {
         for (i, stream) in listener.incoming().enumerate() {
             let Ok(mut stream) = stream else { return };
-            let mut buf = Vec::new();
-            let mut byte = [0u8; 1];
-            while !buf.ends_with(b"\r\n\r\n") {
-                match stream.read(&mut byte) {
-                    Ok(1) => buf.push(byte[0]),
-                    _ => break,
-                }
-            }
+            let buf = read_head(&mut stream);
             let line = String::from_utf8_lossy(&buf).lines().next().unwrap_or("").to_string();
             let reply = match next(i, &own) {
                 Some(to) => format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
@@ -629,14 +616,7 @@ fn get_never_follows_a_redirect_the_outbound_policy_refuses() {
 fn an_explicit_proxy_is_asked_to_connect_to_the_target() {
     let (tx, rx) = mpsc::channel();
     let proxy = listen_once(move |mut stream| {
-        let mut buf = Vec::new();
-        let mut byte = [0u8; 1];
-        while !buf.ends_with(b"\r\n\r\n") {
-            match stream.read(&mut byte) {
-                Ok(1) => buf.push(byte[0]),
-                _ => break,
-            }
-        }
+        let buf = read_head(&mut stream);
         let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
         let _ = tx.send(String::from_utf8_lossy(&buf).lines().next().unwrap_or("").to_string());
     });

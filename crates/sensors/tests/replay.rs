@@ -45,12 +45,19 @@ fn replayed(store: &Store, prefix: &str) -> Vec<Event> {
 }
 
 fn kn_replay(root: &Path, args: &[&str]) -> (Output, Duration) {
+    kn_replay_with(root, &[], args)
+}
+
+/// `kn-replay --root root ARGS` with `env` added; its output and how long
+/// it ran.
+fn kn_replay_with(root: &Path, env: &[(&str, &str)], args: &[&str]) -> (Output, Duration) {
     let start = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_kn-replay"))
         .arg("--root")
         .arg(root)
         .args(args)
         .env("KN_SERVER_URL", SERVER_URL)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -310,16 +317,3 @@ fn a_replay_stops_at_kn_replay_max_time() {
     assert_eq!(Config::new(dir.path()).replay_max_time, Duration::from_secs(3600));
 }
 
-fn kn_replay_with(root: &Path, env: &[(&str, &str)], args: &[&str]) -> (Output, Duration) {
-    let start = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kn-replay"))
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .env("KN_SERVER_URL", SERVER_URL)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (out, start.elapsed())
-}

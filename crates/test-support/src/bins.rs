@@ -44,6 +44,33 @@ pub fn hello_cgi() -> PathBuf {
     cargo_bin("hello-cgi")
 }
 
+/// `pubsub-cgi` built with the `failpoints` feature (faults injected on
+/// request, `KN_FAILPOINT`), once per test process, into
+/// `<target>/failpoints` (same profile) so that it never replaces the
+/// binary other tests run.
+pub fn failpoint_cgi() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+            let target = profile_dir.parent().unwrap().join("failpoints");
+            let release = profile_dir.file_name().is_some_and(|n| n == "release");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["build", "--quiet", "-p", "kn-cgi", "--bin", "pubsub-cgi", "--features", "failpoints", "--target-dir"])
+                .arg(&target);
+            if release {
+                cmd.arg("--release");
+            }
+            let out = cmd.output().expect("run cargo build");
+            assert!(out.status.success(), "building pubsub-cgi --features failpoints: {}", String::from_utf8_lossy(&out.stderr));
+            target.join(if release { "release" } else { "debug" }).join("pubsub-cgi")
+        })
+        .clone()
+}
+
 /// `pubsub-cgi serve` listening on a free loopback port; killed when
 /// dropped.
 pub struct Serve {

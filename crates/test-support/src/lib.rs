@@ -33,8 +33,14 @@
 //!   stopped with every child when dropped.
 //! * [`http`]: [`get`], [`post_form`], [`post`] ([`Response`]) and
 //!   [`Stream`], a raw connection read incrementally with deadlines.
-//! * [`recorder`]: [`Received`], [`read_request`], [`form_decode`]: the
-//!   server side, for listeners that stand in for a remote.
+//! * [`recorder`]: [`Listener`], [`Received`], [`read_request`],
+//!   [`read_head_and_body`], [`form_decode`]: the server side, for
+//!   listeners that stand in for a remote, a transform or a proxy.
+//! * [`bins`] also has [`failpoint_cgi`], `pubsub-cgi` with faults injected
+//!   on request, built into `<target>/failpoints`.
+//! * [`raw`]: [`raw::Conn`], [`raw::Reply`], [`raw::Tunnel`]: a raw
+//!   HTTP/1.1 keep-alive client and tunnel reader for `pubsub-cgi serve`
+//!   (not re-exported at the root).
 //! * [`process`]: [`wait_for`], [`process_alive`], [`run_with_stdin`],
 //!   [`scratch`], [`owner`].
 //!
@@ -54,6 +60,7 @@ pub mod bins;
 pub mod dir;
 pub mod http;
 pub mod process;
+pub mod raw;
 pub mod recorder;
 pub mod servers;
 pub mod skip;

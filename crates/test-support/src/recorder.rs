@@ -1,8 +1,65 @@
 //! The server side of a test: HTTP requests as a listener received them
 //! (a remote PubSub server stand-in, an outbound transform, …).
 
+use std::fmt::Debug;
 use std::io::Read;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// A listener on a free loopback port that hands each connection in turn,
+/// on one background thread, to a handler and records what it returns: a
+/// remote server, transform or proxy the test owns.
+pub struct Listener<T> {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    seen: mpsc::Receiver<T>,
+}
+
+impl<T: Send + 'static> Listener<T> {
+    /// Starts listening; `handle` answers one connection and returns what
+    /// to record of it.
+    pub fn start(mut handle: impl FnMut(TcpStream) -> T + Send + 'static) -> Listener<T> {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, seen) = mpsc::channel();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                if tx.send(handle(stream)).is_err() {
+                    return;
+                }
+            }
+        });
+        Listener { port, seen }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The record of the next connection, if one arrives within 15 s.
+    pub fn next(&self) -> Option<T> {
+        self.seen.recv_timeout(Duration::from_secs(15)).ok()
+    }
+
+    /// The records of every connection handled so far, not yet taken.
+    pub fn drain(&self) -> Vec<T> {
+        self.seen.try_iter().collect()
+    }
+
+    /// Panics if a connection was handled (waiting 300 ms for stragglers).
+    pub fn assert_silent(&self, what: &str)
+    where
+        T: Debug,
+    {
+        if let Ok(record) = self.seen.recv_timeout(Duration::from_millis(300)) {
+            panic!("{what}: the listener was contacted: {record:?}");
+        }
+    }
+}
 
 /// An HTTP request as a listener received it.
 #[derive(Clone, Debug)]
@@ -36,13 +93,9 @@ impl Received {
 /// `None` when the client closes or the read fails first (set a read
 /// timeout on `conn` to bound the wait).
 pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if conn.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
+    let head = read_head(conn);
+    if !head.ends_with(b"\r\n\r\n") {
+        return None;
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     let mut lines = head.split("\r\n");
@@ -57,6 +110,37 @@ pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
     let mut body = vec![0u8; len];
     conn.read_exact(&mut body).ok()?;
     Some(Received { request_line, headers, body })
+}
+
+/// Reads a request head byte by byte, up to and including its blank line;
+/// what arrived when the client closes or the read fails first (a partial
+/// head, maybe empty). The body, if any, is left unread.
+pub fn read_head(conn: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match conn.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    head
+}
+
+/// Reads a request's head (as text) and its `Content-Length` body, waiting
+/// at most 5 s for each read. Lenient, for listeners that record whatever
+/// comes: a short head is returned as it is, a short body zero-filled.
+pub fn read_head_and_body(conn: &mut TcpStream) -> (String, Vec<u8>) {
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let head = String::from_utf8_lossy(&read_head(conn)).into_owned();
+    let len = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0usize);
+    let mut body = vec![0; len];
+    let _ = conn.read_exact(&mut body);
+    (head, body)
 }
 
 /// Decodes an `application/x-www-form-urlencoded` body: `&`-separated
