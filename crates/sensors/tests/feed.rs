@@ -136,7 +136,8 @@ fn the_readme_crontab_line_runs() {
 fn a_remote_pubsub_server_gets_each_item_once() {
     let sandbox = Sandbox::new();
     let server_store = sandbox.join("server_events");
-    let url = format!("{}/what/news", pubsub_server(&server_store));
+    let server = pubsub_server(&server_store);
+    let url = format!("{}/what/news", server.url());
     let feed = fixture_path(RSS).display().to_string();
     for expected in ["3 new or changed, 0 unchanged", "0 new or changed, 3 unchanged"] {
         let mut cmd = sensor("kn-feed");

@@ -205,7 +205,8 @@ fn an_unreachable_server_exits_75() {
 fn a_remote_pubsub_server_gets_the_message_once() {
     let sandbox = Sandbox::new();
     let server_store = sandbox.join("server_events");
-    let url = pubsub_server(&server_store);
+    let server = pubsub_server(&server_store);
+    let url = server.url();
     let message = fixture("mail/encoded.eml");
     for _ in 0..2 {
         let mut cmd = sensor("kn-mail");

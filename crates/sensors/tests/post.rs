@@ -70,7 +70,8 @@ fn routes_fire_as_for_a_web_notify() {
 fn posting_to_pubsub_cgi_serve_over_http() {
     let sandbox = Sandbox::new();
     let server_store = sandbox.join("server_events");
-    let url = format!("{}/what/chat", pubsub_server(&server_store));
+    let server = pubsub_server(&server_store);
+    let url = format!("{}/what/chat", server.url());
     let mut cmd = sensor("kn-post");
     cmd.args([&url, "kn_id=h1", "tricky=a&b;c=d%20 e"]);
     let out = sandbox.run(cmd, "héllo\nwörld\n".as_bytes());

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kn_journal::{Event, Selection, Store, Topic};
 
@@ -203,23 +203,9 @@ impl Drop for StaticServer {
     }
 }
 
-/// `pubsub-cgi serve` (the kn-cgi library's server, in this process) on
-/// a free port of 127.0.0.1 over `root`; returns the `/kn` URL once it
-/// answers. The server lives until the test process exits.
-pub fn pubsub_server(root: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let port = closed_port();
-        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let config = kn_cgi::serve::ServeConfig::new(addr, root);
-        let server = thread::spawn(move || kn_cgi::serve::serve(config));
-        while Instant::now() < deadline && !server.is_finished() {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return format!("http://127.0.0.1:{port}/kn");
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        // The port was taken in between: try another.
-        assert!(Instant::now() < deadline, "pubsub-cgi serve did not start");
-    }
+/// `pubsub-cgi serve` (the workspace's binary, in its own process) on a
+/// free port of 127.0.0.1 over `root`, answering once this returns; its
+/// `/kn` URL is [`kn_test_support::Serve::url`]. Killed when dropped.
+pub fn pubsub_server(root: &Path) -> kn_test_support::Serve {
+    kn_test_support::Serve::spawn(kn_test_support::Serve::command(root, None))
 }
