@@ -11,11 +11,12 @@ use std::sync::OnceLock;
 ///
 /// `env!("CARGO_BIN_EXE_<name>")` only exists for binaries of the package
 /// whose tests are being compiled, and these tests live in the root package
-/// while the binaries live in `kn-cgi`; and `cargo test` builds another
-/// package's binaries only as test harnesses, not as programs. So the harness
-/// looks in the target directory this test executable was built into
-/// (`<target>/<profile>/deps/<test>` → `<target>/<profile>/<name>`) and runs
-/// `cargo build -p kn-cgi --bins` (same profile, same target directory) once
+/// while the binaries live in `kn-cgi` and `kn-sensors`; and `cargo test`
+/// builds another package's binaries only as test harnesses, not as
+/// programs. So the harness looks in the target directory this test
+/// executable was built into (`<target>/<profile>/deps/<test>` →
+/// `<target>/<profile>/<name>`) and runs `cargo build -p kn-cgi -p
+/// kn-sensors --bins` (same profile, same target directory) once
 /// per test process first: a no-op when up to date, and it guarantees that a
 /// test never runs a binary older than the sources. Set `KN_TEST_NO_BUILD=1`
 /// to skip the build (the binary must then exist).
@@ -52,21 +53,16 @@ pub fn failpoint_cgi() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let target = profile_dir.parent().unwrap().join("failpoints");
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["build", "--quiet", "-p", "kn-cgi", "--bin", "pubsub-cgi", "--features", "failpoints", "--target-dir"])
-                .arg(&target);
-            if release {
-                cmd.arg("--release");
+            let layout = target_layout();
+            let target = layout.target_dir.join("failpoints");
+            if let Err(e) = cargo_build(&layout, &target, &["-p", "kn-cgi", "--bin", "pubsub-cgi", "--features", "failpoints"]) {
+                panic!("{e}");
             }
-            let out = cmd.output().expect("run cargo build");
-            assert!(out.status.success(), "building pubsub-cgi --features failpoints: {}", String::from_utf8_lossy(&out.stderr));
-            target.join(if release { "release" } else { "debug" }).join("pubsub-cgi")
+            let mut dir = target;
+            if let Some(triple) = &layout.triple {
+                dir.push(triple);
+            }
+            dir.join(layout.profile_dir.file_name().expect("profile directory")).join("pubsub-cgi")
         })
         .clone()
 }
@@ -176,11 +172,15 @@ pub(crate) fn target_layout() -> TargetLayout {
 }
 
 fn build_bins(layout: &TargetLayout) -> Result<(), String> {
+    cargo_build(layout, &layout.target_dir, &["-p", "kn-cgi", "-p", "kn-sensors", "--bins"])
+}
+
+/// `cargo build <what>` into `target_dir`, with the profile and target
+/// triple of this test executable.
+fn cargo_build(layout: &TargetLayout, target_dir: &Path, what: &[&str]) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "-p", "kn-cgi", "--bins", "--target-dir"])
-        .arg(&layout.target_dir);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args(["build", "--quiet"]).args(what).arg("--target-dir").arg(target_dir);
     match layout.profile.as_str() {
         "debug" => {}
         "release" => {
@@ -195,11 +195,7 @@ fn build_bins(layout: &TargetLayout) -> Result<(), String> {
     }
     let out = cmd.output().map_err(|e| format!("running cargo build: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "cargo build -p kn-cgi --bins failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("cargo build {} failed ({}):\n{}", what.join(" "), out.status, String::from_utf8_lossy(&out.stderr)));
     }
     Ok(())
 }

@@ -44,6 +44,9 @@ fn skip_with(ci: bool, record: &Path, reason: &str) {
     }
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("?");
+    // One line per skip, whatever the reason holds (a tool's stderr may
+    // span lines): .ci/run counts the lines of the record.
+    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
     let line = format!("skipping: {test}: {reason}");
     eprintln!("{line}");
     if let Some(parent) = record.parent() {
