@@ -369,17 +369,13 @@ impl Server {
             ..HttpRequest::default()
         };
         let server = self.clone();
-        // No request may panic; should one, it alone is answered 500 (the
-        // inline path runs on the async worker, where a panic would drop
-        // the connection).
         let work = move || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let request = Request::from_http(http, &server.limits)?;
-                Ok::<_, Error>(server.handler.handle(&request))
-            }))
-            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)")))
+            let request = Request::from_http(http, &server.limits)?;
+            Ok::<_, Error>(server.handler.handle(&request))
         };
-        // Off the async workers: a request may wait for a topic's lock.
+        // Off the async workers: a request may wait for a topic's lock. No
+        // request may panic; should one, the blocking pool catches it and
+        // it alone is answered 500 (the `Err(join)` arm).
         let handled = tokio::task::spawn_blocking(work).await;
         match handled {
             Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
@@ -393,6 +389,9 @@ impl Server {
                 }
             },
             Ok(Err(err)) => self.failure(&query, &err),
+            Err(join) if join.is_panic() => {
+                self.failure(&query, &Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)"))
+            }
             Err(join) => self.failure(&query, &Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))),
         }
     }
