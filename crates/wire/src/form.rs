@@ -59,9 +59,8 @@ impl Params {
     /// assert_eq!(Params::parse_at_most(b"a=1&b=2&c", 2).unwrap_err().kind(), ErrorKind::TooManyElements);
     /// ```
     pub fn parse_at_most(input: &[u8], max: usize) -> Result<Params, Error> {
-        let pairs = input.split(|&b| b == b'&' || b == b';').filter(|pair| !pair.is_empty());
         let mut out = Vec::new();
-        for pair in pairs {
+        for pair in raw_pairs(input) {
             if out.len() == max {
                 return Err(Error::new(
                     ErrorKind::TooManyElements,
@@ -170,11 +169,13 @@ impl<N: Into<Vec<u8>>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Params {
 /// assert!(parse(b"kn_payload=%zz").is_err());
 /// ```
 pub fn parse(input: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
-    input
-        .split(|&b| b == b'&' || b == b';')
-        .filter(|pair| !pair.is_empty())
-        .map(parse_pair)
-        .collect()
+    raw_pairs(input).map(parse_pair).collect()
+}
+
+/// The undecoded `name=value` pairs of `input`: split at `&` and `;`, empty
+/// ones dropped.
+fn raw_pairs(input: &[u8]) -> impl Iterator<Item = &[u8]> {
+    input.split(|&b| b == b'&' || b == b';').filter(|pair| !pair.is_empty())
 }
 
 fn parse_pair(pair: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
