@@ -83,7 +83,7 @@ impl Tree {
             next += 1;
             let entries = fs::read_dir(&dir).map_err(|e| format!("cannot list '{}': {e}", dir.display()))?;
             for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(".probe-") {
+                if entry.file_name().to_string_lossy().starts_with(kn_journal::PROBE_PREFIX) {
                     continue;
                 }
                 let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };

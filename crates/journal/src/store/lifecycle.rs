@@ -19,7 +19,7 @@ use super::{create_topic_dir, HEARTBEAT_FILE, Kept, Store};
 /// The name prefix of the probe directories of [`Store::probe`]: hidden,
 /// so no topic can be named so (a topic segment never starts with `.`)
 /// and the topic list skips it.
-const PROBE_PREFIX: &str = ".probe-";
+pub const PROBE_PREFIX: &str = ".probe-";
 
 impl Store {
     /// Every topic of the store, sorted (the tree, walked with `walkdir`).

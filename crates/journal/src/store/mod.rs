@@ -24,7 +24,7 @@ mod read;
 mod routes;
 
 pub use admin::TopicStat;
-pub use lifecycle::{VerifyProblem, VerifyReport};
+pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport};
