@@ -167,16 +167,18 @@ impl Writer<'_> {
     }
 
     fn rebuild_index_from(&mut self, segments: &[Planned]) -> Result<()> {
-        let mut entries: HashMap<u64, u64> = HashMap::new();
+        // The last record of each id, then one digest each: a digest may
+        // read and hash a blob, which a replaced record never needs.
+        let mut latest: HashMap<u64, &Record> = HashMap::new();
         for seg in segments {
             for r in &seg.records {
-                entries.insert(id_hash(r.event.id().unwrap_or(b"")), digest(&self.dir, r));
+                latest.insert(id_hash(r.event.id().unwrap_or(b"")), r);
             }
         }
-        let live = entries.len() as u64;
+        let live = latest.len() as u64;
         let slots = table_slots(live);
         let head = Head { live, garbage: 0, slots, used: live, ..self.head };
-        let list: Vec<(u64, u64)> = entries.into_iter().collect();
+        let list: Vec<(u64, u64)> = latest.into_iter().map(|(hash, r)| (hash, digest(&self.dir, r))).collect();
         self.head_file = write_head_file(&self.dir, &head, &list)?;
         self.head = head;
         Ok(())
