@@ -36,6 +36,8 @@
 //!   stored once in the root's `.blobs/`, hard-linked into each topic
 //!   that holds them; readers put them back).
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
+//! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
+//!   shared by every process in the root's `.stats`.
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
 //!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
@@ -81,6 +83,7 @@ mod ids;
 mod log;
 mod record;
 mod remote;
+mod stats;
 mod store;
 mod topic;
 mod watch;
@@ -92,5 +95,6 @@ pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
+pub use stats::{Counter, Counters, STATS_FILE};
 pub use store::*;
 pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

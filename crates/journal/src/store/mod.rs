@@ -163,6 +163,18 @@ impl Store {
         &self.config.root
     }
 
+    /// Adds `n` to one of the store's [`Counters`](crate::Counters) (kept
+    /// in `.stats`, shared by every process). For rare events only: a
+    /// removal, a retry, a poisoning.
+    pub fn count(&self, counter: crate::Counter, n: u64) -> Result<()> {
+        crate::stats::add(&self.config.root, counter, n)
+    }
+
+    /// Every counter of the store, as every process has added to it.
+    pub fn counters(&self) -> Result<crate::Counters> {
+        crate::stats::read(&self.config.root)
+    }
+
     /// This server's URL: the configured one, else the first name in
     /// `.names`, else `http://localhost/kn`.
     pub fn server_url(&self) -> String {
