@@ -31,6 +31,31 @@ impl std::str::FromStr for SyncPolicy {
     }
 }
 
+/// Whether the store is on a file system shared by several hosts (see
+/// FORMAT.md, "Shared mode").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shared {
+    /// Shared when the store's root is on a FUSE or NFS mount (`statfs`).
+    Auto,
+    /// Always shared: nothing cached across a lock release, cross-host
+    /// wake-ups through `.changes`.
+    On,
+    /// Never shared: a local store, whatever the file system says.
+    Off,
+}
+
+impl std::str::FromStr for Shared {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Shared, Error> {
+        match s.trim() {
+            "auto" => Ok(Shared::Auto),
+            "on" => Ok(Shared::On),
+            "off" => Ok(Shared::Off),
+            other => Err(Error::new(ErrorKind::BadRequest, format!("bad shared mode '{other}': expected 'auto', 'on' or 'off'"))),
+        }
+    }
+}
+
 /// The settings of a [`Store`](crate::Store). `Config::new` gives the
 /// documented defaults; [`Config::from_env`] reads the `KN_*` variables.
 ///
@@ -45,6 +70,9 @@ impl std::str::FromStr for SyncPolicy {
 /// | `journal_max_bytes` | 64 MiB | `KN_JOURNAL_MAX_BYTES` |
 /// | `expired_grace` | 1 hour | `KN_EXPIRED_GRACE` (seconds) |
 /// | `poll_interval` | 250 ms | `KN_POLL_MS` |
+/// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
+/// | `changes_poll` | 10 ms: how often a process in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
+/// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
 /// | `heartbeat_stale` | 100 s | — (protocol constant) |
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
@@ -86,6 +114,17 @@ pub struct Config {
     pub expired_grace: Duration,
     /// How often a waiting reader re-reads when no change notification came.
     pub poll_interval: Duration,
+    /// Shared mode (several hosts on one network file system): see
+    /// [`Shared`]. [`Store::open_with`](crate::Store::open_with) resolves
+    /// `Auto` to `On` or `Off`.
+    pub shared: Shared,
+    /// In shared mode, how often one thread per process reads the store's
+    /// `.changes` to wake its tunnels for appends made on other hosts (the
+    /// longest extra delay of a cross-host wake-up).
+    pub changes_poll: Duration,
+    /// In shared mode, `.changes` is emptied (its generation bumped) by
+    /// the writer that finds it larger than this.
+    pub changes_bytes: u64,
     /// A journal whose heartbeat is older than this is stale.
     pub heartbeat_stale: Duration,
     /// This server's own URL (`http://host/kn`); `None` means "from `.names`".
@@ -171,6 +210,9 @@ impl Config {
             expired_grace: Duration::from_secs(3600),
             poll_interval: Duration::from_millis(250),
             heartbeat_stale: Duration::from_secs(100),
+            shared: Shared::Auto,
+            changes_poll: Duration::from_millis(10),
+            changes_bytes: 1 << 20,
             server_url: None,
             outbound: OutboundPolicy::DenyAll,
             remote_timeout: crate::http::DEFAULT_TIMEOUT,
@@ -233,6 +275,15 @@ impl Config {
         }
         if let Some(v) = var("KN_POLL_MS")? {
             self.poll_interval = Duration::from_millis(v);
+        }
+        if let Ok(v) = std::env::var("KN_SHARED") {
+            self.shared = v.parse()?;
+        }
+        if let Some(v) = var::<u64>("KN_CHANGES_POLL_MS")? {
+            self.changes_poll = Duration::from_millis(v.max(1));
+        }
+        if let Some(v) = var::<u64>("KN_CHANGES_BYTES")? {
+            self.changes_bytes = v.max(4096);
         }
         if let Ok(v) = std::env::var("KN_SERVER_URL") {
             self.server_url = Some(v);

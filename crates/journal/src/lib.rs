@@ -75,6 +75,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod changes;
 mod config;
 mod error;
 mod event;
@@ -83,12 +84,15 @@ mod ids;
 mod log;
 mod record;
 mod remote;
+mod shared;
 mod stats;
 mod store;
 mod topic;
 mod watch;
 
-pub use config::{Config, SyncPolicy};
+pub use changes::CHANGES_FILE;
+pub use config::{Config, Shared, SyncPolicy};
+pub use shared::{check_mount, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};

@@ -85,6 +85,23 @@ impl Hub {
         Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
     }
 
+    /// Wakes the readers of `dir` (absolute) as an append seen by the
+    /// notifier would: for appends seen elsewhere (`changes.rs`).
+    pub(crate) fn wake(&self, dir: &Path) {
+        let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, signal, _)) = map.get(dir) {
+            signal.notify(usize::MAX);
+        }
+    }
+
+    /// Wakes every reader of this process.
+    pub(crate) fn wake_all(&self) {
+        let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().for_each(|(_, signal, _)| {
+            signal.notify(usize::MAX);
+        });
+    }
+
     fn unsubscribe(&self, dir: &Path) {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let last = {

@@ -63,6 +63,16 @@ pub(crate) struct SpaceGauge {
     pub(super) state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
 }
 
+/// In shared mode, `file` (just opened under the topic's lock) without
+/// the pages this host cached of it: another host may have written them
+/// since (FORMAT.md, "Shared mode"). As it is otherwise.
+fn shared_fresh(config: &Config, file: File) -> File {
+    if config.shared == crate::config::Shared::On {
+        crate::shared::drop_cached_pages(&file);
+    }
+    file
+}
+
 impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
@@ -72,7 +82,7 @@ impl<'c> Writer<'c> {
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
         let head_path = dir.join(HEAD_FILE);
         let existing = match open_rw(&head_path, false) {
-            Ok(f) => HeadFile::new(f).ok().and_then(|f| {
+            Ok(f) => HeadFile::new(shared_fresh(config, f)).ok().and_then(|f| {
                 let mut buf = [0u8; HEAD_SIZE as usize];
                 let head = f.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
                 head.map(|h| (f, h))
@@ -178,7 +188,7 @@ impl<'c> Writer<'c> {
     ) -> Result<std::result::Result<Writer<'c>, File>> {
         let path = dir.join(segment_name(head.active));
         let segment = match open_rw(&path, false) {
-            Ok(f) => f,
+            Ok(f) => shared_fresh(config, f),
             Err(e) if e.kind() == IoKind::NotFound && head.active_len == 0 => {
                 let f = open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
                 if config.sync == SyncPolicy::Always {

@@ -8,7 +8,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::config::Config;
+use crate::config::{Config, Shared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::log::{self, SpaceGauge, TopicFiles};
@@ -74,6 +74,10 @@ pub struct Store {
     gauge: SpaceGauge,
     /// See [`Store::filters_compiled`].
     filters_compiled: std::sync::atomic::AtomicU64,
+    /// The file system the store is on (see [`Store::file_system`]).
+    file_system: crate::shared::FileSystem,
+    /// In shared mode, `.changes` as this store appends to it.
+    changes: crate::changes::ChangeLog,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -117,7 +121,7 @@ impl Store {
     }
 
     /// Opens the store described by `config` (see [`Config::from_env`]).
-    pub fn open_with(config: Config) -> Result<Store> {
+    pub fn open_with(mut config: Config) -> Result<Store> {
         if !config.root.is_dir() {
             fs::DirBuilder::new()
                 .recursive(true)
@@ -129,6 +133,9 @@ impl Store {
                 })
                 .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
         }
+        let file_system = crate::shared::FileSystem::of(&config.root);
+        // Resolved once: the log layer reads `config.shared` as on or off.
+        config.shared = if crate::shared::resolve(config.shared, &file_system) { Shared::On } else { Shared::Off };
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
@@ -143,6 +150,8 @@ impl Store {
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
             filters_compiled: Default::default(),
+            file_system,
+            changes: Default::default(),
         })
     }
 
@@ -156,6 +165,28 @@ impl Store {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// True in shared mode: the store is on a file system that several
+    /// hosts may mount ([`Config::shared`]), so this process keeps nothing
+    /// of a topic across a lock release and wakes its readers for other
+    /// hosts' appends through `.changes` (FORMAT.md, "Shared mode").
+    pub fn is_shared(&self) -> bool {
+        self.config.shared == Shared::On
+    }
+
+    /// The file system the store is on, as found when it was opened.
+    pub fn file_system(&self) -> &crate::shared::FileSystem {
+        &self.file_system
+    }
+
+    /// In shared mode, records in `.changes` that `topic` was appended
+    /// to, so that the readers of other hosts wake (best effort: without
+    /// it they re-read at their poll interval).
+    pub(super) fn changed(&self, topic: &Topic) {
+        if self.is_shared() {
+            let _ = self.changes.append(&self.config.root, topic, self.config.changes_bytes);
+        }
     }
 
     /// The store's root directory.
@@ -379,7 +410,10 @@ impl Store {
     /// them).
     fn put_kept(&self, (topic, kept): (Option<Topic>, Kept)) {
         let Some(topic) = topic else { return };
-        if kept.files.is_none() {
+        // In shared mode nothing is trusted across a lock release: another
+        // host may have appended, rolled, grown the index or changed the
+        // routes, and its writes reach this host's caches late if at all.
+        if kept.files.is_none() || self.is_shared() {
             return;
         }
         if let Ok(mut cache) = self.kept.lock() {
@@ -395,7 +429,14 @@ impl Store {
     }
 
     fn hub(&self) -> &Arc<Hub> {
-        self.hub.get_or_init(|| Arc::new(Hub::new()))
+        self.hub.get_or_init(|| {
+            let hub = Arc::new(Hub::new());
+            if self.is_shared() {
+                // inotify sees only this host's appends.
+                crate::changes::spawn_poller(&self.config.root, Arc::downgrade(&hub), self.config.changes_poll);
+            }
+            hub
+        })
     }
 }
 

@@ -307,6 +307,7 @@ impl Store {
             self.keep(writer, kept);
         }
         let Appended::Stored(seq) = appended? else { return Ok(None) };
+        self.changed(topic);
         Ok(Some(Stored { seq, routes_generation, routes }))
     }
 

@@ -1,0 +1,307 @@
+//! Shared mode: is the store on a file system that several hosts mount at
+//! once (FUSE, NFS), and what can be checked of that mount's settings
+//! (docs/SCALE-OUT.md, DEPLOY.md "Several web servers on GlusterFS").
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::config::Shared;
+
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+const NFS_SUPER_MAGIC: i64 = 0x6969;
+
+/// The file system a store lives on, as `statfs(2)` and `/proc/mounts`
+/// describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSystem {
+    /// `f_type` of `statfs(2)` (0 when it failed).
+    pub magic: i64,
+    /// A readable name: the `/proc/mounts` type when known (e.g.
+    /// `fuse.glusterfs`), else the name of `magic`.
+    pub name: String,
+    /// The mount point holding the store (from `/proc/mounts`), if found.
+    pub mount_point: Option<PathBuf>,
+    /// The mounted source (`198.18.0.1:/gt`), if found.
+    pub source: Option<String>,
+    /// The mount options of `/proc/mounts`, if found.
+    pub options: Option<String>,
+}
+
+impl FileSystem {
+    /// The file system holding `path` (which must exist).
+    pub fn of(path: &Path) -> FileSystem {
+        let magic = statfs_type(path).unwrap_or(0);
+        let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mount = std::fs::read_to_string("/proc/mounts").ok().and_then(|text| mount_of(&text, &absolute));
+        let name = match &mount {
+            Some((_, _, kind, _)) => kind.clone(),
+            None => magic_name(magic).to_string(),
+        };
+        let (mount_point, source, options) = match mount {
+            Some((point, source, _, options)) => (Some(point), Some(source), Some(options)),
+            None => (None, None, None),
+        };
+        FileSystem { magic, name, mount_point, source, options }
+    }
+
+    /// True on a network file system that several hosts may mount (FUSE,
+    /// NFS): what `Shared::Auto` turns shared mode on for.
+    pub fn is_network(&self) -> bool {
+        self.magic == FUSE_SUPER_MAGIC || self.magic == NFS_SUPER_MAGIC
+    }
+
+    /// True when the mount is a GlusterFS FUSE mount.
+    pub fn is_glusterfs(&self) -> bool {
+        self.name == "fuse.glusterfs"
+    }
+}
+
+/// Whether shared mode applies to a store on `fs` with the setting `shared`.
+pub(crate) fn resolve(shared: Shared, fs: &FileSystem) -> bool {
+    match shared {
+        Shared::On => true,
+        Shared::Off => false,
+        Shared::Auto => fs.is_network(),
+    }
+}
+
+fn statfs_type(path: &Path) -> Option<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `buf` a statfs to fill.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    (rc == 0).then_some(buf.f_type as i64)
+}
+
+fn magic_name(magic: i64) -> &'static str {
+    match magic {
+        0xEF53 => "ext4",
+        0x0102_1994 => "tmpfs",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x794C_7630 => "overlay",
+        0x2FC1_2FC1 => "zfs",
+        FUSE_SUPER_MAGIC => "fuse",
+        NFS_SUPER_MAGIC => "nfs",
+        _ => "unknown",
+    }
+}
+
+/// The `/proc/mounts` line whose mount point is the longest prefix of
+/// `path`: (mount point, source, type, options).
+fn mount_of(text: &str, path: &Path) -> Option<(PathBuf, String, String, String)> {
+    let mut best: Option<(PathBuf, String, String, String)> = None;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let point = PathBuf::from(unescape_mount(f[1]));
+        if !path.starts_with(&point) {
+            continue;
+        }
+        if best.as_ref().is_none_or(|(b, ..)| point.as_os_str().len() >= b.as_os_str().len()) {
+            best = Some((point, f[0].to_string(), f[2].to_string(), f[3].to_string()));
+        }
+    }
+    best
+}
+
+/// `/proc/mounts` writes a space as `\040` (and tab, newline, backslash
+/// alike).
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One thing checked about a shared store's mount or volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountCheck {
+    /// `Some(true)` when the setting is right, `Some(false)` when it is
+    /// wrong, `None` when it could not be verified.
+    pub ok: Option<bool>,
+    /// The setting (`performance.write-behind`, `attribute-timeout`).
+    pub setting: String,
+    /// What was found, or why it could not be verified.
+    pub found: String,
+    /// What is required.
+    pub required: String,
+}
+
+/// The GlusterFS volume options that shared mode needs, with the value
+/// required; DEPLOY.md says what goes wrong without each.
+pub const GLUSTER_VOLUME_OPTIONS: &[(&str, &str)] = &[
+    ("performance.write-behind", "off"),
+    ("performance.read-ahead", "off"),
+    ("performance.io-cache", "off"),
+    ("performance.quick-read", "off"),
+    ("performance.open-behind", "off"),
+    ("performance.stat-prefetch", "off"),
+    ("performance.readdir-ahead", "off"),
+    ("cluster.eager-lock", "off"),
+];
+
+/// The GlusterFS FUSE client options that shared mode needs.
+pub const GLUSTER_MOUNT_OPTIONS: &[(&str, &str)] =
+    &[("attribute-timeout", "0"), ("entry-timeout", "0"), ("negative-timeout", "0")];
+
+/// What can be verified of the mount and volume settings of `fs`: on a
+/// GlusterFS mount, the FUSE client's options (from its command line in
+/// `/proc`) and the volume's options (`gluster volume get`, when the CLI
+/// is installed and answers within a few seconds). Empty on other file
+/// systems.
+pub fn check_mount(fs: &FileSystem) -> Vec<MountCheck> {
+    if !fs.is_glusterfs() {
+        return Vec::new();
+    }
+    let mut checks = Vec::new();
+    let args = fs.mount_point.as_deref().and_then(client_args);
+    for &(name, want) in GLUSTER_MOUNT_OPTIONS {
+        let found = match &args {
+            None => None,
+            Some(args) => Some(
+                args.iter()
+                    .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_string))
+                    .unwrap_or_else(|| "default".to_string()),
+            ),
+        };
+        checks.push(match found {
+            Some(v) => MountCheck { ok: Some(v == want), setting: name.to_string(), found: v, required: want.to_string() },
+            None => MountCheck {
+                ok: None,
+                setting: name.to_string(),
+                found: "the glusterfs client process of this mount was not found".to_string(),
+                required: want.to_string(),
+            },
+        });
+    }
+    let volume = fs.source.as_deref().and_then(|s| s.split_once(":/"));
+    let values = volume.map(|(host, vol)| volume_options(host, vol));
+    for &(name, want) in GLUSTER_VOLUME_OPTIONS {
+        checks.push(match &values {
+            Some(Ok(map)) => match map.iter().find(|(k, _)| k == name) {
+                Some((_, v)) => MountCheck {
+                    ok: Some(v == want || (want == "off" && v == "disable")),
+                    setting: name.to_string(),
+                    found: v.clone(),
+                    required: want.to_string(),
+                },
+                None => MountCheck { ok: None, setting: name.to_string(), found: "not listed".into(), required: want.into() },
+            },
+            Some(Err(why)) => MountCheck { ok: None, setting: name.to_string(), found: why.clone(), required: want.into() },
+            None => MountCheck { ok: None, setting: name.to_string(), found: "no volume in the mount source".into(), required: want.into() },
+        });
+    }
+    checks
+}
+
+/// The command line of the `glusterfs` client process serving the mount
+/// at `point` (its last argument is the mount point).
+fn client_args(point: &Path) -> Option<Vec<String>> {
+    let want = point.to_string_lossy();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<String> = raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let is_client = args.first().is_some_and(|a| a.ends_with("glusterfs"));
+        if is_client && args.last().is_some_and(|a| *a == want) {
+            return Some(args);
+        }
+    }
+    None
+}
+
+/// `gluster volume get VOLUME all` asked of `host`'s glusterd: each
+/// option with its value.
+fn volume_options(host: &str, volume: &str) -> Result<Vec<(String, String)>, String> {
+    let mut child = Command::new("gluster")
+        .args(["--mode=script", "--timeout=5"])
+        .arg(format!("--remote-host={host}"))
+        .args(["volume", "get", volume, "all"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run the gluster CLI: {e}"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("the gluster CLI did not answer within 10 s".to_string());
+            }
+        }
+    }
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        use std::io::Read;
+        let _ = out.read_to_string(&mut text);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("gluster volume get {volume} failed ({status})"));
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.to_string()))
+        })
+        .collect())
+}
+
+/// Drops this host's cached pages of `file`, so that the next read asks
+/// the file server: a FUSE or NFS client may keep pages that another host
+/// has since rewritten (the `.head` is rewritten in place), and a lock
+/// taken does not invalidate them. A local call; a no-op on a mount
+/// without page cache (`direct-io-mode=enable`).
+pub(crate) fn drop_cached_pages(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; the call reads no memory of ours.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_mount_point_holding_the_path_is_chosen() {
+        let text = "/dev/sda1 / ext4 rw 0 0\n198.18.0.1:/gt /mnt/g\\040a fuse.glusterfs rw,user_id=0 0 0\n";
+        let (point, source, kind, _) = mount_of(text, Path::new("/mnt/g a/kn_events")).unwrap();
+        assert_eq!(point, PathBuf::from("/mnt/g a"));
+        assert_eq!(source, "198.18.0.1:/gt");
+        assert_eq!(kind, "fuse.glusterfs");
+        assert_eq!(mount_of(text, Path::new("/srv/x")).unwrap().2, "ext4");
+    }
+
+    #[test]
+    fn auto_is_shared_on_fuse_and_nfs_only() {
+        let fs = |magic| FileSystem { magic, name: String::new(), mount_point: None, source: None, options: None };
+        assert!(resolve(Shared::Auto, &fs(FUSE_SUPER_MAGIC)));
+        assert!(resolve(Shared::Auto, &fs(NFS_SUPER_MAGIC)));
+        assert!(!resolve(Shared::Auto, &fs(0xEF53)));
+        assert!(resolve(Shared::On, &fs(0xEF53)));
+        assert!(!resolve(Shared::Off, &fs(FUSE_SUPER_MAGIC)));
+    }
+}
