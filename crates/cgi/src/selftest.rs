@@ -3,7 +3,9 @@
 //! above the reserve, that the server's names are usable URLs, and that
 //! the store's directories and files carry the modes a sensor of the
 //! store's group needs (docs/DEPLOY.md: directories `2775`, files `0664`,
-//! all in the store's group).
+//! all in the store's group), and on a network file system the mode
+//! chosen and the mount and volume settings shared mode needs
+//! (docs/DEPLOY.md, "Several web servers on one store").
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -16,15 +18,34 @@ use kn_journal::Store;
 pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 
 /// Runs every self-check: its name and `Err(why)` when it failed.
-pub fn run(store: &Store) -> Vec<(&'static str, Result<(), String>)> {
+pub fn run(store: &Store) -> Vec<(std::borrow::Cow<'static, str>, Result<(), String>)> {
     let tree = Tree::walk(store.root());
-    vec![
+    let checks: Vec<(&'static str, Result<(), String>)> = vec![
         ("Event store stores and reads back a post", store.probe().map_err(|e| e.to_string())),
         ("Free space above the reserve", free_space(store)),
         ("Server names", server_names(store)),
         ("Store directories are group-writable (2775)", tree.as_ref().map_err(Clone::clone).and_then(Tree::directories)),
         ("Store files are group-writable (0664)", tree.as_ref().map_err(Clone::clone).and_then(Tree::files)),
-    ]
+    ];
+    let mut all: Vec<_> = checks.into_iter().map(|(name, result)| (name.into(), result)).collect();
+    all.push((format!("File system: {}", store.describe_mode()).into(), shared_settings(store)));
+    all
+}
+
+/// The settings of a shared store's mount and volume that can be checked:
+/// a failure names each wrong one; settings that cannot be verified do
+/// not fail the test.
+fn shared_settings(store: &Store) -> Result<(), String> {
+    let wrong: Vec<String> = store
+        .mount_checks()
+        .into_iter()
+        .filter(|c| c.ok == Some(false))
+        .map(|c| format!("{} is {} (needs {})", c.setting, c.found, c.required))
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{}: see docs/DEPLOY.md, \"Several web servers on one store\"", wrong.join("; ")))
 }
 
 fn free_space(store: &Store) -> Result<(), String> {

@@ -141,17 +141,18 @@ pub struct MountCheck {
     pub required: String,
 }
 
-/// The GlusterFS volume options that shared mode needs, with the value
-/// required; DEPLOY.md says what goes wrong without each.
-pub const GLUSTER_VOLUME_OPTIONS: &[(&str, &str)] = &[
-    ("performance.write-behind", "off"),
-    ("performance.read-ahead", "off"),
-    ("performance.io-cache", "off"),
-    ("performance.quick-read", "off"),
-    ("performance.open-behind", "off"),
-    ("performance.stat-prefetch", "off"),
-    ("performance.readdir-ahead", "off"),
-    ("cluster.eager-lock", "off"),
+/// The GlusterFS volume options that shared mode needs: (option,
+/// required value, GlusterFS 10's default). DEPLOY.md says what goes
+/// wrong without each.
+pub const GLUSTER_VOLUME_OPTIONS: &[(&str, &str, &str)] = &[
+    ("performance.write-behind", "off", "on"),
+    ("performance.read-ahead", "off", "off"),
+    ("performance.io-cache", "off", "off"),
+    ("performance.quick-read", "off", "on"),
+    ("performance.open-behind", "off", "on"),
+    ("performance.stat-prefetch", "off", "on"),
+    ("performance.readdir-ahead", "off", "off"),
+    ("cluster.eager-lock", "off", "on"),
 ];
 
 /// The GlusterFS FUSE client options that shared mode needs.
@@ -190,13 +191,13 @@ pub fn check_mount(fs: &FileSystem) -> Vec<MountCheck> {
     }
     let volume = fs.source.as_deref().and_then(|s| s.split_once(":/"));
     let values = volume.map(|(host, vol)| volume_options(host, vol));
-    for &(name, want) in GLUSTER_VOLUME_OPTIONS {
+    for &(name, want, default) in GLUSTER_VOLUME_OPTIONS {
         checks.push(match &values {
-            Some(Ok(map)) => match map.iter().find(|(k, _)| k == name) {
-                Some((_, v)) => MountCheck {
+            Some(Ok(map)) => match map.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).or(Some(default)) {
+                Some(v) => MountCheck {
                     ok: Some(v == want || (want == "off" && v == "disable")),
                     setting: name.to_string(),
-                    found: v.clone(),
+                    found: v.to_string(),
                     required: want.to_string(),
                 },
                 None => MountCheck { ok: None, setting: name.to_string(), found: "not listed".into(), required: want.into() },
@@ -227,21 +228,51 @@ fn client_args(point: &Path) -> Option<Vec<String>> {
     None
 }
 
-/// `gluster volume get VOLUME all` asked of `host`'s glusterd: each
-/// option with its value.
+/// The options of `volume` with their values: `gluster volume get
+/// VOLUME all` of the local glusterd (on a server node), else the options
+/// set on it (`volume info`, "Options Reconfigured") as `host`'s glusterd
+/// tells them (an option not listed there has its default).
 fn volume_options(host: &str, volume: &str) -> Result<Vec<(String, String)>, String> {
+    if let Ok(text) = gluster(&["volume", "get", volume, "all"]) {
+        return Ok(text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((f.next()?.to_string(), f.next()?.to_string()))
+            })
+            .collect());
+    }
+    let text = gluster(&[&format!("--remote-host={host}"), "volume", "info", volume])?;
+    Ok(text
+        .lines()
+        .skip_while(|l| !l.starts_with("Options Reconfigured"))
+        .skip(1)
+        .filter_map(|l| l.split_once(": ").map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect())
+}
+
+/// Runs the gluster CLI with `args` (within 10 s): its standard output.
+fn gluster(args: &[&str]) -> Result<String, String> {
     let mut child = Command::new("gluster")
         .args(["--mode=script", "--timeout=5"])
-        .arg(format!("--remote-host={host}"))
-        .args(["volume", "get", volume, "all"])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot run the gluster CLI: {e}"))?;
+    let mut out = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(out) = out.as_mut() {
+            use std::io::Read;
+            let _ = out.read_to_string(&mut text);
+        }
+        text
+    });
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) => break status,
             Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             _ => {
                 let _ = child.kill();
@@ -249,23 +280,29 @@ fn volume_options(host: &str, volume: &str) -> Result<Vec<(String, String)>, Str
                 return Err("the gluster CLI did not answer within 10 s".to_string());
             }
         }
-    }
-    let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        use std::io::Read;
-        let _ = out.read_to_string(&mut text);
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
+    };
+    let text = reader.join().unwrap_or_default();
     if !status.success() {
-        return Err(format!("gluster volume get {volume} failed ({status})"));
+        return Err(format!("gluster {} failed ({status})", args.join(" ")));
     }
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.to_string()))
-        })
-        .collect())
+    Ok(text)
+}
+
+/// One line on the store's file system and mode, for `kn doctor` and the
+/// self-test: `fuse.glusterfs (198.18.0.1:/gt on /mnt/a): shared mode
+/// (KN_SHARED=auto)`.
+pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
+    let setting = match requested {
+        Shared::Auto => "auto",
+        Shared::On => "on",
+        Shared::Off => "off",
+    };
+    let place = match (&fs.source, &fs.mount_point) {
+        (Some(source), Some(point)) => format!(" ({source} on {})", point.display()),
+        _ => String::new(),
+    };
+    let mode = if shared { "shared mode" } else { "local mode" };
+    format!("{}{place}: {mode} (KN_SHARED={setting})", fs.name)
 }
 
 /// Drops this host's cached pages of `file`, so that the next read asks

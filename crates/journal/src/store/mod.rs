@@ -76,6 +76,8 @@ pub struct Store {
     filters_compiled: std::sync::atomic::AtomicU64,
     /// The file system the store is on (see [`Store::file_system`]).
     file_system: crate::shared::FileSystem,
+    /// `Config::shared` as asked for, before `Auto` was resolved.
+    shared_setting: Shared,
     /// In shared mode, `.changes` as this store appends to it.
     changes: crate::changes::ChangeLog,
 }
@@ -135,6 +137,7 @@ impl Store {
         }
         let file_system = crate::shared::FileSystem::of(&config.root);
         // Resolved once: the log layer reads `config.shared` as on or off.
+        let shared_setting = config.shared;
         config.shared = if crate::shared::resolve(config.shared, &file_system) { Shared::On } else { Shared::Off };
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
@@ -151,6 +154,7 @@ impl Store {
             gauge: SpaceGauge::default(),
             filters_compiled: Default::default(),
             file_system,
+            shared_setting,
             changes: Default::default(),
         })
     }
@@ -178,6 +182,19 @@ impl Store {
     /// The file system the store is on, as found when it was opened.
     pub fn file_system(&self) -> &crate::shared::FileSystem {
         &self.file_system
+    }
+
+    /// One line on the file system and the mode chosen, e.g.
+    /// `fuse.glusterfs (198.18.0.1:/gt on /mnt/a): shared mode
+    /// (KN_SHARED=auto)`.
+    pub fn describe_mode(&self) -> String {
+        crate::shared::describe(&self.file_system, self.is_shared(), self.shared_setting)
+    }
+
+    /// What can be verified of the settings of a shared store's mount and
+    /// volume (see [`check_mount`](crate::check_mount)).
+    pub fn mount_checks(&self) -> Vec<crate::shared::MountCheck> {
+        crate::shared::check_mount(&self.file_system)
     }
 
     /// In shared mode, records in `.changes` that `topic` was appended

@@ -150,3 +150,26 @@ pub fn write_stats(out: &mut dyn Write, rows: &[(Topic, TopicStat)]) -> io::Resu
     }
     writeln!(out, "{:>8} {:>8} {:>12} {:>8}  (total of {} topics)", total.events, total.records, total.bytes, total.segments, rows.len())
 }
+
+/// Writes `kn doctor`'s report: the store's file system and mode, then
+/// each checked mount or volume setting (`ok`, `WRONG` or `unverified`).
+/// True when a setting is wrong.
+pub fn write_doctor(out: &mut dyn Write, store: &Store) -> io::Result<bool> {
+    writeln!(out, "store: {}", store.root().display())?;
+    writeln!(out, "file system: {}", store.describe_mode())?;
+    let checks = store.mount_checks();
+    let mut wrong = false;
+    for c in &checks {
+        let verdict = match c.ok {
+            Some(true) => "ok",
+            Some(false) => "WRONG",
+            None => "unverified",
+        };
+        wrong |= c.ok == Some(false);
+        writeln!(out, "{verdict:>10}  {} = {} (needs {})", c.setting, c.found, c.required)?;
+    }
+    if wrong {
+        writeln!(out, "shared mode needs the settings marked WRONG: see docs/DEPLOY.md, \"Several web servers on one store\"")?;
+    }
+    Ok(wrong)
+}

@@ -94,6 +94,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the installation's file system: print the file system the
+    /// store is on, the mode chosen (shared on FUSE and NFS mounts, see
+    /// KN_SHARED) and, on a GlusterFS mount, each mount and volume setting
+    /// shared mode needs (ok, WRONG or unverified). Exits 1 when a setting
+    /// is wrong.
+    Doctor,
     /// Compact topics: rewrite sealed segments without superseded records
     /// and events expired longer than KN_EXPIRED_GRACE; journals also apply
     /// retention. Safe while the server runs.
@@ -265,6 +271,10 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { repair } => verify(&store, &mut out, repair, summaries),
+        Command::Doctor => {
+            let wrong = admin::write_doctor(&mut out, &store).map_err(write_error)?;
+            Ok(if wrong { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
         Command::ImportLegacy { dir } => {
             let mut bar = progress(0);
             let report = legacy::import(&store, &dir, &mut bar)?;
