@@ -155,9 +155,15 @@ pub const GLUSTER_VOLUME_OPTIONS: &[(&str, &str, &str)] = &[
     ("cluster.eager-lock", "off", "on"),
 ];
 
-/// The GlusterFS FUSE client options that shared mode needs.
-pub const GLUSTER_MOUNT_OPTIONS: &[(&str, &str)] =
-    &[("attribute-timeout", "0"), ("entry-timeout", "0"), ("negative-timeout", "0")];
+/// The GlusterFS FUSE client (mount) options that shared mode needs:
+/// (option, required value, the client's default).
+pub const GLUSTER_MOUNT_OPTIONS: &[(&str, &str, &str)] = &[
+    ("attribute-timeout", "0", "1"),
+    ("entry-timeout", "0", "1"),
+    ("negative-timeout", "0", "0"),
+    ("auto-invalidation", "on", "on"),
+    ("fopen-keep-cache", "off", "off"),
+];
 
 /// What can be verified of the mount and volume settings of `fs`: on a
 /// GlusterFS mount, the FUSE client's options (from its command line in
@@ -170,17 +176,18 @@ pub fn check_mount(fs: &FileSystem) -> Vec<MountCheck> {
     }
     let mut checks = Vec::new();
     let args = fs.mount_point.as_deref().and_then(client_args);
-    for &(name, want) in GLUSTER_MOUNT_OPTIONS {
-        let found = match &args {
-            None => None,
-            Some(args) => Some(
-                args.iter()
-                    .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_string))
-                    .unwrap_or_else(|| "default".to_string()),
-            ),
-        };
+    for &(name, want, default) in GLUSTER_MOUNT_OPTIONS {
+        let found = args.as_ref().map(|args| {
+            let given = args.iter().find_map(|a| {
+                let v = a.strip_prefix(&format!("--{name}"))?;
+                // `--fopen-keep-cache` alone means on.
+                if v.is_empty() { Some("on".to_string()) } else { v.strip_prefix('=').map(str::to_string) }
+            });
+            given.unwrap_or_else(|| default.to_string())
+        });
+        let same = |v: &str| v == want || (want == "on" && matches!(v, "true" | "yes" | "1")) || (want == "off" && matches!(v, "false" | "no" | "0"));
         checks.push(match found {
-            Some(v) => MountCheck { ok: Some(v == want), setting: name.to_string(), found: v, required: want.to_string() },
+            Some(v) => MountCheck { ok: Some(same(&v)), setting: name.to_string(), found: v, required: want.to_string() },
             None => MountCheck {
                 ok: None,
                 setting: name.to_string(),

@@ -132,6 +132,11 @@ impl<'c> Writer<'c> {
         if let Err(e) = files.lock.lock() {
             return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
         }
+        if config.shared == crate::config::Shared::On {
+            // Another host may have written both since this host read them.
+            crate::shared::drop_cached_pages(&files.head_file.file);
+            crate::shared::drop_cached_pages(&files.segment);
+        }
         let mut buf = [0u8; HEAD_SIZE as usize];
         let head = files.head_file.read_exact_at(&mut buf, 0).ok().and_then(|_| Head::decode(&buf));
         match head {

@@ -427,10 +427,15 @@ impl Store {
     /// them).
     fn put_kept(&self, (topic, kept): (Option<Topic>, Kept)) {
         let Some(topic) = topic else { return };
-        // In shared mode nothing is trusted across a lock release: another
-        // host may have appended, rolled, grown the index or changed the
-        // routes, and its writes reach this host's caches late if at all.
-        if kept.files.is_none() || self.is_shared() {
+        // Kept files are safe in shared mode too: nothing in them is
+        // trusted across a lock release. The next writer re-reads the head
+        // under the lock from the file server (`Writer::reuse` drops this
+        // host's cached pages first) and reopens everything when another
+        // host rolled, replaced the head or deleted the segment; kept
+        // routes are used only while the head's route generation, re-read
+        // under the lock, is the one they were read at (FORMAT.md, "Shared
+        // mode").
+        if kept.files.is_none() {
             return;
         }
         if let Ok(mut cache) = self.kept.lock() {
