@@ -63,6 +63,7 @@ const SPACE: &str = "Free space above the reserve";
 const NAMES: &str = "Server names";
 const DIRS: &str = "Store directories";
 const FILES: &str = "Store files";
+const FS: &str = "File system: ";
 
 #[test]
 fn a_sound_store_passes_every_check_and_the_probe_leaves_nothing() {
@@ -71,9 +72,11 @@ fn a_sound_store_passes_every_check_and_the_probe_leaves_nothing() {
     let topics = Store::open_with(config.clone()).unwrap().topics().unwrap();
     let page = self_test(config.clone());
     assert!(!page.contains("FAIL"), "{page}");
-    for title in [WRITE, SPACE, NAMES, DIRS, FILES] {
+    for title in [WRITE, SPACE, NAMES, DIRS, FILES, FS] {
         passes(&page, title);
     }
+    // A local disk: the mode chosen is said, and nothing more is checked.
+    assert!(check(&page, FS).contains("local mode (KN_SHARED=auto)"), "{page}");
     let left: Vec<_> = std::fs::read_dir(&config.root).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(!left.iter().any(|n| n.to_string_lossy().starts_with(".probe")), "{left:?}");
     assert_eq!(Store::open_with(config).unwrap().topics().unwrap(), topics, "the self-test adds no topic");

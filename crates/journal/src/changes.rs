@@ -64,12 +64,20 @@ impl ChangeLog {
 }
 
 fn append_locked(file: &File, topic: &Topic, max_bytes: u64) -> std::io::Result<()> {
+    let entry = format!("\n{} {}\n", writer_id(), topic.as_str());
+    append_entries(file, entry.as_bytes(), max_bytes, false)
+}
+
+/// Appends `entries` (whole entries) to a change log whose writers are
+/// excluded by the caller, first emptying it under a new generation when
+/// it is larger than `max_bytes` or when `renew` asks.
+fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool) -> std::io::Result<()> {
     drop_cached_pages(file);
     let size = file.metadata()?.len();
     let mut header = [0u8; HEADER as usize];
     let valid = size >= HEADER && file.read_exact_at(&mut header, 0).is_ok() && &header[..8] == MAGIC;
     let mut end = size;
-    if !valid || size > max_bytes {
+    if !valid || size > max_bytes || renew {
         // The new generation is written before the entries are cut: a
         // crash in between leaves old entries under a new generation,
         // which only wake readers needlessly.
@@ -81,8 +89,7 @@ fn append_locked(file: &File, topic: &Topic, max_bytes: u64) -> std::io::Result<
         file.set_len(HEADER)?;
         end = HEADER;
     }
-    let entry = format!("\n{} {}\n", writer_id(), topic.as_str());
-    file.write_all_at(entry.as_bytes(), end)
+    file.write_all_at(entries, end)
 }
 
 /// Where a poller is in the change log.
@@ -102,39 +109,138 @@ fn header_of(file: &File) -> std::io::Result<(Option<u64>, u64)> {
     Ok((Some(u64::from_le_bytes(header[8..16].try_into().unwrap_or([0; 8]))), size))
 }
 
+/// Where a host's processes share one reader of the volume's change log:
+/// `<dir>/kn-changes-<hash of the store's path>.lock`, held by the
+/// process that reads `.changes` for the whole host (the leader), and
+/// `.relay`, a change log of the same format on a local file system
+/// (`/dev/shm`) to which the leader copies the entries it reads; the
+/// host's other processes read that instead of the volume.
+fn relay_paths(root: &Path) -> (PathBuf, PathBuf) {
+    let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let hash = xxhash_rust::xxh3::xxh3_64(key.as_os_str().as_encoded_bytes());
+    (dir.join(format!("kn-changes-{hash:016x}.lock")), dir.join(format!("kn-changes-{hash:016x}.relay")))
+}
+
+/// One process's view of the change logs.
+struct Poller {
+    root: PathBuf,
+    /// `.changes` on the volume (read by the leader, or by a process that
+    /// cannot use the relay).
+    changes: Option<File>,
+    at_changes: Position,
+    /// The host's lock and relay files.
+    lock: Option<File>,
+    relay: Option<File>,
+    at_relay: Position,
+    leader: bool,
+    max_bytes: u64,
+}
+
+impl Poller {
+    fn new(root: PathBuf, max_bytes: u64) -> Poller {
+        let mut poller = Poller {
+            root,
+            changes: None,
+            at_changes: Position { generation: None, offset: HEADER },
+            lock: None,
+            relay: None,
+            at_relay: Position { generation: None, offset: HEADER },
+            leader: false,
+            max_bytes,
+        };
+        let (lock, relay) = relay_paths(&poller.root);
+        poller.lock = crate::log::open_shared(&lock, false).ok();
+        poller.relay = crate::log::open_shared(&relay, false).ok();
+        // Start at the current ends: readers subscribed now re-read anyway.
+        if let Some((generation, size)) = poller.relay.as_ref().and_then(|f| header_of(f).ok()) {
+            poller.at_relay = Position { generation, offset: size.max(HEADER) };
+        }
+        poller.start_on_changes();
+        poller
+    }
+
+    fn start_on_changes(&mut self) {
+        if self.changes.is_none() {
+            self.changes = crate::log::open_shared(&self.root.join(CHANGES_FILE), false).ok();
+        }
+        if let Some((generation, size)) = self.changes.as_ref().and_then(|f| header_of(f).ok()) {
+            self.at_changes = Position { generation, offset: size.max(HEADER) };
+        }
+    }
+
+    /// One tick: wakes `hub`'s readers of the topics named since the last.
+    fn tick(&mut self, hub: &Hub) {
+        if !self.leader && self.relay.is_some() {
+            if let Some(lock) = &self.lock {
+                if lock.try_lock().is_ok() {
+                    // Entries between the last leader's last read and now
+                    // are read by no one: a new relay generation makes
+                    // every process of the host re-read once.
+                    self.leader = true;
+                    self.start_on_changes();
+                    let renewed = self.relay.as_ref().map(|r| append_entries(r, b"", self.max_bytes, true));
+                    if !matches!(renewed, Some(Ok(()))) {
+                        self.relay = None;
+                    }
+                    hub.wake_all();
+                }
+            }
+        }
+        if self.leader || self.relay.is_none() || self.lock.is_none() {
+            // Read the volume for the host (or for this process alone).
+            if self.changes.is_none() {
+                self.start_on_changes();
+                hub.wake_all();
+            }
+            let Some(changes) = self.changes.as_ref() else { return };
+            let mut entries = Vec::new();
+            if poll(changes, &self.root, hub, &mut self.at_changes, &mut entries).is_err() {
+                // Reopen next time (the volume may have been unreachable).
+                self.changes = None;
+                return;
+            }
+            if self.leader && !entries.is_empty() {
+                let relayed = self.relay.as_ref().map(|r| append_entries(r, &entries, self.max_bytes, false));
+                if !matches!(relayed, Some(Ok(()))) {
+                    // Without its relay the host's other processes would
+                    // hear nothing: hand the lead over.
+                    self.relay = None;
+                    self.leader = false;
+                    if let Some(lock) = &self.lock {
+                        let _ = lock.unlock();
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(relay) = self.relay.as_ref() {
+            let _ = poll(relay, &self.root, hub, &mut self.at_relay, &mut Vec::new());
+        }
+    }
+}
+
 /// Starts this process's poller of `root`'s change log, which wakes the
 /// readers `hub` knows for every topic named by another process, until
-/// the hub is dropped. It starts at the log's current end: the readers
-/// subscribed now re-read once anyway.
-pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration) {
+/// the hub is dropped. One process per host (the holder of the host's
+/// lock) reads the volume's `.changes` and copies what it reads to the
+/// host's relay; the others read the relay, a local file.
+pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_bytes: u64) {
     let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-    let path = root.join(CHANGES_FILE);
-    let open = move || crate::log::open_shared(&path, false).ok();
-    let mut file = open();
-    let mut at = Position { generation: None, offset: HEADER };
-    if let Some((generation, size)) = file.as_ref().and_then(|f| header_of(f).ok()) {
-        at = Position { generation, offset: size.max(HEADER) };
-    }
-    let poller_root = root.clone();
+    let mut poller = Poller::new(root.clone(), max_bytes);
     let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || loop {
         std::thread::sleep(every);
         let Some(hub) = hub.upgrade() else { return };
-        if file.is_none() {
-            file = open();
-        }
-        let Some(f) = file.as_ref() else { continue };
-        if poll(f, &poller_root, &hub, &mut at).is_err() {
-            // Reopen next time (the volume may have been unreachable).
-            file = None;
-        }
+        poller.tick(&hub);
     });
     if let Err(e) = spawned {
         eprintln!("kn-journal: cannot start the cross-host change poller of {}: {e}", root.join(CHANGES_FILE).display());
     }
 }
 
-/// One poll: wakes the readers of the topics named since `at`.
-fn poll(file: &File, root: &PathBuf, hub: &Hub, at: &mut Position) -> std::io::Result<()> {
+/// One poll of a change log: wakes the readers of the topics named since
+/// `at`, and adds the whole entries read to `relay`.
+fn poll(file: &File, root: &Path, hub: &Hub, at: &mut Position, relay: &mut Vec<u8>) -> std::io::Result<()> {
     let (generation, size) = header_of(file)?;
     if generation.is_none() {
         return Ok(()); // nothing written yet, or being created
@@ -158,7 +264,11 @@ fn poll(file: &File, root: &PathBuf, hub: &Hub, at: &mut Position) -> std::io::R
             break;
         };
         for line in buf[..last].split(|&b| b == b'\n') {
-            wake_entry(line, root, hub);
+            if wake_entry(line, root, hub) {
+                relay.push(b'\n');
+                relay.extend_from_slice(line);
+                relay.push(b'\n');
+            }
         }
         at.offset += last as u64 + 1;
         if n < want {
@@ -168,23 +278,25 @@ fn poll(file: &File, root: &PathBuf, hub: &Hub, at: &mut Position) -> std::io::R
     Ok(())
 }
 
-fn wake_entry(line: &[u8], root: &Path, hub: &Hub) {
-    let Ok(text) = std::str::from_utf8(line) else { return };
-    let Some((writer, name)) = text.split_once(' ') else { return };
-    if writer == writer_id() {
-        return;
-    }
+/// Wakes the readers of the topic an entry names, unless this process
+/// wrote it; true when the entry is a valid one (to relay).
+fn wake_entry(line: &[u8], root: &Path, hub: &Hub) -> bool {
+    let Ok(text) = std::str::from_utf8(line) else { return false };
+    let Some((writer, name)) = text.split_once(' ') else { return false };
     // A torn entry (its writer died) reads as a name that is not a topic,
     // or as another topic's name: a wake-up is only a hint to re-read.
-    if let Ok(topic) = Topic::parse(name) {
+    let Ok(topic) = Topic::parse(name) else { return false };
+    if writer != writer_id() {
         hub.wake(&topic.dir(root));
     }
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+    use std::thread;
     use std::time::Instant;
 
     /// An append by another writer id reaches a subscription through the
@@ -200,7 +312,7 @@ mod tests {
         let sub = hub.subscribe(&dir);
         let log = ChangeLog::default();
         log.append(root.path(), &topic, 1 << 20).unwrap();
-        spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5));
+        spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5), 1 << 20);
         // Written as another process would.
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
         let listener = sub.listen();
@@ -219,5 +331,45 @@ mod tests {
         assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "no wake-up on rotation");
         let len = std::fs::metadata(root.path().join(CHANGES_FILE)).unwrap().len();
         assert_eq!(len, HEADER + format!("\n{} /x\n", writer_id()).len() as u64);
+        drop(hub);
+        remove_relay(root.path());
+    }
+
+    fn remove_relay(root: &Path) {
+        let (lock, relay) = relay_paths(root);
+        let _ = std::fs::remove_file(lock);
+        let _ = std::fs::remove_file(relay);
+    }
+
+    /// Two pollers of one host (two hubs stand for two processes: each
+    /// opens the host's lock on its own, and `flock` excludes them as it
+    /// would two processes): one reads the volume, the other the relay,
+    /// and both wake their readers.
+    #[test]
+    fn one_poller_per_host_reads_the_volume_and_relays_to_the_others() {
+        let root = tempfile::tempdir().unwrap();
+        let topic = Topic::parse("/what/chat").unwrap();
+        let dir = topic.dir(root.path());
+        std::fs::create_dir_all(&dir).unwrap();
+        ChangeLog::default().append(root.path(), &Topic::parse("/x").unwrap(), 1 << 20).unwrap();
+        let hubs: Vec<Arc<Hub>> = (0..2).map(|_| Arc::new(Hub::new())).collect();
+        let subs: Vec<_> = hubs.iter().map(|h| h.subscribe(&dir)).collect();
+        for hub in &hubs {
+            spawn_poller(root.path(), Arc::downgrade(hub), Duration::from_millis(5), 1 << 20);
+        }
+        thread::sleep(Duration::from_millis(100)); // a leader is chosen
+        let listeners: Vec<_> = subs.iter().map(|s| s.listen()).collect();
+        let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
+        let end = f.metadata().unwrap().len();
+        f.write_all_at(b"\nother /what/chat\n", end).unwrap();
+        for listener in listeners {
+            assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "a poller missed the entry");
+        }
+        let relayed = std::fs::read(relay_paths(root.path()).1).unwrap();
+        assert!(relayed.ends_with(b"\nother /what/chat\n"), "{:?}", String::from_utf8_lossy(&relayed));
+        drop(subs);
+        drop(hubs);
+        thread::sleep(Duration::from_millis(50));
+        remove_relay(root.path());
     }
 }

@@ -92,7 +92,7 @@ mod watch;
 
 pub use changes::CHANGES_FILE;
 pub use config::{Config, Shared, SyncPolicy};
-pub use shared::{check_mount, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
+pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};

@@ -29,9 +29,9 @@ pub struct FileSystem {
 }
 
 impl FileSystem {
-    /// The file system holding `path` (which must exist).
-    pub fn of(path: &Path) -> FileSystem {
-        let magic = statfs_type(path).unwrap_or(0);
+    /// The file system holding `path` (which must exist), whose
+    /// `statfs` type is `magic` (see [`magic_of`]).
+    pub fn of(path: &Path, magic: i64) -> FileSystem {
         let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let mount = std::fs::read_to_string("/proc/mounts").ok().and_then(|text| mount_of(&text, &absolute));
         let name = match &mount {
@@ -57,12 +57,19 @@ impl FileSystem {
     }
 }
 
-/// Whether shared mode applies to a store on `fs` with the setting `shared`.
-pub(crate) fn resolve(shared: Shared, fs: &FileSystem) -> bool {
+/// The `statfs(2)` type (`f_type`) of the file system holding `path`; 0
+/// when it cannot be had.
+pub fn magic_of(path: &Path) -> i64 {
+    statfs_type(path).unwrap_or(0)
+}
+
+/// Whether shared mode applies to a store on a file system of type
+/// `magic` with the setting `shared`.
+pub(crate) fn resolve(shared: Shared, magic: i64) -> bool {
     match shared {
         Shared::On => true,
         Shared::Off => false,
-        Shared::Auto => fs.is_network(),
+        Shared::Auto => magic == FUSE_SUPER_MAGIC || magic == NFS_SUPER_MAGIC,
     }
 }
 
@@ -340,12 +347,34 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_setting_takes_auto_on_or_off_and_names_a_bad_value() {
+        assert_eq!("auto".parse::<Shared>().unwrap(), Shared::Auto);
+        assert_eq!(" on ".parse::<Shared>().unwrap(), Shared::On);
+        assert_eq!("off".parse::<Shared>().unwrap(), Shared::Off);
+        let e = "yes".parse::<Shared>().unwrap_err();
+        assert!(e.to_string().contains("bad shared mode 'yes'"), "{e}");
+    }
+
+    #[test]
+    fn a_local_store_is_not_shared_by_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FileSystem::of(dir.path(), magic_of(dir.path()));
+        assert!(!fs.is_network(), "{fs:?}");
+        assert!(check_mount(&fs).is_empty());
+        let store = crate::Store::open(dir.path()).unwrap();
+        assert!(!store.is_shared());
+        assert!(store.describe_mode().contains("local mode (KN_SHARED=auto)"), "{}", store.describe_mode());
+        let mut config = crate::Config::new(dir.path());
+        config.shared = Shared::On;
+        assert!(crate::Store::open_with(config).unwrap().is_shared());
+    }
+
+    #[test]
     fn auto_is_shared_on_fuse_and_nfs_only() {
-        let fs = |magic| FileSystem { magic, name: String::new(), mount_point: None, source: None, options: None };
-        assert!(resolve(Shared::Auto, &fs(FUSE_SUPER_MAGIC)));
-        assert!(resolve(Shared::Auto, &fs(NFS_SUPER_MAGIC)));
-        assert!(!resolve(Shared::Auto, &fs(0xEF53)));
-        assert!(resolve(Shared::On, &fs(0xEF53)));
-        assert!(!resolve(Shared::Off, &fs(FUSE_SUPER_MAGIC)));
+        assert!(resolve(Shared::Auto, FUSE_SUPER_MAGIC));
+        assert!(resolve(Shared::Auto, NFS_SUPER_MAGIC));
+        assert!(!resolve(Shared::Auto, 0xEF53));
+        assert!(resolve(Shared::On, 0xEF53));
+        assert!(!resolve(Shared::Off, FUSE_SUPER_MAGIC));
     }
 }

@@ -74,8 +74,8 @@ pub struct Store {
     gauge: SpaceGauge,
     /// See [`Store::filters_compiled`].
     filters_compiled: std::sync::atomic::AtomicU64,
-    /// The file system the store is on (see [`Store::file_system`]).
-    file_system: crate::shared::FileSystem,
+    /// `f_type` of the store's file system (`statfs`), as found at open.
+    fs_magic: i64,
     /// `Config::shared` as asked for, before `Auto` was resolved.
     shared_setting: Shared,
     /// In shared mode, `.changes` as this store appends to it.
@@ -135,10 +135,12 @@ impl Store {
                 })
                 .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
         }
-        let file_system = crate::shared::FileSystem::of(&config.root);
+        // One `statfs`: what a CGI start can afford (`/proc/mounts` is read
+        // only for reports, by `Store::file_system`).
+        let fs_magic = crate::shared::magic_of(&config.root);
         // Resolved once: the log layer reads `config.shared` as on or off.
         let shared_setting = config.shared;
-        config.shared = if crate::shared::resolve(config.shared, &file_system) { Shared::On } else { Shared::Off };
+        config.shared = if crate::shared::resolve(config.shared, fs_magic) { Shared::On } else { Shared::Off };
         let names = read_names(&config.root)?;
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
@@ -153,7 +155,7 @@ impl Store {
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
             filters_compiled: Default::default(),
-            file_system,
+            fs_magic,
             shared_setting,
             changes: Default::default(),
         })
@@ -179,22 +181,23 @@ impl Store {
         self.config.shared == Shared::On
     }
 
-    /// The file system the store is on, as found when it was opened.
-    pub fn file_system(&self) -> &crate::shared::FileSystem {
-        &self.file_system
+    /// The file system the store is on: its type as found when the store
+    /// was opened, its mount as `/proc/mounts` says now.
+    pub fn file_system(&self) -> crate::shared::FileSystem {
+        crate::shared::FileSystem::of(&self.config.root, self.fs_magic)
     }
 
     /// One line on the file system and the mode chosen, e.g.
     /// `fuse.glusterfs (198.18.0.1:/gt on /mnt/a): shared mode
     /// (KN_SHARED=auto)`.
     pub fn describe_mode(&self) -> String {
-        crate::shared::describe(&self.file_system, self.is_shared(), self.shared_setting)
+        crate::shared::describe(&self.file_system(), self.is_shared(), self.shared_setting)
     }
 
     /// What can be verified of the settings of a shared store's mount and
     /// volume (see [`check_mount`](crate::check_mount)).
     pub fn mount_checks(&self) -> Vec<crate::shared::MountCheck> {
-        crate::shared::check_mount(&self.file_system)
+        crate::shared::check_mount(&self.file_system())
     }
 
     /// In shared mode, records in `.changes` that `topic` was appended
@@ -455,7 +458,7 @@ impl Store {
             let hub = Arc::new(Hub::new());
             if self.is_shared() {
                 // inotify sees only this host's appends.
-                crate::changes::spawn_poller(&self.config.root, Arc::downgrade(&hub), self.config.changes_poll);
+                crate::changes::spawn_poller(&self.config.root, Arc::downgrade(&hub), self.config.changes_poll, self.config.changes_bytes);
             }
             hub
         })
