@@ -599,7 +599,7 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
     let mount_a = cluster.mount(&volume, "a", MOUNT_OPTIONS);
     let mount_b = cluster.mount(&volume, "b", MOUNT_OPTIONS);
     let (root_a, root_b) = (mount_a.join("kn_events"), mount_b.join("kn_events"));
-    std::fs::create_dir_all(&root_a).unwrap();
+    // Created by `kn doctor` below (Store::open), with the store's modes.
     eprintln!("cluster up in {:.1} s", started.elapsed().as_secs_f64());
 
     // The doctor sees the volume as DEPLOY.md wants it.
@@ -820,7 +820,7 @@ fn default_volume_options_break_and_the_doctor_says_so() {
     let mount_a = cluster.mount(&volume, "a", "");
     let mount_b = cluster.mount(&volume, "b", "");
     let (root_a, root_b) = (mount_a.join("kn_events"), mount_b.join("kn_events"));
-    std::fs::create_dir_all(&root_a).unwrap();
+    // Created by `kn doctor` below (Store::open), with the store's modes.
 
     let (ok, doctor) = kn(&root_b, &["doctor"]);
     eprintln!("kn doctor on a volume with GlusterFS's defaults:\n{doctor}");
@@ -837,6 +837,8 @@ fn default_volume_options_break_and_the_doctor_says_so() {
     let cross = latencies(&a, &b, "/lat/cross", 5);
     eprintln!("defaults: latency notify A -> tunnel B: p50 {:?} p99 {:?}", percentile(&cross, 0.5), percentile(&cross, 0.99));
     let n = posts_per_host().min(150);
+    let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
+    journal_reader.expect_watching("jr", String::new);
     let stop = Arc::new(AtomicBool::new(false));
     let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
     let report = load(&[a.addr(), b.addr()], &plan, 4, &stop);

@@ -73,7 +73,7 @@ fn append_locked(file: &File, topic: &Topic, max_bytes: u64) -> std::io::Result<
 /// it is larger than `max_bytes` or when `renew` asks.
 fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool) -> std::io::Result<()> {
     drop_cached_pages(file);
-    let size = file.metadata()?.len();
+    let size = linked_size(file)?;
     let mut header = [0u8; HEADER as usize];
     let valid = size >= HEADER && file.read_exact_at(&mut header, 0).is_ok() && &header[..8] == MAGIC;
     let mut end = size;
@@ -92,6 +92,17 @@ fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool) -> s
     file.write_all_at(entries, end)
 }
 
+/// The size of `file`; an error once its name is gone (deleted by hand),
+/// so that the caller opens the name again.
+fn linked_size(file: &File) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if meta.nlink() == 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "change log deleted"));
+    }
+    Ok(meta.len())
+}
+
 /// Where a poller is in the change log.
 struct Position {
     generation: Option<u64>,
@@ -101,7 +112,7 @@ struct Position {
 /// Reads the header and size of `.changes`: (generation, size).
 fn header_of(file: &File) -> std::io::Result<(Option<u64>, u64)> {
     drop_cached_pages(file);
-    let size = file.metadata()?.len();
+    let size = linked_size(file)?;
     let mut header = [0u8; HEADER as usize];
     if size < HEADER || file.read_exact_at(&mut header, 0).is_err() || &header[..8] != MAGIC {
         return Ok((None, size));
@@ -215,7 +226,12 @@ impl Poller {
             return;
         }
         if let Some(relay) = self.relay.as_ref() {
-            let _ = poll(relay, &self.root, hub, &mut self.at_relay, &mut Vec::new());
+            if poll(relay, &self.root, hub, &mut self.at_relay, &mut Vec::new()).is_err() {
+                // Deleted or unreadable: open the name again, and re-read.
+                self.relay = crate::log::open_shared(&relay_paths(&self.root).1, false).ok();
+                self.at_relay = Position { generation: None, offset: HEADER };
+                hub.wake_all();
+            }
         }
     }
 }
