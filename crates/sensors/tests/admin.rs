@@ -272,3 +272,18 @@ fn names_lists_adds_and_removes_the_server_names() {
     let missing = kn(&["names", "remove", "http://nobody.example/kn"]);
     assert_eq!(missing.status.code(), Some(64), "{missing:?}");
 }
+
+#[test]
+fn doctor_reports_the_file_system_and_the_mode_chosen() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let out = ok(kn(dir.path(), &["doctor"]));
+    assert!(out.contains("file system: ") && out.contains("local mode (KN_SHARED=auto)"), "{out}");
+    // Forced on, a local store runs in shared mode, with nothing to check.
+    let forced = Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(dir.path()).arg("doctor").env("KN_SHARED", "on").output().unwrap();
+    let text = ok(forced);
+    assert!(text.contains("shared mode (KN_SHARED=on)") && !text.contains("WRONG"), "{text}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(dir.path()).arg("doctor").env("KN_SHARED", "maybe").output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad shared mode 'maybe'"), "{bad:?}");
+}
