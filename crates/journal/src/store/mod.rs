@@ -174,9 +174,10 @@ impl Store {
     }
 
     /// True in shared mode: the store is on a file system that several
-    /// hosts may mount ([`Config::shared`]), so this process keeps nothing
-    /// of a topic across a lock release and wakes its readers for other
-    /// hosts' appends through `.changes` (FORMAT.md, "Shared mode").
+    /// hosts may mount ([`Config::shared`]), so this process trusts
+    /// nothing it kept of a topic across a lock release (it re-reads it
+    /// from the file server under the lock) and wakes its readers for
+    /// other hosts' appends through `.changes` (FORMAT.md, "Shared mode").
     pub fn is_shared(&self) -> bool {
         self.config.shared == Shared::On
     }
