@@ -24,6 +24,6 @@ out="${BENCH_OUT:-bench/gluster-results-$(date -u +%Y%m%d-%H%M).txt}"
     echo "# bench/gluster-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), KN_GLUSTER_POSTS=$KN_GLUSTER_POSTS"
     echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
     cargo test --test gluster -- --nocapture --test-threads 1 2>&1 |
-        grep -E '^(latency|volume|local|SIGKILL|brick|routes|defaults|cluster|total|test |kn doctor|     WRONG)' || true
+        grep --line-buffered -E '^(latency|volume|local|SIGKILL|brick|routes|defaults|cluster|total|test |kn doctor|     WRONG)' || true
 } | tee "$out"
 echo "report: $out"

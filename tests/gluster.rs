@@ -442,6 +442,25 @@ fn load(addrs: &[String], plan: &[Vec<Post>], threads: usize, stop: &Arc<AtomicB
     report
 }
 
+/// Reads `tunnel` on a thread, as a client that keeps up would (a tunnel
+/// nobody reads stops refreshing its journal's heartbeat, and the journal
+/// expires), until `stop` is set and nothing more comes for a second:
+/// every event received.
+fn drain(mut tunnel: Tunnel, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<KnEvent>> {
+    thread::spawn(move || {
+        let mut events = Vec::new();
+        loop {
+            match tunnel.next(Duration::from_secs(1)) {
+                Some(e) => events.push(e),
+                None if stop.load(Ordering::Relaxed) => break,
+                None => {}
+            }
+        }
+        tunnel.stream.close();
+        events
+    })
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -641,29 +660,31 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
     let n = posts_per_host();
     let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
     journal_reader.expect_watching("jr", String::new);
+    let drained = Arc::new(AtomicBool::new(false));
+    let journal_reader = drain(journal_reader, drained.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
     let report = load(&[a.addr(), b.addr()], &plan, 4, &stop);
+    drained.store(true, Ordering::Relaxed);
+    let streamed = journal_reader.join().expect("journal reader");
     let store = open_store(&root_b);
     let journal_acks = report.acked.iter().flatten().filter(|p| p.topic.ends_with("kn_journal")).count();
     let mut last = 0u64;
-    for _ in 0..journal_acks {
-        let Some(e) = journal_reader.next(PATIENCE) else { break };
+    for e in &streamed {
         let cp: u64 = e.get("kn_route_checkpoint").and_then(|c| c.parse().ok()).unwrap_or(0);
         assert!(cp > last, "the tunnel on B saw checkpoint {cp} after {last}");
         last = cp;
     }
-    let streamed = journal_reader.received(|e| e.get("kn_route_checkpoint").is_some()).len();
-    assert_eq!(streamed, journal_acks, "the tunnel on B missed journal posts");
-    journal_reader.stream.close();
+    assert_eq!(streamed.len(), journal_acks, "the tunnel on B missed journal posts");
     let all: Vec<Post> = report.acked.iter().flatten().cloned().collect();
     let problems = audit(&store, &all);
     let rate = |i: usize| report.acked[i].len() as f64 / report.seconds[i];
     eprintln!(
-        "volume: {} + {} posts acknowledged ({} failed); host A {:.0} posts/s, host B {:.0} posts/s",
+        "volume: {} + {} posts acknowledged ({} failed {:?}); host A {:.0} posts/s, host B {:.0} posts/s",
         report.acked[0].len(),
         report.acked[1].len(),
         report.failed,
+        report.failures,
         rate(0),
         rate(1)
     );
@@ -839,9 +860,13 @@ fn default_volume_options_break_and_the_doctor_says_so() {
     let n = posts_per_host().min(150);
     let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
     journal_reader.expect_watching("jr", String::new);
+    let drained = Arc::new(AtomicBool::new(false));
+    let journal_reader = drain(journal_reader, drained.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
     let report = load(&[a.addr(), b.addr()], &plan, 4, &stop);
+    drained.store(true, Ordering::Relaxed);
+    let _ = journal_reader.join();
     let all: Vec<Post> = report.acked.iter().flatten().cloned().collect();
     let store = open_store(&root_b);
     let problems = audit(&store, &all);
