@@ -5,6 +5,8 @@
 # latency (p50/p99), posts/s per host on a replica 3 volume against two
 # servers on one local ext4 store in the same run, the SIGKILL and
 # brick-restart runs, and what breaks with GlusterFS's default options.
+# The SIGKILL run (item 3) is #[ignore]d in the default suite (a stalled
+# GlusterFS client after the kill, docs/SCALE-OUT.md); this runs it.
 # The default test suite runs the same test with 200 posts per host.
 #
 # Needs root, iproute2, glusterfs-server, glusterfs-client and /dev/fuse
@@ -23,7 +25,7 @@ out="${BENCH_OUT:-bench/gluster-results-$(date -u +%Y%m%d-%H%M).txt}"
 {
     echo "# bench/gluster-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), KN_GLUSTER_POSTS=$KN_GLUSTER_POSTS"
     echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
-    cargo test --test gluster -- --nocapture --test-threads 1 2>&1 |
+    cargo test --test gluster -- --include-ignored --nocapture --test-threads 1 2>&1 |
         grep --line-buffered -E '^(latency|volume|local|SIGKILL|brick|routes|defaults|cluster|total|test |kn doctor|     WRONG)' || true
 } | tee "$out"
 echo "report: $out"

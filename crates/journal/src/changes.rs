@@ -53,7 +53,7 @@ impl ChangeLog {
             *slot = Some(crate::log::open_shared(&root.join(CHANGES_FILE), false)?);
         }
         let Some(file) = slot.as_ref() else { return Ok(()) };
-        crate::shared::lock_exclusive(file, true)?;
+        file.lock()?;
         let written = append_locked(file, topic, max_bytes);
         let _ = file.unlock();
         if written.is_err() {

@@ -319,30 +319,6 @@ pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
     format!("{}{place}: {mode} (KN_SHARED={setting})", fs.name)
 }
 
-/// Takes `file`'s exclusive `flock`. In shared mode it never waits in the
-/// kernel: it tries, and sleeps between tries (0.5 ms doubling to 8 ms).
-/// On a GlusterFS FUSE mount a process killed (SIGKILL) while blocked in
-/// `flock` had its lock request interrupted, and once the mount's client
-/// then lost its bricks for good ("Transport endpoint is not connected",
-/// the killed process stuck in `D` state); a process that only ever tries
-/// is never blocked there when it is killed.
-pub(crate) fn lock_exclusive(file: &std::fs::File, shared: bool) -> std::io::Result<()> {
-    if !shared {
-        return file.lock();
-    }
-    let mut pause = Duration::from_micros(500);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(()),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(8));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
-    }
-}
-
 /// Drops this host's cached pages of `file`, so that the next read asks
 /// the file server: a FUSE or NFS client may keep pages that another host
 /// has since rewritten (the `.head` is rewritten in place), and a lock

@@ -79,8 +79,7 @@ impl<'c> Writer<'c> {
     pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
-        let shared = config.shared == crate::config::Shared::On;
-        crate::shared::lock_exclusive(&lock, shared).map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
         let head_path = dir.join(HEAD_FILE);
         let existing = match open_rw(&head_path, false) {
             Ok(f) => HeadFile::new(shared_fresh(config, f)).ok().and_then(|f| {
@@ -130,7 +129,7 @@ impl<'c> Writer<'c> {
     /// Locks with kept files; `None` (files closed, lock released) when the
     /// head was replaced or the active segment changed: open afresh.
     pub(super) fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        if let Err(e) = crate::shared::lock_exclusive(&files.lock, config.shared == crate::config::Shared::On) {
+        if let Err(e) = files.lock.lock() {
             return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
         }
         if config.shared == crate::config::Shared::On {
