@@ -73,6 +73,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Dropping it unmounts, stops and deletes the volumes, stops glusterd and
 /// every GlusterFS process of its volumes, and deletes the namespace.
 struct Cluster {
+    /// The hosts' relay files of `.changes` (`/dev/shm/kn-changes-*`)
+    /// there before the cluster: the others are its stores', removed.
+    relays_before: HashSet<PathBuf>,
     ns: String,
     dir: Dir,
     volumes: Vec<String>,
@@ -117,7 +120,15 @@ fn sh(args: &[&str]) -> Result<String, String> {
 impl Cluster {
     fn start(name: &str) -> Cluster {
         let tag = format!("kng{}{}", std::process::id() % 100_000, &name[..1]);
-        let mut cluster = Cluster { ns: tag.clone(), dir: Dir::new(name), volumes: Vec::new(), mounts: Vec::new(), glusterd_pid: None, tag };
+        let mut cluster = Cluster {
+            relays_before: relays(),
+            ns: tag.clone(),
+            dir: Dir::new(name),
+            volumes: Vec::new(),
+            mounts: Vec::new(),
+            glusterd_pid: None,
+            tag,
+        };
         let ns = cluster.ns.clone();
         let (a, b) = (format!("{ns}a"), format!("{ns}b"));
         sh(&["ip", "netns", "add", &ns]).unwrap();
@@ -213,6 +224,17 @@ impl Cluster {
     }
 }
 
+/// The relay and lock files of shared mode in `/dev/shm`.
+fn relays() -> HashSet<PathBuf> {
+    std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kn-changes-"))
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Every process: (pid, command line with spaces).
 fn processes() -> Vec<(u32, String)> {
     let mut out = Vec::new();
@@ -258,6 +280,9 @@ impl Drop for Cluster {
             if ours && cmd.contains("gluster") {
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             }
+        }
+        for relay in relays().difference(&self.relays_before) {
+            let _ = std::fs::remove_file(relay);
         }
         let _ = sh(&["ip", "netns", "del", &self.ns]);
         let _ = sh(&["ip", "link", "del", &format!("{}a", self.ns)]);
@@ -853,7 +878,7 @@ fn default_volume_options_break_and_the_doctor_says_so() {
 
 /// Item 3, `#[ignore]`d: after a SIGKILL of a server with requests in
 /// flight on its FUSE mount, GlusterFS's client of that mount stalled for
-/// good in 2 of 7 runs on this machine (docs/SCALE-OUT.md), which would
+/// good in 2 of 8 runs on this machine (docs/SCALE-OUT.md), which would
 /// fail CI for a reason outside this code. `bench/gluster-bench.sh` runs
 /// it: `cargo test --test gluster -- --ignored --nocapture`.
 #[test]
