@@ -5,6 +5,8 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The server under test: `http://HOST:PORT/kn`.
@@ -17,6 +19,7 @@ pub struct Client {
     addr: String,
     /// `/kn`.
     mount: String,
+    retries: Arc<AtomicU64>,
 }
 
 impl Client {
@@ -32,7 +35,7 @@ impl Client {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        Client { agent, url: url.to_string(), addr, mount }
+        Client { agent, url: url.to_string(), addr, mount, retries: Arc::new(AtomicU64::new(0)) }
     }
 
     /// POSTs the form `pairs` (with `kn_response_format=simple`) and
@@ -40,7 +43,21 @@ impl Client {
     pub fn post(&self, pairs: &[(&str, &str)]) -> Result<(), String> {
         let mut form: Vec<(&str, &str)> = pairs.to_vec();
         form.push(("kn_response_format", "simple"));
-        let mut reply = self.agent.post(&self.url).send_form(form.iter().copied()).map_err(|e| format!("{pairs:?}: {e}"))?;
+        // A pooled keep-alive connection the server closed meanwhile fails
+        // at once: retry on a new one, as a browser does (every request
+        // carries a kn_id, so a repeat is a duplicate the server ignores).
+        // (Apache's event MPM closes idle keep-alive connections when its
+        // workers are busy with tunnels, so the retry takes a fresh agent:
+        // the pool may hold more dead ones.)
+        let mut reply = match self.agent.post(&self.url).send_form(form.iter().copied()) {
+            Ok(reply) => reply,
+            Err(ureq::Error::Io(_)) => {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+                let fresh: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60))).build().into();
+                fresh.post(&self.url).send_form(form.iter().copied()).map_err(|e| format!("{pairs:?}: {e} (retried)"))?
+            }
+            Err(e) => return Err(format!("{pairs:?}: {e}")),
+        };
         let status = reply.status().as_u16();
         let body = reply.body_mut().read_to_string().unwrap_or_default();
         if status != 200 {
@@ -49,9 +66,15 @@ impl Client {
         Ok(())
     }
 
-    /// Posts an event with payload `payload` to `topic`.
+    /// Posts an event with payload `payload` (also its `kn_id`: unique)
+    /// to `topic`.
     pub fn notify(&self, topic: &str, payload: &str) -> Result<(), String> {
-        self.post(&[("do_method", "notify"), ("kn_to", topic), ("kn_payload", payload)])
+        self.post(&[("do_method", "notify"), ("kn_to", topic), ("kn_id", payload), ("kn_payload", payload)])
+    }
+
+    /// Requests sent again after a transport error.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// Routes `from` into `to` as route `id`.

@@ -36,11 +36,12 @@ use kn_journal::{Store, Topic, Usage};
 #[derive(Parser, Debug)]
 #[command(name = "kn-soak", after_help = AFTER_HELP)]
 struct Args {
-    /// Page loads in all.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    page_loads: u64,
-    /// A smoke-test size: 300 page loads, checkpoint at 100, 50 hot
-    /// cycles, 100 probes (under 30 s against serve).
+    /// Page loads in all [default: 100000; with --quick, 300].
+    #[arg(long, value_name = "N")]
+    page_loads: Option<u64>,
+    /// A smoke-test size: 300 page loads (unless --page-loads says
+    /// otherwise), checkpoint at 100, 50 hot cycles, 100 probes, at most 50
+    /// rooms (under 30 s against serve).
     #[arg(long)]
     quick: bool,
     /// Page loads running at once.
@@ -98,13 +99,14 @@ const PROBE_JOURNAL: &str = "/who/soak/s/probe/kn_journal";
 fn main() -> ExitCode {
     let mut args = Args::parse();
     if args.quick {
-        args.page_loads = 300;
+        args.page_loads = args.page_loads.or(Some(300));
         args.checkpoint = 100;
         args.hot_cycles = 50;
         args.probes = 100;
         args.rooms = args.rooms.min(50);
     }
-    args.checkpoint = args.checkpoint.min(args.page_loads);
+    let page_loads = *args.page_loads.get_or_insert(100_000);
+    args.checkpoint = args.checkpoint.min(page_loads);
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -113,6 +115,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The page loads asked for (set by `main`).
+fn page_loads(args: &Args) -> u64 {
+    args.page_loads.unwrap_or(100_000)
 }
 
 /// A running server, stopped when dropped.
@@ -353,7 +360,7 @@ fn run(args: &Args) -> Result<bool, String> {
         if args.apache { "pubsub.cgi under Apache" } else { "pubsub-cgi serve" },
         server.url(),
         root.display(),
-        args.page_loads,
+        page_loads(args),
         args.concurrency,
         args.rooms,
         args.posts,
@@ -364,7 +371,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let store = Store::open(&root).map_err(|e| e.to_string())?;
     let mut probe = client.tunnel(PROBE_JOURNAL)?;
     client.route(HOT, PROBE_JOURNAL, "probe")?;
-    let hot_every = if args.hot_cycles == 0 { 0 } else { (args.page_loads / args.hot_cycles).max(1) };
+    let hot_every = if args.hot_cycles == 0 { 0 } else { (page_loads(args) / args.hot_cycles).max(1) };
     let run = Arc::new(Run {
         client: client.clone(),
         rooms: args.rooms,
@@ -381,21 +388,22 @@ fn run(args: &Args) -> Result<bool, String> {
     let timeout = Duration::from_millis(args.receive_timeout_ms);
     let started = Instant::now();
     let done = AtomicU64::new(0);
-    phase(&run, 0..args.checkpoint, args.concurrency, &done, args.page_loads);
+    phase(&run, 0..args.checkpoint, args.concurrency, &done, page_loads(args));
     let first = measure(&run, &store, &mut probe, "first", args.probes, timeout)?;
     print_figures(args.checkpoint, started.elapsed(), &first);
-    phase(&run, args.checkpoint..args.page_loads, args.concurrency, &done, args.page_loads);
+    phase(&run, args.checkpoint..page_loads(args), args.concurrency, &done, page_loads(args));
     let last = measure(&run, &store, &mut probe, "last", args.probes, timeout)?;
-    print_figures(args.page_loads, started.elapsed(), &last);
+    print_figures(page_loads(args), started.elapsed(), &last);
 
     let misses = run.misses.lock().unwrap();
     let errors = run.errors.lock().unwrap();
     let error_count = run.error_count.load(Ordering::Relaxed);
     println!(
-        "deliveries checked {}, missed {}; failed page loads {}",
+        "deliveries checked {}, missed {}; failed page loads {}; requests retried after a closed connection {}",
         run.delivered.load(Ordering::Relaxed) + 2 * args.probes - first.probe_misses - last.probe_misses,
         misses.len(),
-        error_count
+        error_count,
+        client.retries()
     );
     for m in misses.iter().take(50) {
         println!("MISSED {m}");
@@ -409,7 +417,7 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     println!(
         "soak: {} page loads; files {}->{}; dirs {}->{}; bytes {}->{}; notify p50 {}->{} us",
-        args.page_loads,
+        page_loads(args),
         first.usage.files,
         last.usage.files,
         first.usage.directories,
