@@ -428,6 +428,9 @@ fn run(args: &Args) -> Result<bool, String> {
         last.p50
     );
     drop(server);
+    if args.store.is_none() {
+        eprintln!("kn-soak: removing the temporary store {} (--store DIR keeps it)", root.display());
+    }
     Ok(misses.is_empty() && error_count == 0)
 }
 
