@@ -34,7 +34,9 @@ fn quick_soak_against_serve_misses_no_event() {
     let (out, text) = soak(&[]);
     assert_nothing_missed(&out, &text, 300);
     assert!(text.contains("pubsub-cgi serve at http://127.0.0.1:"), "{text}");
-    assert!(text.contains("hot kn_routes 101 records (1 active)"), "50 route/unroute pairs and the probe's route: {text}");
+    // 50 route/unroute cycles leave only the probe's route active (how
+    // many records remain is the sweep's business, not asserted here).
+    assert_eq!(text.matches(" records (1 active); notify p50 ").count(), 2, "{text}");
 }
 
 #[test]
