@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// seven eighths of the connections].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tunnels: Option<u32>,
+    /// Do not answer GET /metrics (the store's counters and size, open
+    /// tunnels and connections, requests served, in the Prometheus text
+    /// format); /metrics is then an ordinary static path.
+    #[arg(long)]
+    pub no_metrics: bool,
 }
 
 impl ServeArgs {
@@ -104,6 +109,7 @@ impl ServeArgs {
         config.public_url = self.public_url;
         config.max_connections = cap(self.max_connections, "KN_MAX_CONNECTIONS")?;
         config.max_tunnels = cap(self.max_tunnels, "KN_MAX_TUNNELS")?;
+        config.metrics = !self.no_metrics;
         Ok(config)
     }
 }

@@ -21,6 +21,11 @@
 //! `503 Service Unavailable` with `Retry-After`, never accepted without
 //! bound.
 //!
+//! At `/metrics` ([`ServeConfig::metrics`], on by default) it answers the
+//! store's counters and size in the Prometheus text format (the same page
+//! as `kn stat --prometheus`), plus its own open tunnels, open connections
+//! and requests served.
+//!
 //! ```no_run
 //! use kn_cgi::serve::{serve, ServeConfig};
 //!
@@ -32,6 +37,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -44,7 +50,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use kn_journal::{Config, Store};
+use kn_journal::{Config, Exposition, Store, PROMETHEUS_CONTENT_TYPE};
 use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -58,6 +64,9 @@ use crate::{Error, ErrorKind};
 /// Where the protocol is mounted: the path the JavaScript library expects
 /// by default (PROTOCOL.md 3.8).
 pub const MOUNT: &str = "/kn";
+
+/// Where the Prometheus figures are served ([`ServeConfig::metrics`]).
+pub const METRICS_PATH: &str = "/metrics";
 
 /// How many tunnel pieces may wait for a slow client before the tunnel
 /// itself waits: enough to never stall on a burst, small enough that a
@@ -111,6 +120,10 @@ pub struct ServeConfig {
     /// that one-shot requests still get through when tunnels fill up
     /// (`--max-tunnels`, `KN_MAX_TUNNELS`).
     pub max_tunnels: Option<usize>,
+    /// Whether `GET /metrics` answers the Prometheus figures (default:
+    /// yes; `--no-metrics` turns it off, and `/metrics` is then an
+    /// ordinary static path).
+    pub metrics: bool,
 }
 
 impl ServeConfig {
@@ -124,6 +137,7 @@ impl ServeConfig {
             options: Options::default(),
             max_connections: None,
             max_tunnels: None,
+            metrics: true,
         }
     }
 
@@ -266,6 +280,10 @@ struct Server {
     tunnels: Arc<Semaphore>,
     /// The pool that reads tunnels' topic files.
     readers: Readers,
+    /// Whether `/metrics` is served.
+    metrics: bool,
+    /// Requests answered so far (every path, `/metrics` included).
+    requests: AtomicU64,
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -324,11 +342,17 @@ impl Server {
             connections: Arc::new(Semaphore::new(caps.0)),
             tunnels: Arc::new(Semaphore::new(caps.1)),
             readers,
+            metrics: config.metrics,
+            requests: AtomicU64::new(0),
         })
     }
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let path = request.uri().path();
+        if self.metrics && path == METRICS_PATH {
+            return self.metrics(request.method()).await;
+        }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
             return self.pubsub(request, path_info).await;
@@ -443,6 +467,37 @@ impl Server {
         reply.headers_mut().insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
         let reader = self.readers.handle();
         tokio::spawn(follow(self.store.clone(), reader, tunnel, tx, permit));
+        reply
+    }
+
+    // ----- /metrics ---------------------------------------------------------
+
+    /// The Prometheus page: the store's figures (read on the blocking
+    /// pool: one walk of the store's tree) and this server's.
+    async fn metrics(self: Arc<Self>, method: &hyper::Method) -> hyper::Response<Body> {
+        let head_request = method == hyper::Method::HEAD;
+        if method != hyper::Method::GET && !head_request {
+            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n");
+            reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return reply;
+        }
+        let store = self.store.clone();
+        // The store's figures; the outbox's pending deliveries join them
+        // there (Exposition::of_store) when the outbox merges.
+        let mut page = match tokio::task::spawn_blocking(move || Exposition::of_store(&store)).await {
+            Ok(Ok(page)) => page,
+            Ok(Err(err)) => return plain_owned(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {err}\n")),
+            Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
+        };
+        let (connections, tunnels) = self.caps;
+        page.gauge("kn_serve_open_tunnels", "Tunnels open now.", (tunnels - self.tunnels.available_permits()) as u64);
+        page.gauge("kn_serve_open_connections", "Connections open now.", (connections - self.connections.available_permits()) as u64);
+        page.counter("kn_serve_requests_total", "Requests answered since the server started.", self.requests.load(Ordering::Relaxed));
+        let body = page.into_string().into_bytes();
+        let length = body.len();
+        let mut reply = hyper::Response::new(if head_request { Body::empty() } else { Body::full(body) });
+        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));
+        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
         reply
     }
 
@@ -599,6 +654,15 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
             reply.headers_mut().append(name, value);
         }
     }
+    reply
+}
+
+fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
+    let length = text.len();
+    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     reply
 }
 

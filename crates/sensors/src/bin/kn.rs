@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kn_journal::{Config, Selection, Store, Topic};
+use kn_journal::{Config, Exposition, Selection, Store, Topic};
 use kn_sensors::admin::{self, EventFormat};
 use kn_sensors::{legacy, SensorError, SensorErrorKind};
 
@@ -86,13 +86,29 @@ enum Command {
         topic: String,
     },
     /// Show events, records, bytes and segments per topic (the reserved
-    /// topics included), with a total.
+    /// topics included), with a total; for the whole store, then what the
+    /// sweep and the outbox did (the counters every process adds to).
+    ///
+    /// With --prometheus, print instead the store's counters (what the
+    /// sweep and the outbox did) and its size (topics, journals, files,
+    /// directories, bytes) in the Prometheus text format, for
+    /// node_exporter's textfile collector.
     Stat {
         /// Only this topic and those below it.
+        #[arg(conflicts_with = "prometheus")]
         topic: Option<String>,
         /// Print one JSON object per topic instead of the table.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "prometheus")]
         json: bool,
+        /// Print the store's counters and size in the Prometheus text
+        /// format instead of the table.
+        #[arg(long)]
+        prometheus: bool,
+        /// Write to FILE instead of standard output, atomically (a
+        /// temporary file in the same directory, then a rename), so that a
+        /// reader never sees half of it.
+        #[arg(long, value_name = "FILE", requires = "prometheus")]
+        output: Option<PathBuf>,
     },
     /// Compact topics: rewrite sealed segments without superseded records
     /// and events expired longer than KN_EXPIRED_GRACE; journals also apply
@@ -169,13 +185,16 @@ Examples:
   kn events /what/chat --format json --max-n 5
   kn tail -f /who/anna/kn_journal
   kn stat /what
+  kn stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
   kn verify --repair
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
   kn export > backup.jsonl
 
   # crontab: compact every night, quiet unless something fails
-  15 3 * * * kn --root /var/lib/kn_events compact";
+  15 3 * * * kn --root /var/lib/kn_events compact
+  # crontab: figures for node_exporter's textfile collector, every minute
+  * * * * * kn --root /var/lib/kn_events stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -230,7 +249,15 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tail { follow, lines, format, topic } => tail(&store, &mut out, &parse_topic(&topic)?, follow, lines, format),
-        Command::Stat { topic, json } => {
+        Command::Stat { prometheus: true, output, .. } => {
+            let page = Exposition::of_store(&store).map_err(|e| SensorError::from_journal(e, "cannot read the store's figures"))?;
+            match output {
+                Some(path) => admin::write_atomically(&path, page.as_str().as_bytes())?,
+                None => out.write_all(page.as_str().as_bytes()).map_err(write_error)?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stat { topic, json, .. } => {
             let topics = all_topics(&store, topic.as_deref())?;
             let rows = admin::stats(&store, &topics)?;
             let rows: Vec<_> = rows.into_iter().filter(|(t, s)| !t.is_root() || s.segments > 0).collect();
@@ -241,6 +268,10 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
                 }
             } else {
                 admin::write_stats(&mut out, &rows).map_err(write_error)?;
+                if topic.is_none() {
+                    let counters = store.counters().map_err(|e| SensorError::from_journal(e, "cannot read the counters"))?;
+                    admin::write_counters(&mut out, &counters).map_err(write_error)?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
