@@ -35,6 +35,7 @@ mod verify;
 mod writer;
 
 pub use compact::CompactReport;
+pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub(crate) use blob::{orphan_blobs, read_backwards, read_new, sweep as sweep_blobs, SharedPayload};

@@ -70,6 +70,11 @@ impl<'c> Writer<'c> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        // The sweep removes a topic under its lock, unlinking `.lock` first
+        // (FORMAT.md, "Removal"): a writer that waited for it writes nowhere.
+        if super::compact::unlinked(&lock) {
+            return Err(super::writer::removed(dir));
+        }
         let head_path = dir.join(HEAD_FILE);
         let existing = match open_rw(&head_path, false) {
             Ok(f) => HeadFile::new(f).ok().and_then(|f| {
@@ -399,6 +404,12 @@ impl<'c> Writer<'c> {
         if let Some((slot, replaced)) = slot {
             if replaced {
                 self.head.garbage += 1;
+                // An expiring replacement (a deleted route, a tombstone)
+                // takes its id out of the live data the next compaction
+                // is weighed against (see `wants_compaction`).
+                if event.contains(crate::event::KN_EXPIRES) {
+                    self.head.live = self.head.live.saturating_sub(1);
+                }
             } else {
                 self.head.used += 1;
                 self.head.live += 1;
@@ -445,6 +456,13 @@ impl<'c> Writer<'c> {
         }
         Ok(())
     }
+}
+
+/// The error of a writer that found its topic removed by the sweep:
+/// `Expired` (a journal's stale answer); `Store` opens an ordinary topic
+/// afresh instead.
+pub(crate) fn removed(dir: &Path) -> Error {
+    Error::new(ErrorKind::Expired, format!("the topic in '{}' was removed", dir.display()))
 }
 
 impl SpaceGauge {

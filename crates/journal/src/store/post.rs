@@ -136,7 +136,7 @@ impl Store {
         Ok(report)
     }
 
-    fn stale_error(&self, topic: &Topic) -> Error {
+    pub(super) fn stale_error(&self, topic: &Topic) -> Error {
         Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
     }
 
@@ -328,9 +328,8 @@ impl Store {
                 return Ok((writer, kept));
             }
         }
-        prepare()?;
-        let dir = self.checked_dir(topic)?;
-        let writer = Writer::open(&dir, &self.config, ordinary)?;
+        // By path: a topic the sweep removed meanwhile is handled there.
+        let writer = self.open_writer(topic, prepare)?;
         kept.0.get_or_insert_with(|| topic.clone());
         Ok((writer, kept))
     }
