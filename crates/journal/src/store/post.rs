@@ -373,6 +373,17 @@ impl Store {
         topic: &Topic,
         mut created: impl FnMut(&Topic, &str) -> Result<()>,
     ) -> Result<()> {
+        // A parent the sweep removed meanwhile: start again from the root.
+        let mut attempt = 0;
+        loop {
+            match self.create_topic_dirs_once(topic, &mut created) {
+                Err(e) if e.kind() == ErrorKind::Expired && attempt < 3 => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn create_topic_dirs_once(&self, topic: &Topic, created: &mut impl FnMut(&Topic, &str) -> Result<()>) -> Result<()> {
         let mut current = Topic::root();
         for segment in topic.segments() {
             let parent = current.clone();
@@ -391,6 +402,13 @@ impl Store {
     /// false when it already existed.
     fn create_dir_of(&self, topic: &Topic, parent: &Topic) -> Result<bool> {
         let path = self.dir(topic);
+        if path.is_dir() {
+            return Ok(false);
+        }
+        // Under the parent's lock, which the sweep holds to prune it (not
+        // for `kn_routes`, made while a route write may hold that lock:
+        // the sweep ignores reserved children, and route writes exclude it).
+        let _parent = if topic.is_reserved() { None } else { Some(self.lock_for_child(parent)?) };
         match create_topic_dir(&path) {
             Ok(()) => {
                 if self.config.sync == SyncPolicy::Always {

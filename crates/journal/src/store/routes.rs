@@ -156,16 +156,18 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
-        // A route into a journal is noted in the journal's `.sources`, and
-        // stored while the journal's lock is held (see index_route_source).
-        let journal_lock = match self.resolve(&destination) {
-            Ok(Destination::Local(to)) if to.is_journal() => self.index_route_source(&to, from)?,
+        let journal = match self.resolve(&destination) {
+            Ok(Destination::Local(to)) if to.is_journal() => Some(to),
             _ => None,
         };
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
         let mut report = self.post_route_event(from, event)?;
-        drop(journal_lock);
+        if let Some(journal) = journal {
+            // Noted in the journal's `.sources` once stored, so that its
+            // removal finds the route (see index_route_source).
+            self.index_route_source(&journal, from)?;
+        }
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }

@@ -346,22 +346,30 @@ impl Store {
     }
 
     /// Notes `source` in `journal`'s `.sources` (the reverse index of the
-    /// routes into it), holding the journal's lock, which it returns: the
-    /// caller stores the route before releasing it, so that a removal
-    /// either runs before (the route then points into a journal that no
-    /// longer exists, and its first delivery poisons it) or after, and
-    /// then finds it. `None` when the journal does not exist (or was just
-    /// removed).
-    pub(super) fn index_route_source(&self, journal: &Topic, source: &Topic) -> Result<Option<File>> {
+    /// routes into it), under the journal's lock, after the route was
+    /// stored: a removal that takes the lock first has either found the
+    /// route (listed before) or removed the journal, and then the route
+    /// points into a journal that no longer exists (its first delivery
+    /// poisons it). Nothing is noted when the journal does not exist.
+    /// Called with no other lock held: the lock is released on return.
+    pub(super) fn index_route_source(&self, journal: &Topic, source: &Topic) -> Result<()> {
         let dir = self.dir(journal);
-        let Some(lock) = lock_topic(&dir)? else { return Ok(None) };
+        let Some(_lock) = lock_topic(&dir)? else { return Ok(()) };
         if read_sources(&dir).contains(source) {
-            return Ok(Some(lock));
+            return Ok(());
         }
         let path = dir.join(SOURCES_FILE);
         let mut file = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
-        file.write_all(format!("{source}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
-        Ok(Some(lock))
+        file.write_all(format!("{source}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
+    }
+
+    /// Locks `parent` to create a child directory in it: the sweep prunes
+    /// a topic only under its lock and only without child directories, so
+    /// a child is never created in a topic being removed. `Expired` when
+    /// `parent` was removed (the caller starts again from the root).
+    pub(super) fn lock_for_child(&self, parent: &Topic) -> Result<File> {
+        let dir = self.dir(parent);
+        lock_topic(&dir)?.ok_or_else(|| log::removed(&dir))
     }
 
     /// Refreshes the heartbeat of the journal a tunnel opens, under the
