@@ -86,7 +86,9 @@ enum Command {
         topic: String,
     },
     /// Show events, records, bytes and segments per topic (the reserved
-    /// topics included), with a total.
+    /// topics included), with a total; then what the sweep and the
+    /// forwarding did in the store's life, one "name value" line per
+    /// counter (journals_removed, topics_pruned, bytes_reclaimed, ...).
     Stat {
         /// Only this topic and those below it.
         topic: Option<String>,
@@ -100,6 +102,16 @@ enum Command {
     Compact {
         /// Only this topic (default: every topic).
         topic: Option<String>,
+    },
+    /// Sweep the whole store once (for cron): remove journals stale
+    /// longer than KN_JOURNAL_GRACE with the routes into them and their
+    /// announcement, and topics empty (no event, route or subtopic) and
+    /// untouched longer than KN_TOPIC_GRACE. Safe while the server runs.
+    Gc {
+        /// Use this grace period (seconds) for both instead; 0 removes
+        /// whatever is stale or empty now.
+        #[arg(long, value_name = "SECONDS")]
+        grace: Option<u64>,
     },
     /// Check the CRC of every record of every topic. Exits 1 when a bad
     /// record is found, listing each (segment file, offset, why); the
@@ -170,12 +182,15 @@ Examples:
   kn tail -f /who/anna/kn_journal
   kn stat /what
   kn verify --repair
+  kn gc --grace 0                          # remove whatever is stale now
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
   kn export > backup.jsonl
 
   # crontab: compact every night, quiet unless something fails
-  15 3 * * * kn --root /var/lib/kn_events compact";
+  15 3 * * * kn --root /var/lib/kn_events compact
+  # crontab: sweep stale journals and empty topics every 10 minutes
+  */10 * * * * kn --root /var/lib/kn_events gc";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -241,6 +256,22 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
                 }
             } else {
                 admin::write_stats(&mut out, &rows).map_err(write_error)?;
+                let counters = store.counters().map_err(|e| SensorError::from_journal(e, "cannot read the counters"))?;
+                admin::write_counters(&mut out, &counters).map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc { grace } => {
+            let report = store
+                .sweep_all(grace.map(Duration::from_secs))
+                .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
+            if summaries {
+                writeln!(
+                    out,
+                    "swept {} topics: removed {} stale journals, {} routes into them and {} empty topics; reclaimed {} bytes",
+                    report.visited, report.journals_removed, report.routes_removed, report.topics_pruned, report.bytes_reclaimed
+                )
+                .map_err(write_error)?;
             }
             Ok(ExitCode::SUCCESS)
         }
