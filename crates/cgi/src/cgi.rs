@@ -87,22 +87,13 @@ fn serve_one() -> ExitCode {
     if store.sweep_due() {
         // pubsub.cgi has no daemon: a request does a bounded slice of the
         // sweep, at most one per KN_SWEEP_INTERVAL_MS across every
-        // process, after its response. The output is closed first, so the
-        // web server has the whole response before the slice starts.
-        drop(out);
-        close_stdout();
+        // process, once its response is written. The output stays open:
+        // closing it first would end the response while the process still
+        // runs, which costs more under mod_cgid than the slice (see
+        // `exit_before_end_of_output`).
         let _ = store.sweep(store.config().sweep_budget);
     }
     ExitCode::SUCCESS
-}
-
-/// Points standard output at `/dev/null`, closing the web server's pipe.
-fn close_stdout() {
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        use std::os::fd::AsRawFd;
-        // SAFETY: dup2 on two descriptors this process owns.
-        unsafe { libc::dup2(null.as_raw_fd(), 1) };
-    }
 }
 
 /// Exits so that the web server, when it sees the end of the output,

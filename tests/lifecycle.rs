@@ -1,0 +1,212 @@
+//! Removal racing with use, across processes (issue 11, "Lifecycle"):
+//! while journals go stale and are removed (by `kn gc --grace 0` in a
+//! loop, by `pubsub-cgi serve`'s background sweep and by the slices of
+//! pubsub.cgi requests), other processes open tunnels on them, post to
+//! them and route into them, through the real CGI binary and through
+//! `serve`. Every answer is a success or the stale answer (`404 Expired`),
+//! never another error; afterwards `kn verify` finds nothing wrong, no
+//! half-removed directory is left, and every journal still there reads.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::Serve;
+
+const JOURNALS: usize = 4;
+const RUN_FOR: Duration = Duration::from_secs(6);
+
+fn journal(i: usize) -> String {
+    format!("/who/u/s/{i}/kn_journal")
+}
+
+/// The sweep settings of every process: no grace, a slice per request.
+fn sweep_env(command: &mut Command) -> &mut Command {
+    command.env("KN_JOURNAL_GRACE", "0").env("KN_TOPIC_GRACE", "0").env("KN_SWEEP_INTERVAL_MS", "0").env("KN_SWEEP_BUDGET", "8").env("KN_RESERVE_BYTES", "0")
+}
+
+/// Runs one pubsub.cgi request (a GET with `query`); returns its status
+/// line (`200 Notified`, `404 Expired`, ...) and its output.
+fn cgi(root: &Path, query: &str) -> (String, String) {
+    let mut command = Command::new(support::pubsub_cgi());
+    sweep_env(&mut command)
+        .env_remove("KN_SERVER_URL")
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("SCRIPT_NAME", "/kn")
+        .env("SERVER_NAME", "127.0.0.1")
+        .env("SERVER_PORT", "8080")
+        .env("SERVER_PROTOCOL", "HTTP/1.0")
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .env("REQUEST_METHOD", "GET")
+        .env("QUERY_STRING", query)
+        .env("KN_EVENTS", root)
+        .stdin(Stdio::null());
+    let out = command.output().expect("run pubsub-cgi");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = text.lines().find_map(|l| l.strip_prefix("Status: ")).unwrap_or("200 OK").to_string();
+    (status, text)
+}
+
+/// Collects every answer that is neither a success nor the stale answer.
+#[derive(Default)]
+struct Wrong(Mutex<Vec<String>>);
+
+impl Wrong {
+    fn check(&self, who: &str, status: &str, text: &str) {
+        let ok = status.starts_with("200") || status.starts_with("404 Expired") || status.starts_with("404") && text.contains("Expired");
+        if !ok {
+            self.0.lock().unwrap().push(format!("{who}: {status}: {}", text.chars().take(400).collect::<String>()));
+        }
+    }
+}
+
+#[test]
+fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothing_torn() {
+    let dir = support::scratch("kn-lifecycle-");
+    let root: PathBuf = dir.path().join("kn_events");
+    let kn = support::cargo_bin("kn");
+    let mut serve_command = Serve::command(&root, None);
+    sweep_env(&mut serve_command);
+    let serve = Serve::spawn(serve_command);
+    let url = serve.url();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let wrong = Arc::new(Wrong::default());
+    let answers = Arc::new(AtomicUsize::new(0));
+    let expired = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+
+    // kn gc --grace 0, in a loop: a cron job gone wild.
+    {
+        let (stop, wrong, root, kn) = (stop.clone(), wrong.clone(), root.clone(), kn.clone());
+        workers.push(thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let out = Command::new(&kn).arg("--root").arg(&root).args(["gc", "--grace", "0"]).output().unwrap();
+                if !out.status.success() {
+                    wrong.check("kn gc", &format!("exit {:?}", out.status.code()), &String::from_utf8_lossy(&out.stderr));
+                }
+                runs += 1;
+            }
+            runs
+        }));
+    }
+    // Tunnels through pubsub.cgi that end after a second and make their
+    // journal stale at once (kn_expires), and posts to the journals.
+    for w in 0..2 {
+        let (stop, wrong, root, answers, expired) = (stop.clone(), wrong.clone(), root.clone(), answers.clone(), expired.clone());
+        workers.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let j = journal((n + w) % JOURNALS);
+                let (status, text) = if n % 3 == 0 {
+                    cgi(&root, &format!("do_method=route&kn_from={j}&kn_expires=%2B1&kn_response_format=simple"))
+                } else {
+                    cgi(&root, &format!("do_method=notify&kn_to={j}&kn_payload=cgi-{w}-{n}&kn_response_format=simple"))
+                };
+                if status.starts_with("404") {
+                    expired.fetch_add(1, Ordering::Relaxed);
+                }
+                wrong.check("cgi", &status, &text);
+                answers.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+            n
+        }));
+    }
+    // Routes into the journals and posts along them, through serve.
+    {
+        let (stop, wrong, url, answers, expired) = (stop.clone(), wrong.clone(), url.clone(), answers.clone(), expired.clone());
+        workers.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let j = journal(n % JOURNALS);
+                let id = format!("r{}", n % (2 * JOURNALS));
+                let pairs: Vec<(&str, &str)> = match n % 4 {
+                    0 => vec![("do_method", "route"), ("kn_from", "/what/chat"), ("kn_to", &j), ("kn_id", &id), ("kn_response_format", "simple")],
+                    1 => vec![("do_method", "notify"), ("kn_to", "/what/chat"), ("kn_payload", "serve"), ("kn_response_format", "simple")],
+                    2 => vec![("do_method", "notify"), ("kn_to", &j), ("kn_payload", "direct"), ("kn_response_format", "simple")],
+                    _ => vec![("do_method", "route"), ("kn_from", "/what/chat"), ("kn_to", ""), ("kn_id", &id), ("kn_response_format", "simple")],
+                };
+                let resp = support::post_form(&url, &pairs);
+                if resp.status == 404 {
+                    expired.fetch_add(1, Ordering::Relaxed);
+                }
+                wrong.check("serve", &resp.status.to_string(), &resp.text());
+                answers.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+            n
+        }));
+    }
+    // Tunnels through serve, read for a moment and dropped.
+    {
+        let (stop, wrong, url, answers) = (stop.clone(), wrong.clone(), url.clone(), answers.clone());
+        workers.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let j = journal(n % JOURNALS);
+                let mut stream = support::Stream::get(&format!("{url}?do_method=route&kn_from={j}&kn_response_format=simple"));
+                // The status line, then a moment of the tunnel.
+                stream.read_until(b"\r\n", Duration::from_secs(10));
+                stream.read_for(Duration::from_millis(100));
+                match stream.status() {
+                    Some(200) => {}
+                    other => wrong.check("serve tunnel", &format!("{other:?}"), &stream.text()),
+                }
+                answers.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+            n
+        }));
+    }
+
+    let started = Instant::now();
+    while started.elapsed() < RUN_FOR {
+        thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<usize> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    drop(serve);
+
+    let wrong = wrong.0.lock().unwrap();
+    assert!(wrong.is_empty(), "{} answers other than success or 404 Expired, e.g. {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
+    // The race was real: journals were removed while in use.
+    let store = kn_journal::Store::open(&root).unwrap();
+    let removed = store.counters().unwrap().get(kn_journal::Counter::JournalsRemoved);
+    println!("{counts:?} runs; {} answers, {} of them 404 Expired; {removed} journals removed", answers.load(Ordering::Relaxed), expired.load(Ordering::Relaxed));
+    assert!(removed > 0, "no journal was removed: {counts:?}");
+    assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
+
+    // Nothing torn: kn verify is clean, and every journal left is whole.
+    let verify = Command::new(&kn).arg("--root").arg(&root).arg("verify").output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    for i in 0..JOURNALS {
+        let topic = kn_journal::Topic::parse(&journal(i)).unwrap();
+        store.events(&topic, &kn_journal::Selection::all()).unwrap_or_else(|e| panic!("{topic}: {e}"));
+    }
+    // A last sweep leaves no directory set aside.
+    let out = Command::new(&kn).arg("--root").arg(&root).args(["gc", "--grace", "0"]).output().unwrap();
+    assert!(out.status.success());
+    let leftovers: Vec<_> = walk(&root).into_iter().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".removing-"))).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                out.push(entry.path());
+                stack.push(entry.path());
+            }
+        }
+    }
+    out
+}
