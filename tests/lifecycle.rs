@@ -104,10 +104,12 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 let j = journal((n + w) % JOURNALS);
-                let (status, text) = if n % 3 == 0 {
-                    cgi(&root, &format!("do_method=route&kn_from={j}&kn_expires=%2B1&kn_response_format=simple"))
-                } else {
-                    cgi(&root, &format!("do_method=notify&kn_to={j}&kn_payload=cgi-{w}-{n}&kn_response_format=simple"))
+                let (status, text) = match n % 6 {
+                    0 => cgi(&root, &format!("do_method=route&kn_from={j}&kn_expires=%2B1&kn_response_format=simple")),
+                    1 | 3 => cgi(&root, &format!("do_method=notify&kn_to={j}&kn_payload=cgi-{w}-{n}&kn_response_format=simple")),
+                    // An event expired at once: its topic stays empty, so
+                    // it is pruned again and again while posts arrive.
+                    _ => cgi(&root, &format!("do_method=notify&kn_to=/tmp/{}&kn_payload=gone&kn_expires=%2B0&kn_response_format=simple", n % 3)),
                 };
                 if status.starts_with("404") {
                     expired.fetch_add(1, Ordering::Relaxed);
@@ -127,7 +129,9 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
             while !stop.load(Ordering::Relaxed) {
                 let j = journal(n % JOURNALS);
                 let id = format!("r{}", n % (2 * JOURNALS));
-                let pairs: Vec<(&str, &str)> = match n % 4 {
+                let empty = format!("/tmp/{}", n % 3);
+                let pairs: Vec<(&str, &str)> = match n % 6 {
+                    4 | 5 => vec![("do_method", "notify"), ("kn_to", &empty), ("kn_payload", "gone"), ("kn_expires", "+0"), ("kn_response_format", "simple")],
                     0 => vec![("do_method", "route"), ("kn_from", "/what/chat"), ("kn_to", &j), ("kn_id", &id), ("kn_response_format", "simple")],
                     1 => vec![("do_method", "notify"), ("kn_to", "/what/chat"), ("kn_payload", "serve"), ("kn_response_format", "simple")],
                     2 => vec![("do_method", "notify"), ("kn_to", &j), ("kn_payload", "direct"), ("kn_response_format", "simple")],
@@ -144,6 +148,21 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
             n
         }));
     }
+    // Journals made stale at once, again and again (a tunnel's
+    // kn_expires does this), so that they are removed while in use.
+    {
+        let (stop, root) = (stop.clone(), root.clone());
+        workers.push(thread::spawn(move || {
+            let store = kn_journal::Store::open(&root).unwrap();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = store.expire(&kn_journal::Topic::parse(&journal(n % JOURNALS)).unwrap());
+                thread::sleep(Duration::from_millis(5));
+                n += 1;
+            }
+            n
+        }));
+    }
     // Tunnels through serve, read for a moment and dropped.
     {
         let (stop, wrong, url, answers) = (stop.clone(), wrong.clone(), url.clone(), answers.clone());
@@ -154,11 +173,9 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
                 let mut stream = support::Stream::get(&format!("{url}?do_method=route&kn_from={j}&kn_response_format=simple"));
                 // The status line, then a moment of the tunnel.
                 stream.read_until(b"\r\n", Duration::from_secs(10));
-                stream.read_for(Duration::from_millis(100));
-                match stream.status() {
-                    Some(200) => {}
-                    other => wrong.check("serve tunnel", &format!("{other:?}"), &stream.text()),
-                }
+                stream.read_for(Duration::from_millis(20));
+                let status = stream.status().map_or("no answer".to_string(), |s| s.to_string());
+                wrong.check("serve tunnel", &status, &stream.text());
                 answers.fetch_add(1, Ordering::Relaxed);
                 n += 1;
             }

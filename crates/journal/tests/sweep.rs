@@ -226,6 +226,12 @@ fn leftovers_of_an_interrupted_removal_are_deleted() {
     let aside = dir.path().join("a/.removing-1-2-3");
     std::fs::create_dir(&aside).unwrap();
     std::fs::write(aside.join(".seg-0000000000000001"), b"junk").unwrap();
+    // Not while it may still be being removed...
+    store.sweep_all(None).unwrap();
+    assert!(aside.exists());
+    // ...but once it was left unchanged for a minute.
+    let minute_ago = std::time::SystemTime::now() - Duration::from_secs(61);
+    std::fs::File::open(&aside).unwrap().set_modified(minute_ago).unwrap();
     let report = store.sweep_all(None).unwrap();
     assert!(!aside.exists());
     assert_eq!(report.bytes_reclaimed, 4);

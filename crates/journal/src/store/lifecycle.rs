@@ -29,7 +29,12 @@ impl Store {
         for entry in walkdir::WalkDir::new(root).min_depth(1).follow_links(false).into_iter().filter_entry(|e| {
             !e.file_name().to_string_lossy().starts_with('.')
         }) {
-            let entry = entry.map_err(|e| Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display())))?;
+            let entry = match entry {
+                Ok(entry) => entry,
+                // Removed by the sweep (or by hand) during the walk.
+                Err(e) if e.io_error().is_some_and(|e| e.kind() == IoKind::NotFound) => continue,
+                Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display()))),
+            };
             if !entry.file_type().is_dir() {
                 continue;
             }

@@ -377,7 +377,7 @@ impl Store {
         let mut attempt = 0;
         loop {
             match self.create_topic_dirs_once(topic, &mut created) {
-                Err(e) if e.kind() == ErrorKind::Expired && attempt < 3 => attempt += 1,
+                Err(e) if e.kind() == ErrorKind::Expired && attempt < 5 => attempt += 1,
                 other => return other,
             }
         }
@@ -417,6 +417,8 @@ impl Store {
                 Ok(true)
             }
             Err(e) if e.kind() == IoKind::AlreadyExists => Ok(false),
+            // The parent was removed by the sweep since: start again.
+            Err(e) if e.kind() == IoKind::NotFound => Err(log::removed(&self.dir(parent))),
             Err(e) => Err(Error::io("cannot create topic directory", &path, e)),
         }
     }

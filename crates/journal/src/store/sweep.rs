@@ -31,6 +31,9 @@ const SWEEP_FILE: &str = ".sweep";
 pub(super) const SOURCES_FILE: &str = ".sources";
 /// The name prefix of a topic directory set aside for deletion.
 pub const REMOVING_PREFIX: &str = ".removing-";
+/// How long a directory set aside must have been left unchanged before a
+/// sweep takes it for the leftover of an interrupted removal.
+const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 /// The queue file's header: the offset of the next name to visit, in
 /// decimal, padded to 20 digits, and a newline.
 const HEADER: u64 = 21;
@@ -172,7 +175,7 @@ impl Store {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with(REMOVING_PREFIX) {
-                report.bytes_reclaimed += self.delete_leftover(&entry.path())?;
+                report.bytes_reclaimed += self.delete_leftover(&entry.path());
                 continue;
             }
             if name.starts_with('.') || name == ROUTES_SEGMENT || name == SUBTOPICS_SEGMENT {
@@ -326,13 +329,16 @@ impl Store {
         Ok(bytes)
     }
 
-    /// Deletes a directory set aside by a removal that did not finish.
-    fn delete_leftover(&self, path: &Path) -> Result<u64> {
-        let lock = lock_topic(path)?;
-        let _ = fs::remove_file(path.join(log::LOCK_FILE));
-        let bytes = log::remove_topic_dir(path, &self.config.root)?;
-        drop(lock);
-        Ok(bytes)
+    /// Deletes a directory set aside by a removal that did not finish:
+    /// one unchanged for `LEFTOVER_AGE` (a removal in progress keeps
+    /// changing it; nothing else can reach it by path). Best effort: what
+    /// is left waits for the next sweep. Returns the bytes reclaimed.
+    fn delete_leftover(&self, path: &Path) -> u64 {
+        let old = fs::symlink_metadata(path).and_then(|m| m.modified()).is_ok_and(|t| age(t) > LEFTOVER_AGE);
+        if !old {
+            return 0;
+        }
+        log::remove_topic_dir(path, &self.config.root).unwrap_or(0)
     }
 
     /// Drops what this process keeps of a removed topic (open files of
@@ -377,7 +383,7 @@ impl Store {
     /// announces it) if a removal took it meanwhile: the tunnel then reads
     /// a whole journal, never one being deleted.
     pub(super) fn revive(&self, journal: &Topic, report: &mut PostReport) -> Result<()> {
-        for _ in 0..3 {
+        for _ in 0..5 {
             let dir = self.checked_dir(journal)?;
             if let Some(_lock) = lock_topic(&dir)? {
                 return self.heartbeat(journal);
