@@ -34,7 +34,13 @@ fn sweep_env(command: &mut Command) -> &mut Command {
 /// line (`200 Notified`, `404 Expired`, ...) and its output.
 fn cgi(root: &Path, query: &str) -> (String, String) {
     let mut command = Command::new(support::pubsub_cgi());
-    sweep_env(&mut command)
+    sweep_env(&mut command);
+    cgi_with(command, root, query)
+}
+
+/// [`cgi`] with `command` (pubsub-cgi and its settings).
+fn cgi_with(mut command: Command, root: &Path, query: &str) -> (String, String) {
+    command
         .env_remove("KN_SERVER_URL")
         .env("GATEWAY_INTERFACE", "CGI/1.1")
         .env("SCRIPT_NAME", "/kn")
@@ -226,4 +232,51 @@ fn walk(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// A stale journal with a route into it, in a new store at `root`.
+fn stale_journal(root: &Path) -> PathBuf {
+    let store = kn_journal::Store::open(root).unwrap();
+    // The URL the CGI requests of these tests reach the server by.
+    store.add_server_name("http://127.0.0.1:8080/kn").unwrap();
+    let journal = kn_journal::Topic::parse(&journal(0)).unwrap();
+    store.tunnel(&journal, &kn_journal::Selection::default()).unwrap();
+    store.route(&kn_journal::Topic::parse("/what/chat").unwrap(), journal.as_str().as_bytes(), kn_journal::Event::new()).unwrap();
+    store.expire(&journal).unwrap();
+    root.join(journal.as_str().trim_start_matches('/'))
+}
+
+#[test]
+fn a_cgi_request_sweeps_a_slice_when_due_and_serve_sweeps_in_the_background() {
+    let dir = support::scratch("kn-lifecycle-");
+    // KN_SWEEP_BUDGET=0: no slice; the stale journal stays.
+    let root = dir.path().join("off");
+    let gone = stale_journal(&root);
+    let mut command = Command::new(support::pubsub_cgi());
+    sweep_env(&mut command).env("KN_SWEEP_BUDGET", "0");
+    let (status, _) = cgi_with(command, &root, "do_method=notify&kn_to=/x&kn_payload=1&kn_response_format=simple");
+    assert!(status.starts_with("200"), "{status}");
+    assert!(gone.is_dir());
+    // A slice (budget 8, due at once): the journal, the route into it,
+    // then the empty topics above it, request after request.
+    let root = dir.path().join("cgi");
+    let gone = stale_journal(&root);
+    for i in 0..4 {
+        let (status, _) = cgi(&root, &format!("do_method=notify&kn_to=/x&kn_payload={i}&kn_response_format=simple"));
+        assert!(status.starts_with("200"), "{status}");
+    }
+    assert!(!gone.exists());
+    assert!(!root.join("who").exists());
+    let store = kn_journal::Store::open(&root).unwrap();
+    assert!(store.routes(&kn_journal::Topic::parse("/what/chat").unwrap()).unwrap().is_empty());
+    assert_eq!(store.counters().unwrap().get(kn_journal::Counter::JournalsRemoved), 1);
+    assert!(store.counters().unwrap().get(kn_journal::Counter::Sweeps) >= 4);
+    // serve, with no request at all.
+    let root = dir.path().join("serve");
+    let gone = stale_journal(&root);
+    let mut command = Serve::command(&root, None);
+    sweep_env(&mut command);
+    let serve = Serve::spawn(command);
+    assert!(support::wait_for(Duration::from_secs(20), || !root.join("who").exists()), "serve did not sweep {}", gone.display());
+    drop(serve);
 }

@@ -252,3 +252,30 @@ fn removing_a_journal_reclaims_its_blobs() {
     assert!(report.bytes_reclaimed >= 100_000, "{report:?}");
     assert!(store.verify().unwrap().problems.is_empty());
 }
+
+#[test]
+fn a_deletion_without_kn_expires_expires_after_the_tombstone_ttl() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.tombstone_ttl = Duration::from_secs(42);
+    let store = Store::open_with(c).unwrap();
+    store.route(&t("/a"), b"/b", ev(&[("kn_id", "r1")])).unwrap();
+    store.delete_route(&t("/a"), b"r1", None).unwrap();
+    let r1 = store.all_routes(&t("/a")).unwrap().remove(0);
+    let at: f64 = r1.event.get_str("kn_expires").unwrap().parse().unwrap();
+    assert!((at - (kn_journal::now() + 42.0)).abs() < 3.0, "{at}");
+    // Watchers of kn_routes see it until then.
+    assert_eq!(payloads(&store, &t("/a/kn_routes")), [""]);
+}
+
+#[test]
+fn the_journal_grace_is_counted_from_when_the_heartbeat_went_stale() {
+    let (dir, store) = open();
+    let journal = session(&store, 1);
+    // A heartbeat 130 s old: stale for 30 s.
+    store.set_heartbeat(&journal, std::time::SystemTime::now() - Duration::from_secs(130)).unwrap();
+    assert_eq!(store.sweep_all(Some(Duration::from_secs(40))).unwrap().journals_removed, 0);
+    assert!(dir.path().join("who/u/s/1/kn_journal").is_dir());
+    assert_eq!(store.sweep_all(Some(Duration::from_secs(20))).unwrap().journals_removed, 1);
+    assert!(!dir.path().join("who/u/s/1/kn_journal").exists());
+}

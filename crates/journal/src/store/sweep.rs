@@ -158,7 +158,8 @@ impl Store {
     /// Visits one topic directory: deletes the leftovers of interrupted
     /// removals in it, removes it if it is a journal stale longer than
     /// its grace or an empty topic untouched longer than its grace, and
-    /// returns its child topics (to visit later).
+    /// returns the topics to visit later: its children, or its parent
+    /// when it was removed.
     fn visit(&self, topic: &Topic, grace: Grace, report: &mut SweepReport) -> Result<Vec<Topic>> {
         let dir = self.dir(topic);
         let entries = match fs::read_dir(&dir) {
@@ -189,10 +190,15 @@ impl Store {
         if !children.is_empty() || topic.is_root() || topic.is_reserved() {
             return Ok(children);
         }
-        if topic.is_journal() {
-            self.remove_journal(topic, grace.journal, report)?;
+        let removed = if topic.is_journal() {
+            self.remove_journal(topic, grace.journal, report)?
         } else {
-            self.prune_topic(topic, grace.topic, report)?;
+            self.prune_topic(topic, grace.topic, report)?
+        };
+        // Its parent may be empty now: visit it again (a slice's walk goes
+        // parents first, so it would otherwise wait for the next pass).
+        if let (true, Some(parent)) = (removed, topic.parent()) {
+            children.push(parent);
         }
         Ok(children)
     }
