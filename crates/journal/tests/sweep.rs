@@ -279,3 +279,16 @@ fn the_journal_grace_is_counted_from_when_the_heartbeat_went_stale() {
     assert_eq!(store.sweep_all(Some(Duration::from_secs(20))).unwrap().journals_removed, 1);
     assert!(!dir.path().join("who/u/s/1/kn_journal").exists());
 }
+
+#[test]
+fn an_old_route_into_a_journal_that_does_not_exist_is_deleted_a_young_one_kept() {
+    let (_dir, store) = open();
+    let source = t("/quiet");
+    // Made long ago (an import, or a version without .sources) and now.
+    store.restore(&source.routes(), ev(&[("kn_id", "old"), ("kn_payload", &format!("{SERVER}/who/x/kn_journal")), ("kn_time_t", "1000")]), kn_journal::now()).unwrap();
+    store.route(&source, b"/who/y/kn_journal", ev(&[("kn_id", "young")])).unwrap();
+    let report = store.sweep_all(None).unwrap();
+    assert_eq!(report.routes_removed, 1, "{report:?}");
+    let active: Vec<Vec<u8>> = store.routes(&source).unwrap().iter().map(|r| r.id().to_vec()).collect();
+    assert_eq!(active, [b"young".to_vec()]);
+}

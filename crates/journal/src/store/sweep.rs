@@ -188,7 +188,13 @@ impl Store {
         }
         children.sort();
         if !children.is_empty() || topic.is_root() || topic.is_reserved() {
+            if !topic.is_journal() {
+                report.routes_removed += self.drop_routes_into_nothing(topic, grace.journal)?;
+            }
             return Ok(children);
+        }
+        if !topic.is_journal() {
+            report.routes_removed += self.drop_routes_into_nothing(topic, grace.journal)?;
         }
         let removed = if topic.is_journal() {
             self.remove_journal(topic, grace.journal, report)?
@@ -289,6 +295,29 @@ impl Store {
         let mut removed = 0;
         for route in self.routes(source)? {
             if matches!(self.route_target(route.destination()), Ok(Destination::Local(t)) if t == *journal) {
+                self.delete_route(source, route.id(), None)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Deletes the active routes of `source` into local journals that do
+    /// not exist, made longer than `grace` ago: routes no `.sources` lists
+    /// (made into a journal not opened yet that never was, made by an
+    /// older version, or racing with the removal), which a source without
+    /// posts would otherwise keep for ever. Its first delivery would have
+    /// poisoned such a route; this ends it the same way, earlier.
+    fn drop_routes_into_nothing(&self, source: &Topic, grace: Duration) -> Result<u64> {
+        if !self.dir(&source.routes()).is_dir() {
+            return Ok(0);
+        }
+        let horizon = now() - grace.as_secs_f64();
+        let mut removed = 0;
+        for route in self.routes(source)? {
+            let Ok(Destination::Local(to)) = self.route_target(route.destination()) else { continue };
+            let made = route.event.get_str(KN_TIME_T).and_then(|t| t.parse::<f64>().ok()).unwrap_or(0.0);
+            if to.is_journal() && made < horizon && !self.dir(&to).is_dir() {
                 self.delete_route(source, route.id(), None)?;
                 removed += 1;
             }
