@@ -292,3 +292,20 @@ fn an_old_route_into_a_journal_that_does_not_exist_is_deleted_a_young_one_kept()
     let active: Vec<Vec<u8>> = store.routes(&source).unwrap().iter().map(|r| r.id().to_vec()).collect();
     assert_eq!(active, [b"young".to_vec()]);
 }
+
+#[test]
+fn routes_that_expire_by_themselves_are_compacted_away_too() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.expired_grace = Duration::ZERO;
+    c.segment_bytes = 4096;
+    let store = Store::open_with(c).unwrap();
+    let hot = t("/hot");
+    for i in 0..3000 {
+        // Expired at once: never replaced, never deleted.
+        store.route(&hot, b"/dest", ev(&[("kn_id", &format!("r{i}")), ("kn_expires", "+0")])).unwrap();
+    }
+    let stat = store.stat(&hot.routes()).unwrap();
+    assert!(stat.records < 2500, "{stat:?}");
+}
+

@@ -144,11 +144,17 @@ impl Writer<'_> {
         }
         let path = self.dir.join(segment_name(seg.first));
         if seg.records.is_empty() {
-            return match fs::remove_file(&path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == IoKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io("cannot delete emptied segment", &path, e)),
-            };
+            // Merged neighbours were emptied too: they go with it (keeping
+            // them would keep every record compaction meant to drop).
+            for first in std::iter::once(seg.first).chain(seg.absorbed.iter().copied()) {
+                let path = self.dir.join(segment_name(first));
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == IoKind::NotFound => {}
+                    Err(e) => return Err(Error::io("cannot delete emptied segment", &path, e)),
+                }
+            }
+            return sync_dir(&self.dir);
         }
         let tmp = self.dir.join(format!(".tmp-compact-{:016x}", seg.first));
         let mut bytes = Vec::new();

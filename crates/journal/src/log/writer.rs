@@ -402,17 +402,23 @@ impl<'c> Writer<'c> {
             }
         }
         if let Some((slot, replaced)) = slot {
+            // An event that expires (a deleted or poisoned route, a
+            // withdrawn announcement, a route made with kn_expires) is
+            // garbage to come, not live data: compaction is weighed
+            // against the ids that stay (see `wants_compaction`).
+            let expiring = event.contains(crate::event::KN_EXPIRES);
             if replaced {
                 self.head.garbage += 1;
-                // An expiring replacement (a deleted route, a tombstone)
-                // takes its id out of the live data the next compaction
-                // is weighed against (see `wants_compaction`).
-                if event.contains(crate::event::KN_EXPIRES) {
+                if expiring {
                     self.head.live = self.head.live.saturating_sub(1);
                 }
             } else {
                 self.head.used += 1;
-                self.head.live += 1;
+                if expiring {
+                    self.head.garbage += 1;
+                } else {
+                    self.head.live += 1;
+                }
             }
             self.write_slot(slot, id_hash(id), digest)?;
         }
