@@ -309,3 +309,30 @@ fn routes_that_expire_by_themselves_are_compacted_away_too() {
     assert!(stat.records < 2500, "{stat:?}");
 }
 
+
+/// Descriptors of this process open on deleted files below `dir`.
+fn deleted_open_files(dir: &Path) -> usize {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.starts_with(&dir) && p.ends_with(" (deleted)"))
+        .count()
+}
+
+#[test]
+fn a_sweep_slice_drops_the_files_a_process_kept_of_topics_another_removed() {
+    let (dir, server) = open();
+    let journal = session(&server, 1);
+    server.notify(&journal, ev(&[("kn_payload", "kept")])).unwrap();
+    let cron = Store::open_with(config(dir.path())).unwrap();
+    cron.expire(&journal).unwrap();
+    assert_eq!(cron.sweep_all(Some(Duration::ZERO)).unwrap().journals_removed, 1);
+    // The long-lived process still holds the deleted files open...
+    assert!(deleted_open_files(dir.path()) >= 3, "{}", deleted_open_files(dir.path()));
+    // ...until its next slice, which has nothing else to do.
+    server.sweep(1).unwrap();
+    assert_eq!(deleted_open_files(dir.path()), 0);
+}

@@ -63,6 +63,15 @@ pub(crate) struct SpaceGauge {
     pub(super) state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
 }
 
+impl TopicFiles {
+    /// True when the topic was removed (its `.lock` unlinked) or its
+    /// active segment is gone (compacted, removed) since these files were
+    /// kept: they will never be used again.
+    pub(crate) fn is_dead(&self) -> bool {
+        super::compact::unlinked(&self.lock) || super::compact::unlinked(&self.segment)
+    }
+}
+
 impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.

@@ -112,6 +112,7 @@ impl Store {
         }
         queue.save()?;
         self.count_sweep(&report);
+        self.drop_dead_kept();
         Ok(report)
     }
 
@@ -374,6 +375,22 @@ impl Store {
             return 0;
         }
         log::remove_topic_dir(path, &self.config.root).unwrap_or(0)
+    }
+
+    /// Drops the kept files of topics removed (or rewritten) by any
+    /// process: a long-lived process (`serve`) would otherwise keep the
+    /// descriptors of deleted files, and their space, and fill its cache
+    /// with them. Two `fstat`s per kept set.
+    fn drop_dead_kept(&self) {
+        let Ok(mut cache) = self.kept.lock() else { return };
+        let mut dropped = 0;
+        cache.topics.retain(|_, sets| {
+            let before = sets.len();
+            sets.retain(|k| !k.files.as_ref().is_some_and(|f| f.is_dead()));
+            dropped += before - sets.len();
+            !sets.is_empty()
+        });
+        cache.count -= dropped;
     }
 
     /// Drops what this process keeps of a removed topic (open files of
