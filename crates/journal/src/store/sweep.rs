@@ -81,7 +81,8 @@ impl Store {
     /// the root's `.sweep`; a pass that ends starts again at the root), and
     /// removes what is stale or empty longer than its grace period. Does
     /// nothing (`ran` false) when another process is sweeping. Counts what
-    /// it did in the store's counters.
+    /// it did in the store's counters. A topic that fails is passed by and
+    /// the slice goes on; the first such error is returned at the end.
     pub fn sweep(&self, budget: usize) -> Result<SweepReport> {
         let path = self.config.root.join(SWEEP_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
@@ -94,6 +95,7 @@ impl Store {
         let grace = self.grace(None);
         let mut report = SweepReport { ran: true, ..SweepReport::default() };
         let mut restarted = false;
+        let mut failed = None;
         while report.visited < budget {
             let batch = queue.pop(budget - report.visited)?;
             if batch.is_empty() {
@@ -106,20 +108,25 @@ impl Store {
             }
             for topic in batch {
                 report.visited += 1;
-                let children = self.visit(&topic, grace, &mut report)?;
-                queue.push(&children)?;
+                // A topic that fails (permissions, a damaged log) is passed
+                // by, not retried by every slice: the walk goes on.
+                match self.visit(&topic, grace, &mut report) {
+                    Ok(children) => queue.push(&children)?,
+                    Err(e) => failed = failed.or(Some(e)),
+                }
             }
         }
         queue.save()?;
         self.count_sweep(&report);
         self.drop_dead_kept();
-        Ok(report)
+        failed.map_or(Ok(report), Err)
     }
 
     /// A whole pass of the sweep over every topic, deepest first (so a
     /// topic emptied by the removal of its journal goes in the same pass),
     /// for `kn gc`. `grace` overrides both grace periods (0: whatever is
-    /// stale or empty now).
+    /// stale or empty now). A topic that fails is passed by; the first
+    /// such error is returned once every topic was visited.
     pub fn sweep_all(&self, grace: Option<Duration>) -> Result<SweepReport> {
         let grace = self.grace(grace);
         let mut report = SweepReport { ran: true, ..SweepReport::default() };
@@ -127,12 +134,15 @@ impl Store {
         topics.retain(|t| !t.is_reserved());
         topics.reverse();
         topics.push(Topic::root());
+        let mut failed = None;
         for topic in topics {
             report.visited += 1;
-            self.visit(&topic, grace, &mut report)?;
+            if let Err(e) = self.visit(&topic, grace, &mut report) {
+                failed = failed.or(Some(e));
+            }
         }
         self.count_sweep(&report);
-        Ok(report)
+        failed.map_or(Ok(report), Err)
     }
 
     fn grace(&self, over: Option<Duration>) -> Grace {
