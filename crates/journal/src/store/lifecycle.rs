@@ -55,7 +55,12 @@ impl Store {
         if !dir.is_dir() {
             return Err(Error::new(ErrorKind::BadTopic, format!("no topic '{topic}' in the store")));
         }
-        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
+        let mut writer = match Writer::open(&dir, &self.config, !topic.is_journal()) {
+            Ok(writer) => writer,
+            // Removed by the sweep meanwhile: nothing left to compact.
+            Err(e) if e.kind() == ErrorKind::Expired || !dir.is_dir() => return Ok(CompactReport::default()),
+            Err(e) => return Err(e),
+        };
         if topic.is_journal() {
             writer.apply_retention()?;
         }
