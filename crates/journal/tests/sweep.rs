@@ -336,3 +336,44 @@ fn a_sweep_slice_drops_the_files_a_process_kept_of_topics_another_removed() {
     server.sweep(1).unwrap();
     assert_eq!(deleted_open_files(dir.path()), 0);
 }
+
+/// Run by `the_sweep_settings_come_from_the_environment` in a child
+/// process (the environment is the process's): does nothing otherwise.
+#[test]
+fn child_reads_the_sweep_settings() {
+    if std::env::var_os("KN_SWEEP_CHILD").is_none() {
+        return;
+    }
+    let c = Config::from_env().unwrap();
+    assert_eq!(c.journal_grace, Duration::from_secs(7));
+    assert_eq!(c.topic_grace, Duration::from_secs(8));
+    assert_eq!(c.tombstone_ttl, Duration::from_secs(9));
+    assert_eq!(c.sweep_budget, 10);
+    assert_eq!(c.sweep_interval, Duration::from_millis(11));
+    println!("KN_SWEEP_CHILD_OK");
+}
+
+#[test]
+fn the_sweep_settings_come_from_the_environment() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args(["--exact", "child_reads_the_sweep_settings", "--nocapture"]).env("KN_SWEEP_CHILD", "1");
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (ok, stdout) = run(&[
+        ("KN_JOURNAL_GRACE", "7"),
+        ("KN_TOPIC_GRACE", "8"),
+        ("KN_TOMBSTONE_TTL", "9"),
+        ("KN_SWEEP_BUDGET", "10"),
+        ("KN_SWEEP_INTERVAL_MS", "11"),
+    ]);
+    assert!(ok && stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
+    // A malformed value is an error naming the variable.
+    let (ok, stdout) = run(&[("KN_JOURNAL_GRACE", "an hour")]);
+    assert!(!ok && !stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
+    assert!(stdout.contains("KN_JOURNAL_GRACE"), "{stdout}");
+}
