@@ -377,3 +377,25 @@ fn the_sweep_settings_come_from_the_environment() {
     assert!(!ok && !stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
     assert!(stdout.contains("KN_JOURNAL_GRACE"), "{stdout}");
 }
+
+#[test]
+fn a_slice_cascades_up_from_removed_journals_without_walking_their_siblings_again() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    let store = Store::open_with(c).unwrap();
+    for n in 0..20 {
+        let journal = session(&store, n);
+        store.expire(&journal).unwrap();
+    }
+    // One slice with room for everything: the journals, then each session
+    // directory, then /who/u/s and above, each visited again only alone.
+    let report = store.sweep(1000).unwrap();
+    assert_eq!(report.journals_removed, 20, "{report:?}");
+    assert!(!dir.path().join("who").exists(), "{report:?}");
+    // /, /what, /who, /what/chat, /who/u, /who/u/s, 20 sessions, 20
+    // journals, then 20 session directories and /who/u/s, /who/u, /who
+    // and / again: 70 visits (not 20 more per removed sibling).
+    assert!(report.visited <= 75, "{report:?}");
+}

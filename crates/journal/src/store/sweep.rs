@@ -55,6 +55,16 @@ pub struct SweepReport {
     pub bytes_reclaimed: u64,
 }
 
+/// What `Store::visit` found to visit next.
+struct Visited {
+    /// The child topics of the topic visited.
+    children: Vec<Topic>,
+    /// The parent of a topic just removed: visited again in the same pass
+    /// (a slice's walk goes parents first), but only for itself, its
+    /// other children being in the queue already.
+    emptied: Option<Topic>,
+}
+
 /// The grace periods of one sweep.
 #[derive(Clone, Copy, Debug)]
 struct Grace {
@@ -96,6 +106,7 @@ impl Store {
         let mut report = SweepReport { ran: true, ..SweepReport::default() };
         let mut restarted = false;
         let mut failed = None;
+        let mut revisits = std::collections::HashSet::new();
         while report.visited < budget {
             let batch = queue.pop(budget - report.visited)?;
             if batch.is_empty() {
@@ -106,12 +117,21 @@ impl Store {
                 queue.restart()?;
                 continue;
             }
-            for topic in batch {
+            for (topic, alone) in batch {
                 report.visited += 1;
                 // A topic that fails (permissions, a damaged log) is passed
                 // by, not retried by every slice: the walk goes on.
                 match self.visit(&topic, grace, &mut report) {
-                    Ok(children) => queue.push(&children)?,
+                    Ok(next) => {
+                        if !alone {
+                            queue.push(&next.children, false)?;
+                        }
+                        // Once per slice: the siblings removed after it are
+                        // queued before it already.
+                        if let Some(parent) = next.emptied.filter(|p| revisits.insert(p.clone())) {
+                            queue.push(&[parent], true)?;
+                        }
+                    }
                     Err(e) => failed = failed.or(Some(e)),
                 }
             }
@@ -137,7 +157,7 @@ impl Store {
         let mut failed = None;
         for topic in topics {
             report.visited += 1;
-            if let Err(e) = self.visit(&topic, grace, &mut report) {
+            if let Err(e) = self.visit(&topic, grace, &mut report).map(|_| ()) {
                 failed = failed.or(Some(e));
             }
         }
@@ -169,13 +189,13 @@ impl Store {
     /// Visits one topic directory: deletes the leftovers of interrupted
     /// removals in it, removes it if it is a journal stale longer than
     /// its grace or an empty topic untouched longer than its grace, and
-    /// returns the topics to visit later: its children, or its parent
-    /// when it was removed.
-    fn visit(&self, topic: &Topic, grace: Grace, report: &mut SweepReport) -> Result<Vec<Topic>> {
+    /// returns its children and, when it was removed, its parent (which
+    /// may be empty now).
+    fn visit(&self, topic: &Topic, grace: Grace, report: &mut SweepReport) -> Result<Visited> {
         let dir = self.dir(topic);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => return Ok(Vec::new()),
+            Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => return Ok(Visited { children: Vec::new(), emptied: None }),
             Err(e) => return Err(Error::io("cannot list", &dir, e)),
         };
         let mut children = Vec::new();
@@ -198,26 +218,18 @@ impl Store {
             }
         }
         children.sort();
-        if !children.is_empty() || topic.is_root() || topic.is_reserved() {
-            if !topic.is_journal() {
-                report.routes_removed += self.drop_routes_into_nothing(topic, grace.journal)?;
-            }
-            return Ok(children);
-        }
         if !topic.is_journal() {
             report.routes_removed += self.drop_routes_into_nothing(topic, grace.journal)?;
+        }
+        if !children.is_empty() || topic.is_root() || topic.is_reserved() {
+            return Ok(Visited { children, emptied: None });
         }
         let removed = if topic.is_journal() {
             self.remove_journal(topic, grace.journal, report)?
         } else {
             self.prune_topic(topic, grace.topic, report)?
         };
-        // Its parent may be empty now: visit it again (a slice's walk goes
-        // parents first, so it would otherwise wait for the next pass).
-        if let (true, Some(parent)) = (removed, topic.parent()) {
-            children.push(parent);
-        }
-        Ok(children)
+        Ok(Visited { children, emptied: if removed { topic.parent() } else { None } })
     }
 
     /// Removes `journal` if it is stale longer than `grace` (FORMAT.md,
@@ -557,7 +569,8 @@ fn aside_name(dir: &Path) -> PathBuf {
 }
 
 /// The sweep's queue in `.sweep` (held under its lock): a header with the
-/// offset of the next name, then topic names, one per line. Names are
+/// offset of the next name, then topic names, one per line (`!` before a
+/// name: visit that topic alone, not its children). Names are
 /// read from the offset and appended at the end; when the offset reaches
 /// the end, the file restarts with the root. A damaged file only costs a
 /// restart (lines that are not topic names are skipped).
@@ -584,8 +597,9 @@ impl<'f> Queue<'f> {
         Ok(queue)
     }
 
-    /// Up to `n` names from the offset (fewer at the end of the queue).
-    fn pop(&mut self, n: usize) -> Result<Vec<Topic>> {
+    /// Up to `n` names from the offset (fewer at the end of the queue),
+    /// each with whether it is to be visited alone.
+    fn pop(&mut self, n: usize) -> Result<Vec<(Topic, bool)>> {
         let want = (self.len - self.offset).min(64 << 10) as usize;
         let mut buf = vec![0u8; want];
         let read = self.file.read_at(&mut buf, self.offset).map_err(|e| Error::io("cannot read", self.path, e))?;
@@ -597,8 +611,13 @@ impl<'f> Queue<'f> {
                 break;
             }
             used += line.len();
-            if let Ok(t) = Topic::parse_bytes(&line[..line.len() - 1]) {
-                out.push(t);
+            let name = &line[..line.len() - 1];
+            let (name, alone) = match name.strip_prefix(b"!") {
+                Some(rest) => (rest, true),
+                None => (name, false),
+            };
+            if let Ok(t) = Topic::parse_bytes(name) {
+                out.push((t, alone));
             }
         }
         if used == 0 && read > 0 && read == want && !buf.contains(&b'\n') {
@@ -612,11 +631,12 @@ impl<'f> Queue<'f> {
         Ok(out)
     }
 
-    fn push(&mut self, topics: &[Topic]) -> Result<()> {
+    fn push(&mut self, topics: &[Topic], alone: bool) -> Result<()> {
         if topics.is_empty() {
             return Ok(());
         }
-        let text: String = topics.iter().map(|t| format!("{t}\n")).collect();
+        let mark = if alone { "!" } else { "" };
+        let text: String = topics.iter().map(|t| format!("{mark}{t}\n")).collect();
         self.file.write_all_at(text.as_bytes(), self.len).map_err(|e| Error::io("cannot write", self.path, e))?;
         self.len += text.len() as u64;
         Ok(())
@@ -627,7 +647,7 @@ impl<'f> Queue<'f> {
         self.file.set_len(HEADER).map_err(|e| Error::io("cannot truncate", self.path, e))?;
         self.len = HEADER;
         self.offset = HEADER;
-        self.push(&[Topic::root()])
+        self.push(&[Topic::root()], false)
     }
 
     /// Writes the offset (which also marks the time of this slice).
