@@ -84,6 +84,15 @@ fn serve_one() -> ExitCode {
     };
     // A failed write means the client went away: nothing left to do.
     let _ = result;
+    if store.sweep_due() {
+        // pubsub.cgi has no daemon: a request does a bounded slice of the
+        // sweep, at most one per KN_SWEEP_INTERVAL_MS across every
+        // process, once its response is written. The output stays open:
+        // closing it first would end the response while the process still
+        // runs, which costs more under mod_cgid than the slice (see
+        // `exit_before_end_of_output`).
+        let _ = store.sweep(store.config().sweep_budget);
+    }
     ExitCode::SUCCESS
 }
 

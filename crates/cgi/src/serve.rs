@@ -175,6 +175,7 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
     let server = Arc::new(Server::new(config, local)?);
+    tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
@@ -202,6 +203,20 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
                 }
             },
             _ = &mut shutdown => return Ok(()),
+        }
+    }
+}
+
+/// The sweep in the background (kn-journal's `Store::sweep`): a slice
+/// every `sweep_interval`, on the blocking pool, for as long as the server
+/// runs. Slices of other processes (pubsub.cgi, `kn gc`) share its queue.
+async fn sweeper(store: Arc<Store>) {
+    let interval = store.config().sweep_interval.max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(interval).await;
+        if store.sweep_due() {
+            let store = store.clone();
+            let _ = tokio::task::spawn_blocking(move || store.sweep(store.config().sweep_budget)).await;
         }
     }
 }

@@ -64,6 +64,11 @@ impl std::str::FromStr for SyncPolicy {
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `journal_grace` | 1 hour: a journal stale this much longer is removed by the sweep | `KN_JOURNAL_GRACE` (seconds) |
+/// | `topic_grace` | 1 day: an empty topic untouched this long is removed by the sweep | `KN_TOPIC_GRACE` (seconds) |
+/// | `tombstone_ttl` | 300 s: the expiry of a deleted route (one without `kn_expires`) and of one the sweep removes | `KN_TOMBSTONE_TTL` (seconds) |
+/// | `sweep_budget` | 16 directories per sweep slice (a request's or a `serve` round's; 0: no slices) | `KN_SWEEP_BUDGET` |
+/// | `sweep_interval` | 1 s between sweep slices, across processes | `KN_SWEEP_INTERVAL_MS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -155,6 +160,24 @@ pub struct Config {
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
     /// 0 stores every payload inline.
     pub blob_bytes: usize,
+    /// How long a journal stays after it went stale (its heartbeat older
+    /// than `heartbeat_stale`, or missing) before the sweep removes it
+    /// with its routes and announcement (FORMAT.md, "Removal").
+    pub journal_grace: Duration,
+    /// How long an empty topic (no current event, no active route, no
+    /// subtopic) stays untouched before the sweep removes it.
+    pub topic_grace: Duration,
+    /// The expiry given to a route deletion that names none, and to the
+    /// deletions the sweep writes: watchers of `kn_routes` see them for
+    /// this long, then compaction may reclaim them (after
+    /// `expired_grace`).
+    pub tombstone_ttl: Duration,
+    /// Most directories one sweep slice visits (each request of
+    /// `pubsub.cgi` may run one, `serve` runs one per interval); 0: none.
+    pub sweep_budget: usize,
+    /// Least time between two sweep slices, across every process of the
+    /// store (a slice that is not due costs one `stat`).
+    pub sweep_interval: Duration,
 }
 
 impl Config {
@@ -189,6 +212,11 @@ impl Config {
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
+            journal_grace: Duration::from_secs(3600),
+            topic_grace: Duration::from_secs(24 * 3600),
+            tombstone_ttl: Duration::from_secs(300),
+            sweep_budget: 16,
+            sweep_interval: Duration::from_secs(1),
         }
     }
 
@@ -291,6 +319,21 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
+        }
+        if let Some(v) = var("KN_JOURNAL_GRACE")? {
+            self.journal_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TOPIC_GRACE")? {
+            self.topic_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TOMBSTONE_TTL")? {
+            self.tombstone_ttl = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_SWEEP_BUDGET")? {
+            self.sweep_budget = v;
+        }
+        if let Some(v) = var("KN_SWEEP_INTERVAL_MS")? {
+            self.sweep_interval = Duration::from_millis(v);
         }
         Ok(self)
     }

@@ -27,6 +27,9 @@
 //!   checkpoint, [`Store::tunnel`] and [`Tunnel`].
 //! * `store/lifecycle.rs`: topics, compaction, verify and repair, journal
 //!   heartbeats and expiry.
+//! * `store/sweep.rs`: [`Store::sweep`] (a bounded slice) and
+//!   [`Store::sweep_all`] ([`SweepReport`]): stale journals removed with
+//!   the routes into them and their announcement, empty topics pruned.
 //! * `store/admin.rs`: tools' APIs: [`TopicStat`], restore, setting a
 //!   heartbeat.
 //! * `log/`: one topic's files, knowing nothing of the store: `segment`

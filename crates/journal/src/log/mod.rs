@@ -35,12 +35,13 @@ mod verify;
 mod writer;
 
 pub use compact::CompactReport;
+pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub(crate) use blob::{orphan_blobs, read_backwards, read_new, sweep as sweep_blobs, SharedPayload};
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, segment_name, Stop};
 pub(crate) use verify::{BadFrame, verify_dir};
-pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer};
+pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};
 
 pub(crate) const LOCK_FILE: &str = ".lock";
 pub(crate) const HEAD_FILE: &str = ".head";

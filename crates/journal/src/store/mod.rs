@@ -22,12 +22,14 @@ mod lifecycle;
 mod post;
 mod read;
 mod routes;
+mod sweep;
 
 pub use admin::TopicStat;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport};
+pub use sweep::{SweepReport, REMOVING_PREFIX};
 
 use routes::RouteList;
 

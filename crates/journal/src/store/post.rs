@@ -136,7 +136,7 @@ impl Store {
         Ok(report)
     }
 
-    fn stale_error(&self, topic: &Topic) -> Error {
+    pub(super) fn stale_error(&self, topic: &Topic) -> Error {
         Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
     }
 
@@ -328,9 +328,8 @@ impl Store {
                 return Ok((writer, kept));
             }
         }
-        prepare()?;
-        let dir = self.checked_dir(topic)?;
-        let writer = Writer::open(&dir, &self.config, ordinary)?;
+        // By path: a topic the sweep removed meanwhile is handled there.
+        let writer = self.open_writer(topic, prepare)?;
         kept.0.get_or_insert_with(|| topic.clone());
         Ok((writer, kept))
     }
@@ -374,6 +373,17 @@ impl Store {
         topic: &Topic,
         mut created: impl FnMut(&Topic, &str) -> Result<()>,
     ) -> Result<()> {
+        // A parent the sweep removed meanwhile: start again from the root.
+        let mut attempt = 0;
+        loop {
+            match self.create_topic_dirs_once(topic, &mut created) {
+                Err(e) if e.kind() == ErrorKind::Expired && attempt < 5 => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn create_topic_dirs_once(&self, topic: &Topic, created: &mut impl FnMut(&Topic, &str) -> Result<()>) -> Result<()> {
         let mut current = Topic::root();
         for segment in topic.segments() {
             let parent = current.clone();
@@ -392,6 +402,13 @@ impl Store {
     /// false when it already existed.
     fn create_dir_of(&self, topic: &Topic, parent: &Topic) -> Result<bool> {
         let path = self.dir(topic);
+        if path.is_dir() {
+            return Ok(false);
+        }
+        // Under the parent's lock, which the sweep holds to prune it (not
+        // for `kn_routes`, made while a route write may hold that lock:
+        // the sweep ignores reserved children, and route writes exclude it).
+        let _parent = if topic.is_reserved() { None } else { Some(self.lock_for_child(parent)?) };
         match create_topic_dir(&path) {
             Ok(()) => {
                 if self.config.sync == SyncPolicy::Always {
@@ -400,6 +417,8 @@ impl Store {
                 Ok(true)
             }
             Err(e) if e.kind() == IoKind::AlreadyExists => Ok(false),
+            // The parent was removed by the sweep since: start again.
+            Err(e) if e.kind() == IoKind::NotFound => Err(log::removed(&self.dir(parent))),
             Err(e) => Err(Error::io("cannot create topic directory", &path, e)),
         }
     }

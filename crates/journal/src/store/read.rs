@@ -191,7 +191,8 @@ impl Store {
         report.writes.extend(forwarded.writes);
         report.poisoned.extend(forwarded.poisoned);
         if topic.is_journal() {
-            self.heartbeat(topic)?;
+            // Under the journal's lock: never one the sweep is removing.
+            self.revive(topic, &mut report)?;
         }
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);

@@ -156,9 +156,18 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
+        let journal = match self.resolve(&destination) {
+            Ok(Destination::Local(to)) if to.is_journal() => Some(to),
+            _ => None,
+        };
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
         let mut report = self.post_route_event(from, event)?;
+        if let Some(journal) = journal {
+            // Noted in the journal's `.sources` once stored, so that its
+            // removal finds the route (see index_route_source).
+            self.index_route_source(&journal, from)?;
+        }
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }
@@ -219,14 +228,16 @@ impl Store {
     }
 
     /// Deletes route `id` of `from`: it is replaced by an inactive route
-    /// (empty destination), which watchers of `kn_routes` see; `expires`
-    /// lets the deletion itself be reclaimed.
+    /// (empty destination), which watchers of `kn_routes` see; it expires
+    /// at `expires`, else after `tombstone_ttl`, and compaction reclaims
+    /// it once expired longer than `expired_grace`.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
         let mut event = Event::new();
         event.set(KN_ID, id).set(KN_PAYLOAD, "");
-        if let Some(e) = expires {
-            event.set(KN_EXPIRES, e);
-        }
+        match expires {
+            Some(e) => event.set(KN_EXPIRES, e),
+            None => event.set(KN_EXPIRES, format!("+{}", self.config.tombstone_ttl.as_secs())),
+        };
         self.post_route_event(from, event)
     }
 

@@ -152,12 +152,12 @@ pub fn write_stats(out: &mut dyn Write, rows: &[(Topic, TopicStat)]) -> io::Resu
     writeln!(out, "{:>8} {:>8} {:>12} {:>8}  (total of {} topics)", total.events, total.records, total.bytes, total.segments, rows.len())
 }
 
-/// Writes the store's counters after `kn stat`'s table: a blank line, a
-/// heading, then one `name value` line per counter, in slot order.
+/// Writes the store's counters after `kn stat`'s table: a blank line, then
+/// one `name value` line per counter, in slot order.
 pub fn write_counters(out: &mut dyn Write, counters: &Counters) -> io::Result<()> {
-    writeln!(out, "\ncounters (added by every process since the store was created):")?;
+    writeln!(out)?;
     for (counter, value) in counters.iter() {
-        writeln!(out, "{:>20} {}", value, counter.name())?;
+        writeln!(out, "{} {value}", counter.name())?;
     }
     Ok(())
 }

@@ -87,7 +87,9 @@ enum Command {
     },
     /// Show events, records, bytes and segments per topic (the reserved
     /// topics included), with a total; for the whole store, then what the
-    /// sweep and the outbox did (the counters every process adds to).
+    /// sweep and the forwarding did in the store's life, one "name value"
+    /// line per counter (journals_removed, topics_pruned, bytes_reclaimed,
+    /// ...).
     ///
     /// With --prometheus, print instead the store's counters (what the
     /// sweep and the outbox did) and its size (topics, journals, files,
@@ -116,6 +118,16 @@ enum Command {
     Compact {
         /// Only this topic (default: every topic).
         topic: Option<String>,
+    },
+    /// Sweep the whole store once (for cron): remove journals stale
+    /// longer than KN_JOURNAL_GRACE with the routes into them and their
+    /// announcement, and topics empty (no event, route or subtopic) and
+    /// untouched longer than KN_TOPIC_GRACE. Safe while the server runs.
+    Gc {
+        /// Use this grace period (seconds) for both instead; 0 removes
+        /// whatever is stale or empty now.
+        #[arg(long, value_name = "SECONDS")]
+        grace: Option<u64>,
     },
     /// Check the CRC of every record of every topic. Exits 1 when a bad
     /// record is found, listing each (segment file, offset, why); the
@@ -187,6 +199,7 @@ Examples:
   kn stat /what
   kn stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
   kn verify --repair
+  kn gc --grace 0                          # remove whatever is stale now
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
   kn export > backup.jsonl
@@ -194,7 +207,9 @@ Examples:
   # crontab: compact every night, quiet unless something fails
   15 3 * * * kn --root /var/lib/kn_events compact
   # crontab: figures for node_exporter's textfile collector, every minute
-  * * * * * kn --root /var/lib/kn_events stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom";
+  * * * * * kn --root /var/lib/kn_events stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
+  # crontab: sweep stale journals and empty topics every 10 minutes
+  */10 * * * * kn --root /var/lib/kn_events gc";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -275,7 +290,22 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Gc { grace } => {
+            let report = store
+                .sweep_all(grace.map(Duration::from_secs))
+                .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
+            if summaries {
+                writeln!(
+                    out,
+                    "swept {} topics: removed {} stale journals, {} routes into them and {} empty topics; reclaimed {} bytes",
+                    report.visited, report.journals_removed, report.routes_removed, report.topics_pruned, report.bytes_reclaimed
+                )
+                .map_err(write_error)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Compact { topic } => {
+            let listed = topic.is_none();
             let topics = match topic {
                 Some(t) => vec![parse_topic(&t)?],
                 None => all_topics(&store, None)?,
@@ -284,7 +314,12 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             let (mut before, mut after) = (0, 0);
             for t in &topics {
                 bar.set_message(t.to_string());
-                let report = store.compact(t).map_err(|e| SensorError::from_journal(e, &format!("cannot compact '{t}'")))?;
+                let report = match store.compact(t) {
+                    Ok(report) => report,
+                    // Listed, then removed by the sweep: nothing to compact.
+                    Err(e) if listed && e.kind() == kn_journal::ErrorKind::BadTopic => Default::default(),
+                    Err(e) => return Err(SensorError::from_journal(e, &format!("cannot compact '{t}'"))),
+                };
                 before += report.records_before;
                 after += report.records_after;
                 bar.inc(1);
