@@ -64,6 +64,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -155,6 +156,12 @@ pub struct Config {
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
     /// 0 stores every payload inline.
     pub blob_bytes: usize,
+    /// The access rules file (docs/ACCESS.md): who may post, read, route
+    /// and replay where, checked for requests made through
+    /// [`Store::as_user`](crate::Store::as_user). `None`: everything is
+    /// allowed. At most [`MAX_RULE_LINES`](crate::access::MAX_RULE_LINES)
+    /// lines.
+    pub access_rules: Option<PathBuf>,
 }
 
 impl Config {
@@ -189,6 +196,7 @@ impl Config {
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
+            access_rules: None,
         }
     }
 
@@ -288,6 +296,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_FORM_ELEMENTS")? {
             self.max_form_elements = v;
+        }
+        if let Some(v) = std::env::var_os("KN_ACCESS_RULES") {
+            self.access_rules = Some(PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;

@@ -79,6 +79,18 @@ impl ListedRoute {
         self.destination.get_or_init(|| store.route_target(self.route.destination()).map_err(|e| e.to_string())).clone()
     }
 
+    /// Whether the access rules still let the route's creator read its
+    /// source and route to its destination (docs/ACCESS.md): `Ok(None)`
+    /// yes (or no rules), `Ok(Some(why))` no.
+    pub(super) fn may_deliver(&self, store: &Store) -> Result<Option<String>> {
+        let Some(rules) = store.access_rules()? else { return Ok(None) };
+        let to = match self.destination(store) {
+            Ok(Destination::Local(topic)) => Some(topic),
+            _ => None,
+        };
+        Ok(rules.check_route(&self.route.source, &self.route.event, to.as_ref()).err().map(|e| format!("access: {e}")))
+    }
+
     /// True when an event with `payload` passes the route's content
     /// filter (always, without one).
     pub(super) fn passes(&self, store: &Store, payload: &[u8]) -> bool {
