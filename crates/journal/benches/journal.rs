@@ -5,6 +5,11 @@
 //!   topic already holding that many events.
 //! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
 //!   local journals.
+//! * `access/notify/{no_rules,100_rules}`: one notify through
+//!   `Store::as_user` without a rules file, and with a 100-rule file whose
+//!   granting rule is the last one (every rule is looked at).
+//!   `access/fanout10/...`: the same with 10 routes created by the user,
+//!   each delivery checking its creator's rights again.
 //! * `bigfan` (printed, not criterion: each round writes the payload to
 //!   1,000 journals): one post of a 1 MiB payload forwarded along 1,000
 //!   routes to local journals (after a small warm-up post), its time and
@@ -25,6 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{BenchmarkId, Criterion};
+use kn_journal::access::Principal;
 use kn_journal::{Config, Event, Selection, Store, Topic};
 
 fn topic(name: &str) -> Topic {
@@ -123,6 +129,72 @@ fn fanout(c: &mut Criterion, full: bool) {
             report
         })
     });
+    group.finish();
+}
+
+/// A rules file of `n` rules: `n - 1` that do not apply to a post to
+/// `/bench/...` by anna (other topics, other operations, other people),
+/// then the one that allows it.
+fn rules_file(dir: &Path, n: usize) -> std::path::PathBuf {
+    let mut text = String::from("group staff: anna bob carl
+group ops: dora anna
+");
+    for i in 0..n - 1 {
+        text.push_str(&match i % 4 {
+            0 => format!("allow post,read /what/team{i}/** @staff\n"),
+            1 => format!("deny  all       /what/secret{i}/** *\n"),
+            2 => format!("allow read      /bench/**/kn_journal{i} anonymous\n"),
+            _ => format!("allow all       /who/{{user}}/projects{i}/** @ops\n"),
+        });
+    }
+    text.push_str("allow post,read,route /bench/** users\n");
+    let path = dir.join("access.rules");
+    std::fs::write(&path, text).expect("write rules");
+    path
+}
+
+fn access(c: &mut Criterion) {
+    let anna = Principal::user("anna");
+    let mut notify = c.benchmark_group("access/notify");
+    let mut fan = Vec::new();
+    for (label, rules) in [("no_rules", 0), ("100_rules", 100)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(&dir.path().join("kn_events"));
+        if rules > 0 {
+            config.access_rules = Some(rules_file(dir.path(), rules));
+        }
+        let store = Store::open_with(config).expect("open store");
+        let t = topic("/bench/access");
+        let mut next = 0u64;
+        notify.bench_function(label, |b| {
+            b.iter(|| {
+                next += 1;
+                store.as_user(&anna).notify(&t, event(&format!("a{next:08}"))).expect("post")
+            })
+        });
+        fan.push((label, dir, store));
+    }
+    notify.finish();
+    let mut group = c.benchmark_group("access/fanout10");
+    for (label, _dir, store) in &fan {
+        let source = topic("/bench/access_fan");
+        for i in 0..10 {
+            let mut params = Event::new();
+            params.set("kn_id", format!("r{i}"));
+            store.as_user(&anna).route(&source, format!("/bench/access_to/t{i}").as_bytes(), params).expect("create route");
+        }
+        // Creates the destinations (their announcements are not measured).
+        store.as_user(&anna).notify(&source, event("warm")).expect("post");
+        let mut next = 0u64;
+        group.bench_function(*label, |b| {
+            b.iter(|| {
+                next += 1;
+                let report = store.as_user(&anna).notify(&source, event(&format!("f{next:08}"))).expect("post");
+                assert_eq!(report.writes.len(), 11, "every route delivered");
+                report
+            })
+        });
+    }
     group.finish();
 }
 
@@ -321,6 +393,9 @@ fn main() {
     }
     if wanted("fanout/1000_journal_routes") {
         fanout(&mut c, full);
+    }
+    if wanted("access/notify") || wanted("access/fanout10") {
+        access(&mut c);
     }
     c.final_summary();
     if wanted("bigfan") {
