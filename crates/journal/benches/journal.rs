@@ -10,6 +10,8 @@
 //!   granting rule is the last one (every rule is looked at).
 //!   `access/fanout10/...`: the same with 10 routes created by the user,
 //!   each delivery checking its creator's rights again.
+//! * `access_ratio` (printed): the same two measured as the ratio of
+//!   alternating rounds in one run, which a busy machine skews less.
 //! * `bigfan` (printed, not criterion: each round writes the payload to
 //!   1,000 journals): one post of a 1 MiB payload forwarded along 1,000
 //!   routes to local journals (after a small warm-up post), its time and
@@ -196,6 +198,55 @@ fn access(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// The cost of the rules measured as a ratio within one run, robust to a
+/// busy machine: rounds of `n` notifies alternate between a store without
+/// rules and one with a 100-rule file (and the same with 10 routes per
+/// post); prints the median time per notify of each and their ratio.
+fn access_ratio(full: bool) {
+    let anna = Principal::user("anna");
+    let (rounds, n) = if full { (30, 500) } else { (3, 20) };
+    let mut stores = Vec::new();
+    for rules in [0, 100] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(&dir.path().join("kn_events"));
+        if rules > 0 {
+            config.access_rules = Some(rules_file(dir.path(), rules));
+        }
+        let store = Store::open_with(config).expect("open store");
+        let fan = topic("/bench/ratio_fan");
+        for i in 0..10 {
+            let mut params = Event::new();
+            params.set("kn_id", format!("r{i}"));
+            store.as_user(&anna).route(&fan, format!("/bench/ratio_to/t{i}").as_bytes(), params).expect("create route");
+        }
+        store.as_user(&anna).notify(&fan, event("warm")).expect("post");
+        stores.push((dir, store));
+    }
+    for (label, t) in [("notify", topic("/bench/ratio")), ("notify, 10 routes", topic("/bench/ratio_fan"))] {
+        let mut times = [Vec::new(), Vec::new()];
+        let mut next = 0u64;
+        for _ in 0..rounds {
+            for (i, (_, store)) in stores.iter().enumerate() {
+                let started = Instant::now();
+                for _ in 0..n {
+                    next += 1;
+                    store.as_user(&anna).notify(&t, event(&format!("q{next:08}"))).expect("post");
+                }
+                times[i].push(started.elapsed().as_secs_f64() * 1e6 / n as f64);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (none, hundred) = (median(&mut times[0]), median(&mut times[1]));
+        println!(
+            "access ({label}): no rules {none:.1} µs, 100 rules {hundred:.1} µs per notify (median of {rounds} alternating rounds of {n}): ratio {:.3}",
+            hundred / none
+        );
+    }
 }
 
 /// `du`-style disk usage of a tree: `st_blocks * 512` of every file and
@@ -398,6 +449,9 @@ fn main() {
         access(&mut c);
     }
     c.final_summary();
+    if wanted("access_ratio") {
+        access_ratio(full);
+    }
     if wanted("bigfan") {
         big_fanout(full);
     }
