@@ -206,7 +206,7 @@ fn access(c: &mut Criterion) {
 /// post); prints the median time per notify of each and their ratio.
 fn access_ratio(full: bool) {
     let anna = Principal::user("anna");
-    let (rounds, n) = if full { (30, 500) } else { (3, 20) };
+    let (rounds, n) = if full { (300, 50) } else { (3, 20) };
     let mut stores = Vec::new();
     for rules in [0, 100] {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -224,6 +224,15 @@ fn access_ratio(full: bool) {
         store.as_user(&anna).notify(&fan, event("warm")).expect("post");
         stores.push((dir, store));
     }
+    // One check alone, in a loop (CPU only: what the rules add).
+    let rules = stores[1].1.access_rules().expect("rules").expect("a rules file");
+    let checks = if full { 1_000_000 } else { 1000 };
+    let t = topic("/bench/ratio");
+    let started = Instant::now();
+    for _ in 0..checks {
+        rules.check(&anna, kn_journal::access::Operation::Post, std::hint::black_box(&t)).expect("allowed");
+    }
+    println!("access: one check against the 100 rules takes {:.0} ns", started.elapsed().as_secs_f64() * 1e9 / checks as f64);
     for (label, t) in [("notify", topic("/bench/ratio")), ("notify, 10 routes", topic("/bench/ratio_fan"))] {
         let mut times = [Vec::new(), Vec::new()];
         let mut next = 0u64;

@@ -151,13 +151,20 @@ impl Rules {
             }
             None => topic,
         };
-        let segments: Vec<&str> = topic.segments().collect();
+        let mut buffer = [""; crate::topic::MAX_TOPIC_DEPTH];
+        let mut depth = 0;
+        for (slot, segment) in buffer.iter_mut().zip(topic.segments()) {
+            *slot = segment;
+            depth += 1;
+        }
+        let segments = &buffer[..depth];
         let groups = who.user.as_ref().and_then(|u| self.groups.get(u)).map_or(&[][..], Vec::as_slice);
         let user = who.name();
-        let decided = self.rules.iter().find(|rule| {
+        let anchored = segments.first().and_then(|first| self.by_first.get(*first)).map_or(&[][..], Vec::as_slice);
+        let decided = merged(anchored, &self.unanchored).map(|i| &self.rules[i]).find(|rule| {
             rule.operations & op.bit() != 0
                 && rule.who.iter().any(|w| applies(w, user, groups))
-                && rule.pattern.matches(&segments, user)
+                && rule.pattern.matches(segments, user)
         });
         let why = match decided {
             Some(rule) if rule.allow => return Ok(()),
@@ -180,6 +187,18 @@ impl Rules {
             None => Ok(()),
         }
     }
+}
+
+/// The indexes of two ascending lists, merged in ascending order (the
+/// rules' order, in which the first match decides).
+fn merged<'a>(a: &'a [usize], b: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(&&x), Some(&&y)) if x < y => a.next().copied(),
+        (Some(_), Some(_)) | (None, Some(_)) => b.next().copied(),
+        (Some(_), None) => a.next().copied(),
+        (None, None) => None,
+    })
 }
 
 fn applies(who: &rules::Who, user: Option<&str>, groups: &[String]) -> bool {
@@ -267,6 +286,14 @@ mod tests {
         let err = r.check(&anna, Operation::Post, &topic("/what/announce/x")).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Forbidden);
         assert!(err.message().contains("rule 1 (deny post /what/announce/** users)"), "{err}");
+        // Rules starting with a wildcard and with a literal keep their order.
+        let chat = topic("/what/chat");
+        let r = rules("deny post /*/chat users\nallow post /what/** users\n");
+        assert!(r.check(&anna, Operation::Post, &chat).is_err());
+        let r = rules("allow post /what/** users\ndeny post /**/chat users\n");
+        assert!(r.check(&anna, Operation::Post, &chat).is_ok());
+        let r = rules("allow read /x *\ndeny post /** users\nallow post /what/chat users\n");
+        assert!(r.check(&anna, Operation::Post, &chat).is_err());
     }
 
     #[test]

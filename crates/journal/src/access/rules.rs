@@ -62,6 +62,11 @@ pub struct Rules {
     pub(super) rules: Vec<Rule>,
     /// Each user's groups.
     pub(super) groups: HashMap<String, Vec<String>>,
+    /// The rules (their indexes, in order) whose pattern starts with a
+    /// given literal segment, and those that start otherwise: a check
+    /// looks only at the rules that can match the topic's first segment.
+    pub(super) by_first: HashMap<String, Vec<usize>>,
+    pub(super) unanchored: Vec<usize>,
 }
 
 impl Rules {
@@ -103,6 +108,11 @@ impl Rules {
             match keyword {
                 "allow" | "deny" => {
                     let rule = parse_rule(number, line, keyword == "allow", rest).map_err(|why| bad(number, why))?;
+                    let index = rules.rules.len();
+                    match rule.pattern.segments.first() {
+                        Some(Segment::Literal(first)) => rules.by_first.entry(first.clone()).or_default().push(index),
+                        _ => rules.unanchored.push(index),
+                    }
                     rules.rules.push(rule);
                 }
                 "group" => {
