@@ -211,6 +211,8 @@ impl Handler {
         let root = std::fs::canonicalize(self.store.root()).unwrap_or_else(|_| self.store.root().to_path_buf());
         let mut command = Command::new(&program);
         command.arg("--root").arg(root).arg("--quiet");
+        // Its posts are checked as the requester's own (docs/ACCESS.md).
+        command.arg("--as-user").arg(user.principal().name().unwrap_or(""));
         if let Some(warp) = params.get_str("warp") {
             command.arg("--warp").arg(warp.trim());
         }

@@ -70,7 +70,14 @@ impl Site {
     }
 }
 
-struct Cgi(Site);
+struct Cgi(Site, &'static str);
+
+impl Cgi {
+    /// A CGI whose `do_method=replay` starts `/bin/true`.
+    fn new(name: &str) -> Cgi {
+        Cgi(Site::new(name), "/bin/true")
+    }
+}
 
 impl Server for Cgi {
     fn ask(&self, user: Option<&str>, query: &str) -> Answer {
@@ -85,7 +92,7 @@ impl Server for Cgi {
             .env("SERVER_PORT", "8080")
             .env("KN_EVENTS", self.0.root())
             .env("KN_ACCESS_RULES", self.0.rules())
-            .env("KN_REPLAY", "/bin/true")
+            .env("KN_REPLAY", self.1)
             .stdout(Stdio::piped());
         if let Some(user) = user {
             command.env("REMOTE_USER", user);
@@ -230,7 +237,7 @@ fn attacks(s: &dyn Server) {
 
 #[test]
 fn cgi_checks_every_operation_for_the_remote_user() {
-    matrix(&Cgi(Site::new("access_cgi_matrix")));
+    matrix(&Cgi::new("access_cgi_matrix"));
 }
 
 #[test]
@@ -240,7 +247,7 @@ fn serve_checks_every_operation_for_the_proxys_user() {
 
 #[test]
 fn cgi_resists_routes_batches_and_status_topics_used_to_get_around_the_rules() {
-    attacks(&Cgi(Site::new("access_cgi_attacks")));
+    attacks(&Cgi::new("access_cgi_attacks"));
 }
 
 #[test]
@@ -334,4 +341,32 @@ fn serve_refuses_to_start_with_hashes_it_cannot_check() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(":1: user 'anna' has a hash serve cannot check") && stderr.contains("htpasswd -B"), "{stderr}");
+}
+
+#[test]
+fn a_replay_posts_only_where_its_requester_may() {
+    let replay: &'static str = Box::leak(kn_test_support::cargo_bin("kn-replay").to_string_lossy().into_owned().into_boxed_str());
+    let s = Cgi(Site::new("access_replay"), replay);
+    // Each journal holds an event claiming to come from the staff topic
+    // (anyone may post such an event to their own journal).
+    let store = Store::open(s.0.root()).unwrap();
+    for user in ["carl", "anna"] {
+        let journal = Topic::parse(&format!("/who/{user}/kn_journal")).unwrap();
+        store.tunnel(&journal, &Selection::default()).unwrap();
+        let forged = kn_journal::Event::from_pairs([
+            ("kn_id", format!("{user}-1")),
+            ("kn_payload", format!("replayed by {user}")),
+            ("kn_route_location", "/what/staff/x/kn_routes/r1".to_string()),
+        ]);
+        store.notify(&journal, forged).unwrap();
+    }
+    for user in ["carl", "anna"] {
+        let a = s.ask(Some(user), &format!("do_method=replay&kn_from=/who/{user}/kn_journal&warp=inf&{SIMPLE}"));
+        assert_eq!(a.code, 200, "{a:?}");
+    }
+    // Anna is staff: her replay posts there. Carl's, started first, not.
+    let posted = kn_test_support::wait_for(Duration::from_secs(20), || !events(&s, "/what/staff/x").is_empty());
+    assert!(posted, "anna's replay never posted");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(events(&s, "/what/staff/x"), ["replayed by anna"]);
 }
