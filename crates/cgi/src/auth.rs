@@ -124,16 +124,6 @@ impl Htpasswd {
     /// The user whose Basic credentials `authorization` (the header's
     /// value) are; `None` when they are not valid.
     pub fn check(&self, authorization: &[u8]) -> Option<String> {
-        let mut state = self.state.lock().ok()?;
-        let stamp = stamp(&self.path);
-        if stamp != state.stamp {
-            // A changed file: read it again; a broken one admits no one.
-            let (stamp, hashes) = read(&self.path).unwrap_or((stamp, HashMap::new()));
-            *state = State { stamp, hashes, verified: HashMap::new() };
-        }
-        if let Some(user) = state.verified.get(authorization) {
-            return Some(user.clone());
-        }
         let text = std::str::from_utf8(authorization).ok()?.trim();
         let (scheme, encoded) = text.split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("basic") {
@@ -142,10 +132,25 @@ impl Htpasswd {
         let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
         let decoded = String::from_utf8(decoded).ok()?;
         let (user, password) = decoded.split_once(':')?;
-        let hash = state.hashes.get(user)?;
-        if !pwhash::unix::verify(password, hash) {
+        let hash = {
+            let mut state = self.state.lock().ok()?;
+            let stamp = stamp(&self.path);
+            if stamp != state.stamp {
+                // A changed file: read it again; a broken one admits no one.
+                let (stamp, hashes) = read(&self.path).unwrap_or((stamp, HashMap::new()));
+                *state = State { stamp, hashes, verified: HashMap::new() };
+            }
+            if let Some(user) = state.verified.get(authorization) {
+                return Some(user.clone());
+            }
+            state.hashes.get(user)?.clone()
+        };
+        // Not under the lock: a slow hash (or a flood of wrong passwords)
+        // must not hold up everyone else's requests.
+        if !pwhash::unix::verify(password, &hash) {
             return None;
         }
+        let mut state = self.state.lock().ok()?;
         if state.verified.len() >= MAX_REMEMBERED {
             state.verified.clear();
         }

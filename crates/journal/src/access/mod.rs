@@ -109,9 +109,11 @@ impl Principal {
         Principal { user: None }
     }
 
-    /// The authenticated user `name` (an empty name is anonymous).
+    /// The authenticated user `name`. An empty name, and the name
+    /// `anonymous` (the JavaScript client's journals of anonymous
+    /// visitors are `/who/anonymous/...`), are anonymous.
     pub fn user(name: &str) -> Principal {
-        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty()) }
+        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous") }
     }
 
     /// The user's name; `None` for anonymous.
@@ -313,6 +315,8 @@ mod tests {
         assert!(r.check(&Principal::user("anna"), Operation::Post, &own).is_ok());
         assert!(r.check(&Principal::user("bob"), Operation::Post, &own).is_err());
         assert!(r.check(&Principal::anonymous(), Operation::Read, &own).is_err());
+        // A user who logged in as "anonymous" is anonymous.
+        assert!(r.check(&Principal::user("anonymous"), Operation::Read, &topic("/who/anonymous/s/1/kn_journal")).is_err());
         // A name with a slash is never one segment.
         assert!(r.check(&Principal::user("anna/x"), Operation::Read, &topic("/who/anna/x")).is_err());
     }
