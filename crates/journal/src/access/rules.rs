@@ -238,7 +238,7 @@ fn parse_who(word: &str) -> std::result::Result<Who, String> {
 impl Pattern {
     /// True when `topic`'s segments match, with `user` for `{user}` (an
     /// anonymous request matches no `{user}`).
-    pub(super) fn matches<'t>(&self, topic: &[&'t str], user: Option<&str>) -> bool {
+    pub(super) fn matches(&self, topic: &[&str], user: Option<&str>) -> bool {
         matches_from(&self.segments, topic, user)
     }
 }
