@@ -227,6 +227,12 @@ fn attacks(s: &dyn Server) {
     assert_eq!(events(s, "/what/staff/x"), ["secret"]);
     assert!(events(s, "/who/carl/inbox").is_empty());
 
+    // As the JavaScript client does: a batch whose statuses go to the
+    // user's own journal.
+    let own = "do_method=batch&kn_status_to=/who/carl/s/1/kn_journal\
+               &kn_batch=do_method%3Droute%3Bkn_from%3D%2Fwhat%2Fpublic%2Fy%3Bkn_to%3D%2Fwho%2Fcarl%2Fs%2F1%2Fkn_journal%3Bkn_id%3Dj1";
+    let a = s.ask(Some("carl"), own);
+    assert_eq!(a.code, 204, "{a:?}");
     // Statuses into Anna's journal: refused, and nothing is done.
     let a = ask(Some("carl"), "do_method=notify&kn_to=/what/public/z&kn_payload=z&kn_id=s1&kn_status_to=/who/anna/kn_journal");
     assert_eq!(a.code, 403, "{a:?}");
