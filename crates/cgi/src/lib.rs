@@ -54,6 +54,7 @@
 use std::fmt;
 
 pub mod assets;
+pub mod auth;
 pub mod cgi;
 pub mod cli;
 pub mod handler;

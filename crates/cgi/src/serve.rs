@@ -56,7 +56,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::handler::{Handler, Options, Reply, TunnelReply};
+use crate::auth::{Authentication, Identity};
+use crate::handler::{Handler, Options, Reply, TunnelReply, AUTH_REALM};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
 use crate::{Error, ErrorKind};
@@ -124,6 +125,9 @@ pub struct ServeConfig {
     /// yes; `--no-metrics` turns it off, and `/metrics` is then an
     /// ordinary static path).
     pub metrics: bool,
+    /// Who makes each request (docs/ACCESS.md): by default no one is
+    /// trusted and every request is anonymous.
+    pub auth: Arc<Authentication>,
 }
 
 impl ServeConfig {
@@ -138,6 +142,7 @@ impl ServeConfig {
             max_connections: None,
             max_tunnels: None,
             metrics: true,
+            auth: Arc::new(Authentication::default()),
         }
     }
 
@@ -182,12 +187,12 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     // Tunnel pieces are small and must leave at once.
                     let _ = stream.set_nodelay(true);
                     match server.connections.clone().try_acquire_owned() {
                         Ok(permit) => {
-                            tokio::spawn(connection(server.clone(), stream, permit));
+                            tokio::spawn(connection(server.clone(), stream, peer, permit));
                         }
                         // Full: answer 503 if few are waiting for that,
                         // else close at once (dropping the stream).
@@ -223,10 +228,10 @@ async fn sweeper(store: Arc<Store>) {
 
 /// Serves one connection; `_permit` counts it against the cap until it
 /// closes.
-async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, _permit: OwnedSemaphorePermit) {
+async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
     let service = service_fn(move |request| {
         let server = server.clone();
-        async move { Ok::<_, Infallible>(server.respond(request).await) }
+        async move { Ok::<_, Infallible>(server.respond(request, peer).await) }
     });
     // A failed connection (the client went away) concerns no one else.
     let _ = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
@@ -299,6 +304,8 @@ struct Server {
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
     requests: AtomicU64,
+    /// Who makes a request.
+    auth: Arc<Authentication>,
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -349,6 +356,7 @@ impl Server {
         };
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
+            auth: config.auth,
             store,
             limits,
             static_dir,
@@ -362,7 +370,7 @@ impl Server {
         })
     }
 
-    async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+    async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let path = request.uri().path();
         if self.metrics && path == METRICS_PATH {
@@ -370,14 +378,14 @@ impl Server {
         }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
-            return self.pubsub(request, path_info).await;
+            return self.pubsub(request, path_info, peer).await;
         }
         self.static_file(request).await
     }
 
     // ----- the protocol at /kn ---------------------------------------------
 
-    async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>) -> hyper::Response<Body> {
+    async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>, peer: SocketAddr) -> hyper::Response<Body> {
         let (parts, incoming) = request.into_parts();
         let query = parts.uri.query().unwrap_or("").as_bytes().to_vec();
         let head_request = parts.method == hyper::Method::HEAD;
@@ -396,11 +404,25 @@ impl Server {
             }
             Err(err) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, format!("cannot read the request body: {err}"))),
         };
+        let headers: Vec<(String, Vec<u8>)> = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+        let remote_user = match self.auth.identify(&headers, peer.ip()) {
+            Identity::Anonymous => None,
+            Identity::User(name) => Some(name),
+            Identity::BadCredentials => {
+                let mut reply = self.status_reply(&query, 401, "Unauthorized", "the user name or password is not valid");
+                let challenge = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")).ok();
+                if let Some(challenge) = challenge {
+                    reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
+                }
+                return reply;
+            }
+        };
         let http = HttpRequest {
             method: parts.method.as_str().to_owned(),
             path_info,
             query: query.clone(),
-            headers: parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
+            headers,
+            remote_user,
             body: body.into(),
             script_name: MOUNT.to_owned(),
             server_name: self.local.ip().to_string(),

@@ -69,6 +69,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `tombstone_ttl` | 300 s: the expiry of a deleted route (one without `kn_expires`) and of one the sweep removes | `KN_TOMBSTONE_TTL` (seconds) |
 /// | `sweep_budget` | 16 directories per sweep slice (a request's or a `serve` round's; 0: no slices) | `KN_SWEEP_BUDGET` |
 /// | `sweep_interval` | 1 s between sweep slices, across processes | `KN_SWEEP_INTERVAL_MS` |
+/// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -178,6 +179,12 @@ pub struct Config {
     /// Least time between two sweep slices, across every process of the
     /// store (a slice that is not due costs one `stat`).
     pub sweep_interval: Duration,
+    /// The access rules file (docs/ACCESS.md): who may post, read, route
+    /// and replay where, checked for requests made through
+    /// [`Store::as_user`](crate::Store::as_user). `None`: everything is
+    /// allowed. At most [`MAX_RULE_LINES`](crate::access::MAX_RULE_LINES)
+    /// lines.
+    pub access_rules: Option<PathBuf>,
 }
 
 impl Config {
@@ -217,6 +224,7 @@ impl Config {
             tombstone_ttl: Duration::from_secs(300),
             sweep_budget: 16,
             sweep_interval: Duration::from_secs(1),
+            access_rules: None,
         }
     }
 
@@ -316,6 +324,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_FORM_ELEMENTS")? {
             self.max_form_elements = v;
+        }
+        if let Some(v) = std::env::var_os("KN_ACCESS_RULES") {
+            self.access_rules = Some(PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;

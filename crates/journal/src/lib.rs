@@ -41,6 +41,9 @@
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`.
+//! * `access/`: [`access`] control: the rules file ([`access::Rules`]),
+//!   who asks ([`access::Principal`]) and the checked request API
+//!   ([`access::AsUser`], from [`Store::as_user`]).
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
 //!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
@@ -78,6 +81,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod access;
 mod config;
 mod error;
 mod event;

@@ -76,6 +76,8 @@ pub struct Store {
     gauge: SpaceGauge,
     /// See [`Store::filters_compiled`].
     filters_compiled: std::sync::atomic::AtomicU64,
+    /// The access rules (`Config::access_rules`).
+    access: crate::access::Source,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -132,6 +134,7 @@ impl Store {
                 .map_err(|e| Error::io("cannot create event store", &config.root, e))?;
         }
         let names = read_names(&config.root)?;
+        let access = crate::access::Source::new(config.access_rules.clone());
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
             // .lock, .head, the segment and a journal's heartbeat per topic.
@@ -145,6 +148,7 @@ impl Store {
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
             filters_compiled: Default::default(),
+            access,
         })
     }
 
@@ -158,6 +162,13 @@ impl Store {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The access rules in force (docs/ACCESS.md): `None` without a rules
+    /// file. A rules file that cannot be read or parsed is an error until
+    /// it is fixed. Read again when the file changes.
+    pub fn access_rules(&self) -> Result<Option<Arc<crate::access::Rules>>> {
+        self.access.rules()
     }
 
     /// The store's root directory.

@@ -210,6 +210,14 @@ impl Store {
                     ));
                 }
                 report.deliveries += 1;
+                match route.may_deliver(self) {
+                    Ok(None) => {}
+                    Ok(Some(refused)) => {
+                        self.poison(&job.topic, route.route.id(), &refused, report);
+                        continue;
+                    }
+                    Err(_) => continue, // unreadable access rules: nothing is delivered
+                }
                 let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
                 self.forward(&job.topic, urls, route, (&job.event, job.payload.as_ref()), &mut queue, report);
             }

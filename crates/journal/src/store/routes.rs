@@ -67,16 +67,37 @@ pub(super) struct ListedRoute {
     /// The compiled filter; `None` for a filter that does not compile
     /// (then nothing travels the route).
     filter: OnceLock<Option<regex::bytes::Regex>>,
+    /// The access rules' last answer for this route, with the rules it
+    /// was given by (asked again when they change).
+    access: std::sync::Mutex<Option<(Arc<crate::access::Rules>, Option<String>)>>,
 }
 
 impl ListedRoute {
     pub(super) fn new(route: Route) -> ListedRoute {
-        ListedRoute { route, destination: OnceLock::new(), filter: OnceLock::new() }
+        ListedRoute { route, destination: OnceLock::new(), filter: OnceLock::new(), access: Default::default() }
     }
 
     /// Where the route delivers (an error text poisons it).
     pub(super) fn destination(&self, store: &Store) -> std::result::Result<Destination, String> {
         self.destination.get_or_init(|| store.route_target(self.route.destination()).map_err(|e| e.to_string())).clone()
+    }
+
+    /// Whether the access rules still let the route's creator read its
+    /// source and route to its destination (docs/ACCESS.md): `Ok(None)`
+    /// yes (or no rules), `Ok(Some(why))` no.
+    pub(super) fn may_deliver(&self, store: &Store) -> Result<Option<String>> {
+        let Some(rules) = store.access_rules()? else { return Ok(None) };
+        let mut cached = self.access.lock().map_err(|_| Error::new(ErrorKind::Io, "route access cache poisoned"))?;
+        if let Some((_, answer)) = cached.as_ref().filter(|(given_by, _)| Arc::ptr_eq(given_by, &rules)) {
+            return Ok(answer.clone());
+        }
+        let to = match self.destination(store) {
+            Ok(Destination::Local(topic)) => Some(topic),
+            _ => None,
+        };
+        let answer = rules.check_route(&self.route.source, &self.route.event, to.as_ref()).err().map(|e| format!("access: {e}"));
+        *cached = Some((rules, answer.clone()));
+        Ok(answer)
     }
 
     /// True when an event with `payload` passes the route's content
