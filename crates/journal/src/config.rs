@@ -64,6 +64,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
+/// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -155,6 +157,15 @@ pub struct Config {
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
     /// 0 stores every payload inline.
     pub blob_bytes: usize,
+    /// How many times a delivery that failed transiently (a local I/O
+    /// error, a full disk, a remote 5xx or no answer) is retried before
+    /// its route is poisoned ("no answer after the retries", PROTOCOL.md
+    /// 4.1); meanwhile the route is kept and its events wait in the
+    /// topic's outbox. 0 poisons at the first failure.
+    pub forward_retries: u32,
+    /// The wait before the first retry of a failed delivery; each next
+    /// retry waits twice as long (at most an hour).
+    pub forward_backoff: Duration,
 }
 
 impl Config {
@@ -189,6 +200,8 @@ impl Config {
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
+            forward_retries: 12,
+            forward_backoff: Duration::from_secs(1),
         }
     }
 
@@ -291,6 +304,12 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
+        }
+        if let Some(v) = var("KN_FORWARD_RETRIES")? {
+            self.forward_retries = v;
+        }
+        if let Some(v) = var("KN_FORWARD_BACKOFF_MS")? {
+            self.forward_backoff = Duration::from_millis(v);
         }
         Ok(self)
     }
