@@ -65,12 +65,14 @@ fn serve_one() -> ExitCode {
         Err(err) => return fail(&mut out, 500, "Event store unavailable", err.message()),
     };
     let handler = Handler::new(store.clone(), Options::default());
-    let result = match handler.handle(&request) {
+    let (reply, after) = handler.handle_deferring(&request);
+    let result = match reply {
         Reply::Done(response) => {
             let written = response.write_to(&mut out);
             if !request.method().is_supported() {
                 drain_unread_body();
             }
+            complete_after_reply(after);
             written
         }
         Reply::Tunnel(mut tunnel) => {
@@ -86,6 +88,64 @@ fn serve_one() -> ExitCode {
     let _ = result;
     ExitCode::SUCCESS
 }
+
+/// Runs `after` (a new route's population, issue 12) once the client has
+/// the reply, in a detached child: the web server neither waits for it nor
+/// signals it. Where the output is a socket (Apache's `mod_cgid`), the
+/// child ends the output itself (`shutdown`) and waits until the server
+/// closes its end, which it does only after sending the reply; through a
+/// pipe it waits for this process to be gone; then, either way,
+/// [`AFTER_REPLY_MARGIN`] more for the reply to reach the client.
+/// Where no child can be started, the work stays in the store's outbox
+/// for the topic's next writer.
+fn complete_after_reply(after: crate::handler::AfterReply) {
+    if after.is_empty() {
+        return;
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: a CGI process has one thread; the child runs ordinary code
+    // on its copy of the memory, then `_exit`s without running the
+    // parent's destructors.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as libc::c_int;
+        match libc::fork() {
+            0 => {}
+            _ => {
+                if pidfd >= 0 {
+                    libc::close(pidfd);
+                }
+                return;
+            }
+        }
+        libc::setsid();
+        let output = libc::dup(1);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        if output >= 0 && libc::shutdown(output, libc::SHUT_WR) == 0 {
+            let mut closed = libc::pollfd { fd: output, events: libc::POLLRDHUP, revents: 0 };
+            libc::poll(&mut closed, 1, 2000);
+        } else {
+            if output >= 0 {
+                libc::close(output);
+            }
+            if pidfd >= 0 {
+                let mut exited = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+                libc::poll(&mut exited, 1, 2000);
+            }
+        }
+        std::thread::sleep(AFTER_REPLY_MARGIN);
+        after.run();
+        libc::_exit(0);
+    }
+}
+
+/// How long the population waits once the reply has left this process,
+/// for the web server to pass it on.
+const AFTER_REPLY_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Exits so that the web server, when it sees the end of the output,
 /// finds this process already gone.
