@@ -620,6 +620,11 @@ impl Store {
     /// Stores a forwarded copy in the local topic `dest` (created if
     /// needed) and queues its own forwarding. A stale journal refuses it.
     fn store_copy(&self, dest: &Topic, copy: Event, payload: Option<Arc<SharedPayload>>, recovered: bool, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
+            if log::failpoint(point) {
+                return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
+            }
+        }
         let mut kept = self.take_kept(dest);
         if dest.is_journal() && self.journal_stale(dest, &mut kept.1) {
             self.put_kept(kept);
