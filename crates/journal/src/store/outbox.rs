@@ -347,6 +347,10 @@ impl Store {
         state.lagging.retain(|l| active.iter().any(|r| r.route.id() == l.route_id));
         let urls = SourceUrls::of(self, topic);
         let mut result = Ok(());
+        if active.is_empty() {
+            // Nothing to deliver, and nothing pending for routes made later.
+            state.cursor = state.cursor.max(end);
+        }
         if state.cursor < end {
             let mut pending = Vec::new();
             if state.cursor + 1 < end {
@@ -644,7 +648,16 @@ impl Store {
     /// True when one of the newest events of the journal `dest` is `copy`
     /// (every element the same but the checkpoint): a redelivery of a copy
     /// already appended. Called under the journal's lock.
-    pub(super) fn journal_has_copy(&self, dest: &Topic, copy: &Event) -> Result<bool> {
+    pub(super) fn journal_has_copy(&self, dest: &Topic, copy: &Event, payload: Option<&SharedPayload>) -> Result<bool> {
+        let mut whole;
+        let copy = match payload {
+            Some(payload) => {
+                whole = copy.clone();
+                whole.set(KN_PAYLOAD, payload.bytes.clone());
+                &whole
+            }
+            None => copy,
+        };
         let selection = Selection { max_n: Some(JOURNAL_DEDUP_WINDOW), ..Selection::default() };
         let recent = self.select_at_most(dest, &selection, true, JOURNAL_DEDUP_WINDOW)?;
         Ok(recent.events.into_iter().any(|mut e| {

@@ -285,7 +285,7 @@ impl Store {
         }
         let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
         if let Some(copy) = search {
-            match self.journal_has_copy(topic, copy) {
+            match self.journal_has_copy(topic, copy, payload) {
                 Ok(false) => {}
                 found => {
                     self.keep(writer, kept);

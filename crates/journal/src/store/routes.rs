@@ -191,10 +191,14 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
-        self.settle_forwarding(from)?;
+        let settled = self.settle_forwarding(from)?;
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
         let mut report = self.post_route_event(from, event)?;
+        if !settled {
+            // The route created the topic: its outbox starts now, empty.
+            self.settle_forwarding(from)?;
+        }
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }
@@ -210,10 +214,10 @@ impl Store {
     /// Before a route of `from` changes: completes what is pending along
     /// the routes it has, and starts its outbox if it has none, so that a
     /// new route never carries events stored before it (beyond its
-    /// population).
-    fn settle_forwarding(&self, from: &Topic) -> Result<()> {
+    /// population). False when `from` does not exist yet.
+    fn settle_forwarding(&self, from: &Topic) -> Result<bool> {
         if !self.checked_dir(from)?.is_dir() {
-            return Ok(()); // no events yet: its first post starts the outbox
+            return Ok(false); // no topic yet
         }
         let routes = self.read_routes(from, None)?;
         let mut report = PostReport::default();
@@ -222,7 +226,7 @@ impl Store {
         let _ = self.run_forwarding(queue, &mut report);
         match drained {
             Err(err) if err.kind() != ErrorKind::TooManyDeliveries => Err(err),
-            _ => Ok(()),
+            _ => Ok(true),
         }
     }
 
