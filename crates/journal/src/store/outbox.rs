@@ -308,6 +308,21 @@ impl Store {
         let _ = log::open_shared(&path, false);
     }
 
+    /// Whether the topic in `dir` has events not yet forwarded or lagging
+    /// routes; starts its state (nothing pending) when it has none. Reads
+    /// no route.
+    pub(super) fn forwarding_pending(&self, dir: &Path) -> Result<bool> {
+        let mut outbox = Outbox::lock(dir)?;
+        let end = log::cursor_at_end(dir)?.last_seq();
+        match outbox.state.clone() {
+            None => {
+                outbox.save(&mut State { cursor: end, ..State::default() })?;
+                Ok(false)
+            }
+            Some(state) => Ok(state.cursor < end || !state.lagging.is_empty()),
+        }
+    }
+
     /// Records that route `route_id` of `from` is to carry the current
     /// events from `first` on (its initial population) before anything
     /// newer, then leaves them for [`Store::complete_forwarding`].
@@ -357,12 +372,15 @@ impl Store {
                 pending = self.events_between(topic, state.cursor, end - u64::from(own.is_some()))?;
             }
             for (seq, mut event) in pending {
+                // Each recovered event has the budget its own post had:
+                // past `max_forwards` its forwarding stops there, as its
+                // post's would have.
                 let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
-                let delivered = self.deliver_all(topic, &urls, &active, &mut state, (seq, &event, payload.as_ref()), true, report, queue);
+                let mut own_report = PostReport::default();
+                let _ = self.deliver_all(topic, &urls, &active, &mut state, (seq, &event, payload.as_ref()), true, &mut own_report, queue);
+                report.writes.append(&mut own_report.writes);
+                report.poisoned.append(&mut own_report.poisoned);
                 state.cursor = seq;
-                if delivered.is_err() {
-                    break; // this one event's forwarding was cut off by max_forwards
-                }
             }
             if let Some(own) = own.filter(|o| o.seq > state.cursor) {
                 result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), false, report, queue);

@@ -216,8 +216,12 @@ impl Store {
     /// new route never carries events stored before it (beyond its
     /// population). False when `from` does not exist yet.
     fn settle_forwarding(&self, from: &Topic) -> Result<bool> {
-        if !self.checked_dir(from)?.is_dir() {
+        let dir = self.checked_dir(from)?;
+        if !dir.is_dir() {
             return Ok(false); // no topic yet
+        }
+        if !self.forwarding_pending(&dir)? {
+            return Ok(true);
         }
         let routes = self.read_routes(from, None)?;
         let mut report = PostReport::default();
