@@ -105,8 +105,15 @@ fn post_routed(c: &mut Criterion) {
     let mut params = Event::new();
     params.set("kn_id", "r1");
     store.route(&source, b"/bench/routed_copy", params).expect("create route");
+    let plain = topic("/bench/unrouted");
     let mut group = c.benchmark_group("post/routed");
     let mut next = 0u64;
+    group.bench_function("0_routes", |b| {
+        b.iter(|| {
+            next += 1;
+            store.notify(&plain, event(&format!("m{next:08}"))).expect("post")
+        })
+    });
     group.bench_function("1_route", |b| {
         b.iter(|| {
             next += 1;
