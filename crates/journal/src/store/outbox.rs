@@ -399,7 +399,8 @@ impl Store {
         }
         if state != before || outbox.state.is_none() {
             let lagging = !state.lagging.is_empty();
-            if lagging != !before.lagging.is_empty() || outbox.state.is_none() {
+            let was_lagging = !before.lagging.is_empty();
+            if lagging != was_lagging || outbox.state.is_none() {
                 self.mark_outbox(topic, lagging);
             }
             outbox.save(&mut state)?;
@@ -727,7 +728,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
