@@ -326,8 +326,9 @@ fn population_reaches_a_client_that_listens_only_after_the_reply(addr: &str, url
     let dropped: Vec<usize> = (0..5).filter(|i| contains(&bytes_until(&arrivals, Some(replied)), &format!("history-{i}"))).collect();
     assert!(
         all(&heard()),
-        "populated events {dropped:?} reached the tunnel before the route's reply, where this client drops them; after it: {}",
-        String::from_utf8_lossy(&heard())
+        "populated events {dropped:?} reached the tunnel before the route's reply, where this client drops them; after it: {}\n{}",
+        String::from_utf8_lossy(&heard()),
+        log()
     );
 }
 
@@ -348,4 +349,18 @@ fn apache_sends_a_routes_population_after_its_reply() {
     let apache = Apache::start(&support::pubsub_cgi(), &store, "");
     let addr = format!("127.0.0.1:{}", apache.port());
     population_reaches_a_client_that_listens_only_after_the_reply(&addr, &apache.url(), || apache.error_log());
+}
+
+/// lighttpd hands the CGI a pipe, not a socket: the population waits for
+/// the CGI process to be gone, then for the web server to pass the reply on.
+#[test]
+fn lighttpd_sends_a_routes_population_after_its_reply() {
+    if !support::available(support::LIGHTTPD) {
+        return;
+    }
+    let dir = Dir::new("population-lighttpd");
+    let store: PathBuf = dir.store("kn_events");
+    let server = support::Lighttpd::start(&support::pubsub_cgi(), &store, "");
+    let addr = format!("127.0.0.1:{}", server.port());
+    population_reaches_a_client_that_listens_only_after_the_reply(&addr, &server.url(), || server.error_log());
 }

@@ -68,11 +68,13 @@ fn serve_one() -> ExitCode {
     let (reply, after) = handler.handle_deferring(&request);
     let result = match reply {
         Reply::Done(response) => {
+            // Started before the reply is written: a web server may end
+            // this process as soon as it has the whole reply (lighttpd).
+            complete_after_reply(after);
             let written = response.write_to(&mut out);
             if !request.method().is_supported() {
                 drain_unread_body();
             }
-            complete_after_reply(after);
             written
         }
         Reply::Tunnel(mut tunnel) => {
@@ -90,14 +92,14 @@ fn serve_one() -> ExitCode {
 }
 
 /// Runs `after` (a new route's population, issue 12) once the client has
-/// the reply, in a detached child: the web server neither waits for it nor
-/// signals it. Where the output is a socket (Apache's `mod_cgid`), the
-/// child ends the output itself (`shutdown`) and waits until the server
-/// closes its end, which it does only after sending the reply; through a
-/// pipe it waits for this process to be gone; then, either way,
-/// [`AFTER_REPLY_MARGIN`] more for the reply to reach the client.
-/// Where no child can be started, the work stays in the store's outbox
-/// for the topic's next writer.
+/// the reply, in a detached child started before the reply is written:
+/// the web server does not signal it (it leaves the process group and
+/// ignores SIGTERM). It holds the output until this process is gone (its
+/// reply written); then, through a socket (Apache's `mod_cgid`), it ends
+/// the output and waits until the server closes its end, which it does
+/// once it has sent the reply; through a pipe it just lets go. Then
+/// [`AFTER_REPLY_MARGIN`] more for the reply to reach the client. Where no child can be started, the work stays in the store's
+/// outbox for the topic's next writer.
 fn complete_after_reply(after: crate::handler::AfterReply) {
     if after.is_empty() {
         return;
@@ -108,14 +110,30 @@ fn complete_after_reply(after: crate::handler::AfterReply) {
     // parent's destructors.
     unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as libc::c_int;
+        // The parent goes on only once the child has left the process
+        // group: a web server that signals the CGI's group must not take
+        // the child with it.
+        let mut ready = [-1 as libc::c_int; 2];
+        let synced = libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) == 0;
         match libc::fork() {
             0 => {}
-            _ => {
+            child => {
                 if pidfd >= 0 {
                     libc::close(pidfd);
                 }
+                if synced {
+                    libc::close(ready[1]);
+                    let mut byte = 0u8;
+                    if child > 0 {
+                        libc::read(ready[0], (&mut byte as *mut u8).cast(), 1);
+                    }
+                    libc::close(ready[0]);
+                }
                 return;
             }
+        }
+        for signal in [libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signal, libc::SIG_IGN);
         }
         libc::setsid();
         let output = libc::dup(1);
@@ -125,17 +143,24 @@ fn complete_after_reply(after: crate::handler::AfterReply) {
                 libc::dup2(null, fd);
             }
         }
-        if output >= 0 && libc::shutdown(output, libc::SHUT_WR) == 0 {
-            let mut closed = libc::pollfd { fd: output, events: libc::POLLRDHUP, revents: 0 };
-            libc::poll(&mut closed, 1, 2000);
-        } else {
-            if output >= 0 {
-                libc::close(output);
+        if synced {
+            libc::close(ready[0]);
+            libc::write(ready[1], [1u8].as_ptr().cast(), 1);
+            libc::close(ready[1]);
+        }
+        if pidfd >= 0 {
+            let mut exited = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+            libc::poll(&mut exited, 1, 5000);
+        }
+        // The reply is written. Through a socket (Apache's mod_cgid) end
+        // the output here and wait until the server closes its end, which
+        // it does once it has sent the reply; a pipe just closes.
+        if output >= 0 {
+            if libc::shutdown(output, libc::SHUT_WR) == 0 {
+                let mut closed = libc::pollfd { fd: output, events: libc::POLLRDHUP, revents: 0 };
+                libc::poll(&mut closed, 1, 2000);
             }
-            if pidfd >= 0 {
-                let mut exited = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
-                libc::poll(&mut exited, 1, 2000);
-            }
+            libc::close(output);
         }
         std::thread::sleep(AFTER_REPLY_MARGIN);
         after.run();
