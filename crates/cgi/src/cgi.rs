@@ -151,6 +151,15 @@ fn complete_after_reply(after: crate::handler::AfterReply) {
         if pidfd >= 0 {
             let mut exited = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
             libc::poll(&mut exited, 1, 5000);
+        } else {
+            // No pidfd (Linux before 5.3): the parent is gone once this
+            // child has another.
+            for _ in 0..5000 {
+                if libc::getppid() != parent {
+                    break;
+                }
+                libc::usleep(1000);
+            }
         }
         // The reply is written. Through a socket (Apache's mod_cgid) end
         // the output here and wait until the server closes its end, which
