@@ -17,6 +17,35 @@ use kn_wire::{js, status_event, Format, Page, Params};
 use crate::request::Request;
 use crate::response::{Head, Response, Status};
 
+thread_local! {
+    /// The topics whose forwarding a request left for after its reply
+    /// (see [`Handler::handle_deferring`]).
+    static AFTER_REPLY: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What is to happen once the client has the reply: the new routes'
+/// initial populations (PROTOCOL.md 3.3), which old clients read only
+/// after the route request returns.
+pub struct AfterReply {
+    store: Arc<Store>,
+    topics: Vec<Topic>,
+}
+
+impl AfterReply {
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
+    }
+
+    /// Carries the populations (errors stay in the outbox, for the
+    /// topic's next writer).
+    pub fn run(self) {
+        for topic in &self.topics {
+            let _ = self.store.complete_forwarding(topic);
+        }
+    }
+}
+
 /// What a handled request answers.
 pub enum Reply {
     /// A complete response, to be written with one write.
@@ -98,6 +127,24 @@ impl Handler {
 
     /// Answers one request.
     pub fn handle(&self, request: &Request) -> Reply {
+        let (reply, after) = self.handle_deferring(request);
+        after.run();
+        reply
+    }
+
+    /// [`Handler::handle`], leaving what is to happen only once the client
+    /// has the reply (a new route's initial population, issue 12) to the
+    /// [`AfterReply`] returned: the caller writes the reply, then runs it.
+    /// Should it never run, the store's outbox keeps the work for the
+    /// topic's next writer.
+    pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
+        AFTER_REPLY.with(|after| after.borrow_mut().clear());
+        let reply = self.handle_now(request);
+        let topics = AFTER_REPLY.with(|after| std::mem::take(&mut *after.borrow_mut()));
+        (reply, AfterReply { store: self.store.clone(), topics })
+    }
+
+    fn handle_now(&self, request: &Request) -> Reply {
         #[cfg(feature = "failpoints")]
         panic_failpoint(request);
         if !request.method().is_supported() {
@@ -297,9 +344,12 @@ impl Handler {
             };
             user.delete_route(&from, id, params.get("kn_expires"))
         } else {
-            user.route(&from, to, elements)
+            user.route_deferred(&from, to, elements)
         };
         let report = report.map_err(|e| Failure::journal(e, "bad route destination"))?;
+        if report.population_pending {
+            AFTER_REPLY.with(|after| after.borrow_mut().push(from));
+        }
         if report.ignored {
             return Ok((200, "Ignored route", b"was a duplicate\n".to_vec()));
         }

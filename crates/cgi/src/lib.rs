@@ -68,7 +68,7 @@ pub use kn_wire::{status_event, Format, Page, Params};
 pub use kn_journal::fresh_id;
 pub use kn_journal::Event;
 pub use request::{HttpRequest, Limits, Method, Request};
-pub use handler::{Handler, Options, Reply, TunnelReply};
+pub use handler::{AfterReply, Handler, Options, Reply, TunnelReply};
 pub use response::{Head, Response, Status, TunnelWriter};
 
 /// What kind of failure an [`Error`] is; [`ErrorKind::status`] is the

@@ -57,7 +57,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::auth::{Authentication, Identity};
-use crate::handler::{Handler, Options, Reply, TunnelReply, AUTH_REALM};
+use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
 use crate::{Error, ErrorKind};
@@ -184,6 +184,7 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
+    tokio::spawn(retry_lagging_forwarding(server.store.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -223,6 +224,19 @@ async fn sweeper(store: Arc<Store>) {
             let store = store.clone();
             let _ = tokio::task::spawn_blocking(move || store.sweep(store.config().sweep_budget)).await;
         }
+    }
+}
+
+/// In the background, once a second: the deliveries waiting in the
+/// store's outbox for a retry (a route that failed transiently) or a
+/// population, whose topic may see no other post for a long time.
+async fn retry_lagging_forwarding(store: Arc<Store>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let store = store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.complete_lagging_forwarding()).await;
     }
 }
 
@@ -432,23 +446,28 @@ impl Server {
         let server = self.clone();
         let work = move || {
             let request = Request::from_http(http, &server.limits)?;
-            Ok::<_, Error>(server.handler.handle(&request))
+            Ok::<_, Error>(server.handler.handle_deferring(&request))
         };
         // Off the async workers: a request may wait for a topic's lock. No
         // request may panic; should one, the blocking pool catches it and
         // it alone is answered 500 (the `Err(join)` arm).
         let handled = tokio::task::spawn_blocking(work).await;
         match handled {
-            Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
-            Ok(Ok(Reply::Tunnel(tunnel))) => match self.tunnels.clone().try_acquire_owned() {
-                Ok(permit) => self.stream(tunnel, permit),
-                Err(_) => {
-                    // Ends the tunnel's watch; nothing was sent yet.
-                    self.readers.handle().spawn_blocking(move || drop(tunnel));
-                    let limit = self.caps.1;
-                    self.busy(&query, &format!("too many tunnels: this server holds at most {limit} at once"))
+            Ok(Ok((Reply::Done(response), after))) => then(one_shot(response, head_request), after),
+            Ok(Ok((Reply::Tunnel(tunnel), after))) => {
+                if !after.is_empty() {
+                    tokio::task::spawn_blocking(move || after.run());
                 }
-            },
+                match self.tunnels.clone().try_acquire_owned() {
+                    Ok(permit) => self.stream(tunnel, permit),
+                    Err(_) => {
+                        // Ends the tunnel's watch; nothing was sent yet.
+                        self.readers.handle().spawn_blocking(move || drop(tunnel));
+                        let limit = self.caps.1;
+                        self.busy(&query, &format!("too many tunnels: this server holds at most {limit} at once"))
+                    }
+                }
+            }
             Ok(Err(err)) => self.failure(&query, &err),
             Err(join) if join.is_panic() => {
                 self.failure(&query, &Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)"))
@@ -672,6 +691,20 @@ fn one_shot(response: Response, head_request: bool) -> hyper::Response<Body> {
     reply
 }
 
+/// Attaches `after` (a new route's population, issue 12) to a one-shot
+/// reply: it runs once hyper has taken the whole body to send.
+fn then(mut reply: hyper::Response<Body>, after: AfterReply) -> hyper::Response<Body> {
+    if after.is_empty() {
+        return reply;
+    }
+    let bytes = match reply.body_mut() {
+        Body::Full(bytes) => bytes.take(),
+        _ => None,
+    };
+    *reply.body_mut() = Body::Then(bytes, Some(after));
+    reply
+}
+
 fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> {
     let mut reply = hyper::Response::new(body);
     let code = head.code();
@@ -758,7 +791,30 @@ pub enum Body {
     /// A tunnel's pieces; the tunnel's task holds the sender, and the body
     /// ends when it is dropped.
     Stream(mpsc::Receiver<Bytes>),
+    /// A complete body with what is to run once it is sent (started, a
+    /// moment later, when hyper is done with the body).
+    Then(Option<Bytes>, Option<AfterReply>),
 }
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        let Body::Then(_, after) = self else { return };
+        let Some(after) = after.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    // The reply's last bytes leave with hyper's next flush.
+                    tokio::time::sleep(AFTER_REPLY_MARGIN).await;
+                    let _ = tokio::task::spawn_blocking(move || after.run()).await;
+                });
+            }
+            Err(_) => after.run(),
+        }
+    }
+}
+
+/// How long after hyper has taken a reply's body its deferred work starts.
+const AFTER_REPLY_MARGIN: Duration = Duration::from_millis(20);
 
 impl Body {
     fn full(bytes: Vec<u8>) -> Body {
@@ -776,19 +832,19 @@ impl hyper::body::Body for Body {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
-            Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Full(bytes) | Body::Then(bytes, _) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None))
+        matches!(self, Body::Full(None) | Body::Then(None, _))
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            Body::Full(None) => SizeHint::with_exact(0),
+            Body::Full(Some(b)) | Body::Then(Some(b), _) => SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) | Body::Then(None, _) => SizeHint::with_exact(0),
             Body::Stream(_) => SizeHint::default(),
         }
     }

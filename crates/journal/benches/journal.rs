@@ -103,6 +103,34 @@ fn post_latency(c: &mut Criterion, full: bool) {
     }
 }
 
+/// A post to a topic with one route to an ordinary topic: the forwarding
+/// outbox's cost (its `.forwarded` locked, read and written once per post)
+/// on top of the delivery itself.
+fn post_routed(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let source = topic("/bench/routed");
+    let mut params = Event::new();
+    params.set("kn_id", "r1");
+    store.route(&source, b"/bench/routed_copy", params).expect("create route");
+    let plain = topic("/bench/unrouted");
+    let mut group = c.benchmark_group("post/routed");
+    let mut next = 0u64;
+    group.bench_function("0_routes", |b| {
+        b.iter(|| {
+            next += 1;
+            store.notify(&plain, event(&format!("m{next:08}"))).expect("post")
+        })
+    });
+    group.bench_function("1_route", |b| {
+        b.iter(|| {
+            next += 1;
+            store.notify(&source, event(&format!("m{next:08}"))).expect("post")
+        })
+    });
+    group.finish();
+}
+
 fn fanout(c: &mut Criterion, full: bool) {
     let routes = if full { 1000 } else { 10 };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -450,6 +478,9 @@ fn main() {
         .configure_from_args();
     if wanted("post/topic") || wanted("post/journal") {
         post_latency(&mut c, full);
+    }
+    if wanted("post/routed") {
+        post_routed(&mut c);
     }
     if wanted("fanout/1000_journal_routes") {
         fanout(&mut c, full);

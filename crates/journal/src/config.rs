@@ -70,6 +70,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `sweep_budget` | 16 directories per sweep slice (a request's or a `serve` round's; 0: no slices) | `KN_SWEEP_BUDGET` |
 /// | `sweep_interval` | 1 s between sweep slices, across processes | `KN_SWEEP_INTERVAL_MS` |
 /// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
+/// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
+/// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -185,6 +187,15 @@ pub struct Config {
     /// allowed. At most [`MAX_RULE_LINES`](crate::access::MAX_RULE_LINES)
     /// lines.
     pub access_rules: Option<PathBuf>,
+    /// How many times a delivery that failed transiently (a local I/O
+    /// error, a full disk, a remote 5xx or no answer) is retried before
+    /// its route is poisoned ("no answer after the retries", PROTOCOL.md
+    /// 4.1); meanwhile the route is kept and its events wait in the
+    /// topic's outbox. 0 poisons at the first failure.
+    pub forward_retries: u32,
+    /// The wait before the first retry of a failed delivery; each next
+    /// retry waits twice as long (at most an hour).
+    pub forward_backoff: Duration,
 }
 
 impl Config {
@@ -225,6 +236,8 @@ impl Config {
             sweep_budget: 16,
             sweep_interval: Duration::from_secs(1),
             access_rules: None,
+            forward_retries: 12,
+            forward_backoff: Duration::from_secs(1),
         }
     }
 
@@ -345,6 +358,12 @@ impl Config {
         }
         if let Some(v) = var("KN_SWEEP_INTERVAL_MS")? {
             self.sweep_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_FORWARD_RETRIES")? {
+            self.forward_retries = v;
+        }
+        if let Some(v) = var("KN_FORWARD_BACKOFF_MS")? {
+            self.forward_backoff = Duration::from_millis(v);
         }
         Ok(self)
     }

@@ -84,12 +84,26 @@ impl AsUser<'_> {
     /// records its creator ([`KN_ROUTE_CREATOR`]; whatever the request
     /// said there is dropped), so that each delivery checks the creator's
     /// rights again.
-    pub fn route(&self, from: &Topic, to: &[u8], mut params: Event) -> Result<RouteReport> {
+    pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        let params = self.may_route(from, to, params)?;
+        self.store.route(from, to, params)
+    }
+
+    /// [`Store::route_deferred`] (the population carried after the
+    /// server's reply), with the checks of [`AsUser::route`].
+    pub fn route_deferred(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        let params = self.may_route(from, to, params)?;
+        self.store.route_deferred(from, to, params)
+    }
+
+    /// The checks of [`AsUser::route`]: the route's elements, with its
+    /// creator recorded, when this user may make it.
+    fn may_route(&self, from: &Topic, to: &[u8], mut params: Event) -> Result<Event> {
         params.remove(KN_ROUTE_CREATOR);
         if let Some(name) = self.who.name() {
             params.set(KN_ROUTE_CREATOR, name);
         }
-        let Some(rules) = self.store.access_rules()? else { return self.store.route(from, to, params) };
+        let Some(rules) = self.store.access_rules()? else { return Ok(params) };
         rules.check(self.who, Operation::Read, from)?;
         if let Ok(Destination::Local(topic)) = self.store.resolve(to) {
             rules.check(self.who, Operation::Route, &topic)?;
@@ -99,7 +113,7 @@ impl AsUser<'_> {
                 self.may_remove(&rules, &existing)?;
             }
         }
-        self.store.route(from, to, params)
+        Ok(params)
     }
 
     /// [`Store::delete_route`], if this user created the route, may

@@ -187,7 +187,7 @@ impl Store {
         let jobs = self.ensure_topic(topic, &mut report)?;
         // Routes on kn_subtopics fire for the announcements.
         let mut forwarded = PostReport::default();
-        self.run(jobs, &mut forwarded)?;
+        self.run_forwarding(jobs.into(), &mut forwarded)?;
         report.writes.extend(forwarded.writes);
         report.poisoned.extend(forwarded.poisoned);
         if topic.is_journal() {

@@ -463,7 +463,7 @@ impl Store {
                 return self.heartbeat(journal);
             }
             let jobs = self.ensure_topic(journal, report)?;
-            self.run(jobs, report)?;
+            self.run_forwarding(jobs.into(), report)?;
         }
         Err(self.stale_error(journal))
     }
@@ -498,7 +498,7 @@ impl Store {
             }
             let mut report = PostReport::default();
             let jobs = self.ensure_topic(topic, &mut report)?;
-            self.run(jobs, &mut report)?;
+            self.run_forwarding(jobs.into(), &mut report)?;
         }
     }
 }
