@@ -266,6 +266,8 @@ struct Server {
     tunnels: Arc<Semaphore>,
     /// The pool that reads tunnels' topic files.
     readers: Readers,
+    /// Durable Streams at `/v1/stream/` (crate::streams).
+    streams: Arc<kn_journal::streams::Streams>,
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -316,7 +318,6 @@ impl Server {
         };
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
-            store,
             limits,
             static_dir,
             local,
@@ -324,11 +325,16 @@ impl Server {
             connections: Arc::new(Semaphore::new(caps.0)),
             tunnels: Arc::new(Semaphore::new(caps.1)),
             readers,
+            streams: Arc::new(kn_journal::streams::Streams::new(store.clone())),
+            store,
         })
     }
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
         let path = request.uri().path();
+        if path.starts_with(crate::streams::PREFIX) {
+            return crate::streams::respond(self.streams.clone(), request, self.local).await;
+        }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
             return self.pubsub(request, path_info).await;

@@ -64,6 +64,13 @@ impl std::str::FromStr for SyncPolicy {
 /// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `stream_long_poll` | 20 s a Durable Streams long-poll waits before `204` | `KN_STREAM_LONG_POLL_MS` |
+/// | `stream_sse_max_time` | 60 s an SSE response stays open (then the client reconnects) | `KN_STREAM_SSE_MAX_MS` |
+/// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
+/// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
+/// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
+/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
+/// | `stream_cache` | 4096 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -155,6 +162,26 @@ pub struct Config {
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
     /// 0 stores every payload inline.
     pub blob_bytes: usize,
+    /// How long a Durable Streams long-poll (`live=long-poll`) waits for
+    /// data before answering `204 No Content`.
+    pub stream_long_poll: Duration,
+    /// How long a Durable Streams SSE response (`live=sse`) stays open;
+    /// the client then reconnects from its last offset (PROTOCOL.md of
+    /// Durable Streams, 5.8: about 60 s, for CDN collapsing).
+    pub stream_sse_max_time: Duration,
+    /// Largest body of a stream `PUT` or `POST`, in bytes (more: `413`).
+    pub stream_max_append_bytes: usize,
+    /// Most data one catch-up read returns, in bytes (at least one
+    /// record): the rest comes on the next read.
+    pub stream_max_read_bytes: usize,
+    /// Longest stream path, in bytes (more: `400`).
+    pub stream_max_path_bytes: usize,
+    /// Most idempotent producers one stream tracks; a new one past it is
+    /// refused (`429`) so that producer state cannot grow without bound.
+    pub stream_max_producers: usize,
+    /// Most streams whose state one process keeps in memory between
+    /// requests (the rest is read again from the log when needed).
+    pub stream_cache: usize,
 }
 
 impl Config {
@@ -189,6 +216,13 @@ impl Config {
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
+            stream_long_poll: Duration::from_secs(20),
+            stream_sse_max_time: Duration::from_secs(60),
+            stream_max_append_bytes: 8 << 20,
+            stream_max_read_bytes: 1 << 20,
+            stream_max_path_bytes: 1024,
+            stream_max_producers: 10_000,
+            stream_cache: 4096,
         }
     }
 
@@ -291,6 +325,27 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
+        }
+        if let Some(v) = var("KN_STREAM_LONG_POLL_MS")? {
+            self.stream_long_poll = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_SSE_MAX_MS")? {
+            self.stream_sse_max_time = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_MAX_APPEND_BYTES")? {
+            self.stream_max_append_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_READ_BYTES")? {
+            self.stream_max_read_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PATH_BYTES")? {
+            self.stream_max_path_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PRODUCERS")? {
+            self.stream_max_producers = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE")? {
+            self.stream_cache = v;
         }
         Ok(self)
     }

@@ -85,6 +85,7 @@ mod record;
 mod remote;
 mod stats;
 mod store;
+pub mod streams;
 mod topic;
 mod watch;
 
