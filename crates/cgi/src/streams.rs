@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use kn_journal::streams::{
     is_json, offset, parse_start, Append, Chunk, Create, Info, Producer, Start, StreamError, StreamErrorKind, Streams,
@@ -32,6 +32,10 @@ Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, P
 /// The request headers browsers may send (CORS preflight).
 const ALLOWED: &str = "Content-Type, Stream-TTL, Stream-Expires-At, Stream-Seq, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, \
 Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match, Kn-Topic, Authorization";
+
+/// How much of a body over `Config::stream_max_append_bytes` is read and
+/// dropped before answering `413` (beyond it the connection is closed).
+const DRAIN_BYTES: u64 = 64 << 20;
 
 /// The largest integer a producer header may carry (JavaScript's safe
 /// integers).
@@ -374,7 +378,7 @@ fn append(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
         producer,
     };
     let done = streams.append(&req.path, &append)?;
-    let status = if has_producer && done.stored { 200 } else { 204 };
+    let status = if has_producer && done.stored && !req.body.is_empty() { 200 } else { 204 };
     let mut r = StreamResponse::new(status);
     with_info(&mut r, &done.info);
     if let Some((epoch, seq)) = done.producer {
@@ -574,15 +578,17 @@ impl Sse {
             if self.base64 {
                 let text = base64::engine::general_purpose::STANDARD.encode(&body);
                 for line in text.as_bytes().chunks(76) {
-                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(b"data:");
                     out.extend_from_slice(line);
                     out.push(b'\n');
                 }
             } else {
-                let text = String::from_utf8_lossy(&body);
+                // Every line break (CR LF, CR or LF) starts a new `data:`
+                // line, so no payload can forge an event.
+                let text = String::from_utf8_lossy(&body).replace("\r\n", "\n").replace('\r', "\n");
                 for line in text.split('\n') {
-                    out.extend_from_slice(b"data: ");
-                    out.extend_from_slice(line.strip_suffix('\r').unwrap_or(line).as_bytes());
+                    out.extend_from_slice(b"data:");
+                    out.extend_from_slice(line.as_bytes());
                     out.push(b'\n');
                 }
             }
@@ -604,7 +610,7 @@ impl Sse {
                     control.insert("upToDate".into(), true.into());
                 }
             }
-            out.extend_from_slice(b"event: control\ndata: ");
+            out.extend_from_slice(b"event: control\ndata:");
             out.extend_from_slice(serde_json::Value::Object(control).to_string().as_bytes());
             out.extend_from_slice(b"\n\n");
         }
@@ -649,13 +655,12 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
     let method = env("REQUEST_METHOD").unwrap_or_default();
     let length: usize = env("CONTENT_LENGTH").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     let max = config.stream_max_append_bytes;
-    if length > max {
-        let e = StreamError::new(StreamErrorKind::TooLarge, format!("a body of {length} bytes is larger than the limit of {max}"));
-        return out.write_all(&failure(&e).to_cgi_bytes(false));
-    }
-    let mut body = Vec::with_capacity(length);
+    let mut body = Vec::with_capacity(length.min(max));
     std::io::stdin().lock().take(max as u64 + 1).read_to_end(&mut body)?;
-    if body.len() > max {
+    if body.len() > max || length > max {
+        // Read the rest (up to DRAIN_BYTES) so the web server can send
+        // the answer rather than a reset.
+        let _ = std::io::copy(&mut std::io::stdin().lock().take(DRAIN_BYTES), &mut std::io::sink());
         let e = StreamError::new(StreamErrorKind::TooLarge, format!("the body is larger than the limit of {max} bytes"));
         return out.write_all(&failure(&e).to_cgi_bytes(false));
     }
@@ -722,26 +727,38 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
 /// pool; a long-poll or an SSE response waits as a task (a `Future`), no
 /// thread held while idle.
 pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, local: std::net::SocketAddr) -> hyper::Response<Body> {
-    let (parts, incoming) = request.into_parts();
+    let (parts, mut incoming) = request.into_parts();
     let max = streams.store().config().stream_max_append_bytes;
-    if let Some(length) = parts.headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()) {
-        if length > max {
-            let e = StreamError::new(StreamErrorKind::TooLarge, format!("a body of {length} bytes is larger than the limit of {max}"));
-            let mut r = to_hyper(failure(&e), false);
-            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
-            return r;
+    // A body over the limit is read to its end (up to DRAIN_BYTES more)
+    // and dropped before the 413 goes out: a client still sending would
+    // otherwise see its connection reset instead of the answer.
+    let announced = parts.headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let mut body = Vec::new();
+    let mut seen: u64 = 0;
+    let hopeless = announced.is_some_and(|n| n > max as u64 + DRAIN_BYTES);
+    while !hopeless {
+        match incoming.frame().await {
+            None => break,
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    seen += data.len() as u64;
+                    if seen <= max as u64 {
+                        body.extend_from_slice(data);
+                    } else if seen > max as u64 + DRAIN_BYTES {
+                        break;
+                    }
+                }
+            }
+            Some(Err(err)) => return to_hyper(StreamResponse::text(400, &format!("cannot read the request body: {err}")), false),
         }
     }
-    let body = match Limited::new(incoming, max).collect().await {
-        Ok(collected) => collected.to_bytes().to_vec(),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-            let e = StreamError::new(StreamErrorKind::TooLarge, format!("the body is larger than the limit of {max} bytes"));
-            let mut r = to_hyper(failure(&e), false);
-            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
-            return r;
-        }
-        Err(err) => return to_hyper(StreamResponse::text(400, &format!("cannot read the request body: {err}")), false),
-    };
+    if hopeless || seen > max as u64 {
+        let length = announced.unwrap_or(seen);
+        let e = StreamError::new(StreamErrorKind::TooLarge, format!("a body of {length} bytes is larger than the limit of {max}"));
+        let mut r = to_hyper(failure(&e), false);
+        r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+        return r;
+    }
     let raw_path = parts.uri.path();
     let path = percent_decode(raw_path.strip_prefix(PREFIX).unwrap_or(""));
     let host = parts.headers.get(hyper::header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_else(|| local.to_string());

@@ -663,11 +663,14 @@ impl Streams {
         if req.closed != s.closed {
             return conflict(if s.closed { "closed" } else { "open" });
         }
-        if req.fork_from != s.fork_from {
+        if req.fork_from.as_deref().map(source_path) != s.fork_from.as_deref() {
             return conflict("another fork source");
         }
         if req.fork_from.is_some() && req.fork_offset.is_some() && req.fork_offset != s.fork_offset {
             return conflict("another fork offset");
+        }
+        if req.fork_from.is_some() && req.fork_sub_offset != s.fork_sub {
+            return conflict("another fork sub-offset");
         }
         if req.topic.is_some() && req.topic != s.topic {
             return conflict("another topic");
@@ -965,13 +968,14 @@ impl Streams {
     /// them: every record up to the fork point, data as `inherit`,
     /// anything else as `pad`, so that checkpoints stay equal.
     fn fork_source(&self, from: &str, req: &Create) -> StreamResult<ForkSource> {
-        let from_path = from.trim_start_matches('/');
-        let from_path = from_path.strip_prefix("v1/stream/").unwrap_or(from_path);
+        let from_path = source_path(from);
         self.check_path(from_path)?;
         let cell = self.entry(from_path);
         let mut entry = lock(&cell);
         match self.live(from_path, &mut entry) {
-            Err(e) if e.kind() == StreamErrorKind::Gone => return Err(not_found(from_path)),
+            Err(e) if e.kind() == StreamErrorKind::Gone => {
+                return Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{from_path}' was deleted: it cannot be forked")))
+            }
             r => r?,
         }
         let info = Self::info(&entry);
@@ -1061,6 +1065,13 @@ fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
         }
     }
     e
+}
+
+/// The stream path named by `Stream-Forked-From`: a path below
+/// `/v1/stream/` or the URL path itself.
+fn source_path(from: &str) -> &str {
+    let p = from.trim_start_matches('/');
+    p.strip_prefix("v1/stream/").unwrap_or(p)
 }
 
 fn not_found(path: &str) -> StreamError {

@@ -1,6 +1,9 @@
 //! Stream offsets: the checkpoint of the last record holding data, as 16
-//! lowercase hex digits, so that comparing two offsets as strings compares
-//! the checkpoints (FORMAT.md, "Streams").
+//! lowercase hex digits, then `_` and 16 more for a position inside that
+//! record (always 0 in the offsets we mint: reserved for sub-record
+//! positions). Comparing two offsets as strings compares the checkpoints
+//! (FORMAT.md, "Streams"). `0000000000000000_0000000000000000` is the
+//! beginning, as in the reference implementation.
 
 use super::{StreamError, StreamErrorKind};
 
@@ -15,15 +18,15 @@ pub enum Start {
     At(u64),
 }
 
-/// The offset token of checkpoint `seq`: 16 lowercase hex digits, never
-/// `-1` or `now`, sortable as a string.
+/// The offset token of checkpoint `seq`: never `-1` or `now`, sortable
+/// as a string.
 ///
 /// ```
-/// assert_eq!(kn_journal::streams::offset(42), "000000000000002a");
+/// assert_eq!(kn_journal::streams::offset(42), "000000000000002a_0000000000000000");
 /// assert!(kn_journal::streams::offset(9) < kn_journal::streams::offset(10));
 /// ```
 pub fn offset(seq: u64) -> String {
-    format!("{seq:016x}")
+    format!("{seq:016x}_0000000000000000")
 }
 
 /// Parses an offset token as the protocol allows it in a query or a
@@ -36,13 +39,15 @@ pub fn parse_start(token: &str) -> Result<Start, StreamError> {
     }
 }
 
-/// Parses one of our offsets (16 hex digits).
+/// Parses one of our offsets to its checkpoint.
 pub fn parse_offset(token: &str) -> Result<u64, StreamError> {
     let bad = || StreamError::new(StreamErrorKind::BadRequest, format!("malformed offset '{}'", token.escape_debug()));
-    if token.len() != 16 || !token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    let hex = |t: &str| t.len() == 16 && t.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let (seq, within) = token.split_once('_').ok_or_else(bad)?;
+    if !hex(seq) || within != "0000000000000000" {
         return Err(bad());
     }
-    u64::from_str_radix(token, 16).map_err(|_| bad())
+    u64::from_str_radix(seq, 16).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -63,7 +68,8 @@ mod tests {
         assert_eq!(parse_start("-1").unwrap(), Start::Beginning);
         assert_eq!(parse_start("now").unwrap(), Start::Now);
         assert_eq!(parse_start(&offset(7)).unwrap(), Start::At(7));
-        for bad in ["", "abc", "-2", "000000000000000G", "000000000000002A", "0000000000000001_x", "00000000000000001"] {
+        assert_eq!(parse_start("0000000000000000_0000000000000000").unwrap(), Start::At(0));
+        for bad in ["", "abc", "-2", "000000000000000G_0000000000000000", "000000000000002A_0000000000000000", "0000000000000001_x", "0000000000000001", "0000000000000001_0000000000000001"] {
             assert_eq!(parse_start(bad).unwrap_err().kind(), StreamErrorKind::BadRequest, "{bad}");
         }
     }

@@ -66,6 +66,7 @@ pub(crate) struct State {
     pub forks: u64,
     pub fork_from: Option<String>,
     pub fork_offset: Option<u64>,
+    pub fork_sub: u64,
     pub topic: Option<String>,
     /// Checkpoint of the last record holding data (0: none).
     pub tail: u64,
@@ -111,6 +112,7 @@ impl State {
                 expires_at: text(e, name::EXPIRES_AT),
                 fork_from: text(e, name::FORK_FROM),
                 fork_offset: number(e, name::FORK_OFFSET),
+                fork_sub: number(e, name::FORK_SUB).unwrap_or(0),
                 topic: text(e, name::TOPIC),
                 created: text(e, name::CREATED).unwrap_or_default(),
                 topic_seq: number(e, name::TOPIC_SEQ).unwrap_or(0),
