@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -417,8 +418,14 @@ impl Streams {
     fn writer<'s>(&'s self, entry: &mut Entry, create: bool) -> StreamResult<Option<Writer<'s>>> {
         for _ in 0..4 {
             if create {
-                fs::DirBuilder::new().recursive(true).mode(0o2775).create(&self.dir).map_err(|e| io("cannot create", &self.dir, e))?;
-                match fs::DirBuilder::new().mode(0o2775).create(&entry.dir) {
+                if !self.dir.is_dir() {
+                    match create_dir(&self.dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(io("cannot create", &self.dir, e)),
+                    }
+                }
+                match create_dir(&entry.dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(io("cannot create stream directory", &entry.dir, e)),
@@ -1065,6 +1072,14 @@ fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
         }
     }
     e
+}
+
+/// Creates a directory as topic directories are (setgid, group-writable
+/// whatever the umask), so that every user of the store's group can write.
+fn create_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::DirBuilder::new().mode(0o2775).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o2775))
 }
 
 /// The stream path named by `Stream-Forked-From`: a path below
