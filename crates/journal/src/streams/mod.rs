@@ -591,6 +591,17 @@ impl Streams {
             }
         }
         let Some(mut w) = self.writer(&mut entry, true)? else { return Err(not_found(path)) };
+        if !entry.state.exists && entry.cursor.as_ref().is_some_and(|c| c.last_seq > 0) {
+            // Records without a create: a creation that crashed half-way
+            // (creators hold the lock throughout). Start afresh, so that
+            // a fork's copied checkpoints begin at 1.
+            drop(w);
+            self.remove(path, &mut entry)?;
+            w = match self.writer(&mut entry, true)? {
+                Some(w) => w,
+                None => return Err(not_found(path)),
+            };
+        }
         if entry.state.exists {
             // Another process created it while we looked.
             Self::release(&mut entry, w);
