@@ -108,7 +108,10 @@ fn run_suite(dir: &Path, base: &str, label: &str) -> Verdict {
     for file in json["testResults"].as_array().into_iter().flatten() {
         for t in file["assertionResults"].as_array().into_iter().flatten() {
             if t["status"] == "failed" {
-                let why: String = t["failureMessages"][0].as_str().unwrap_or("").chars().take(600).collect();
+                let mut why: String = t["failureMessages"][0].as_str().unwrap_or("").chars().take(600).collect();
+                if let Some(cause) = t["failureDetails"][0].get("cause") {
+                    why.push_str(&format!(" cause: {cause}"));
+                }
                 failures.push(format!("{} ({why})", t["fullName"].as_str().unwrap_or("?")));
             }
         }
@@ -163,8 +166,9 @@ fn conformance_suite_passes_through_pubsub_cgi_under_apache() {
         format!(
             "ScriptAlias /kn {cgi}\nScriptAlias /v1/stream {cgi}\nSetEnv KN_EVENTS {store}\nSetEnv KN_STREAM_LONG_POLL_MS {LONG_POLL_MS}\n\
              # Longer than the client's idle keep-alive (undici: 4 s), so that\n\
-             # Apache never closes a connection the client is reusing.\n\
-             KeepAliveTimeout 30\n",
+             # Apache never closes a connection the client is reusing, nor\n\
+             # after 100 requests (its default).\n\
+             KeepAliveTimeout 30\nMaxKeepAliveRequests 0\n",
             cgi = dest.display(),
             store = store.display()
         )

@@ -1,5 +1,7 @@
 //! `pubsub-cgi serve`: the built-in HTTP/1.1 server.
 //!
+//! Durable Streams are served at `/v1/stream/` ([`crate::streams`]).
+//!
 //! It mounts the very same [`Handler`] a CGI process runs at `/kn`, in one
 //! persistent process sharing one [`Store`] (the speed mod_perl gave the
 //! original), and for every other path serves the pages of `www/` built

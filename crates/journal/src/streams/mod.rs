@@ -63,6 +63,10 @@ pub const STREAMS_DIR: &str = ".streams";
 /// sliding `Stream-TTL`.
 const ACCESS_FILE: &str = ".access";
 
+/// Most read positions a process keeps per stream (see `Entry::marks`):
+/// the memory of a stream's cache entry stays bounded however long it is.
+const MAX_MARKS: usize = 1024;
+
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
 /// the status the protocol names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -408,6 +412,14 @@ impl Streams {
                 entry.state.apply(r);
             }
             entry.marks.insert(cursor.last_seq, cursor.clone());
+            if entry.marks.len() > MAX_MARKS {
+                // Every other one: reads start at most twice as far back.
+                let mut i = 0;
+                entry.marks.retain(|_, _| {
+                    i += 1;
+                    i % 2 == 0
+                });
+            }
         }
         entry.cursor = Some(cursor);
         Ok(())
