@@ -653,10 +653,19 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
         headers.push(("Content-Type".into(), ct.into_bytes()));
     }
     let method = env("REQUEST_METHOD").unwrap_or_default();
-    let length: usize = env("CONTENT_LENGTH").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let announced: Option<usize> = env("CONTENT_LENGTH").and_then(|v| v.trim().parse().ok());
+    let length = announced.unwrap_or(0);
     let max = config.stream_max_append_bytes;
     let mut body = Vec::with_capacity(length.min(max));
-    std::io::stdin().lock().take(max as u64 + 1).read_to_end(&mut body)?;
+    // CONTENT_LENGTH bytes; without it, a PUT or POST may carry a chunked
+    // body that the web server passes on until end of input; other
+    // methods carry none (reading would wait for the server to close).
+    let wanted = match announced {
+        Some(n) => (n as u64).min(max as u64 + 1),
+        None if method == "PUT" || method == "POST" => max as u64 + 1,
+        None => 0,
+    };
+    std::io::stdin().lock().take(wanted).read_to_end(&mut body)?;
     if body.len() > max || length > max {
         // Read the rest (up to DRAIN_BYTES) so the web server can send
         // the answer rather than a reset.
