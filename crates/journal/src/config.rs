@@ -70,7 +70,8 @@ impl std::str::FromStr for SyncPolicy {
 /// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
 /// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
 /// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
-/// | `stream_cache` | 4096 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
+/// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
+/// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -182,6 +183,10 @@ pub struct Config {
     /// Most streams whose state one process keeps in memory between
     /// requests (the rest is read again from the log when needed).
     pub stream_cache: usize,
+    /// How much of the latest data of each stream in `stream_cache` a
+    /// process keeps in memory, in bytes, so that catch-up reads near the
+    /// tail read no file (0: none).
+    pub stream_cache_bytes: usize,
 }
 
 impl Config {
@@ -222,7 +227,8 @@ impl Config {
             stream_max_read_bytes: 1 << 20,
             stream_max_path_bytes: 1024,
             stream_max_producers: 10_000,
-            stream_cache: 4096,
+            stream_cache: 1024,
+            stream_cache_bytes: 256 << 10,
         }
     }
 
@@ -346,6 +352,9 @@ impl Config {
         }
         if let Some(v) = var("KN_STREAM_CACHE")? {
             self.stream_cache = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE_BYTES")? {
+            self.stream_cache_bytes = v;
         }
         Ok(self)
     }

@@ -319,6 +319,26 @@ struct Entry {
     files: Option<TopicFiles>,
     /// Where the bound topic was read up to.
     topic_cursor: Option<LogCursor>,
+    /// The latest data records, `(seq, payload)`, at most
+    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
+    /// tail need no file read.
+    recent: std::collections::VecDeque<(u64, Vec<u8>)>,
+    recent_bytes: usize,
+    /// The highest checkpoint of data dropped from `recent` (0: none):
+    /// reads from at or after it are served from memory.
+    forgotten: u64,
+}
+
+impl Entry {
+    fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
+        self.recent.push_back((seq, payload.to_vec()));
+        self.recent_bytes += payload.len();
+        while self.recent_bytes > budget {
+            let Some((seq, p)) = self.recent.pop_front() else { break };
+            self.recent_bytes -= p.len();
+            self.forgotten = seq;
+        }
+    }
 }
 
 /// The streams of a store. One per process (it caches what it has read);
@@ -409,7 +429,11 @@ impl Streams {
                 break;
             }
             for r in &records {
+                let tail = entry.state.tail;
                 entry.state.apply(r);
+                if entry.state.tail != tail {
+                    entry.remember(r.seq, r.event.payload(), self.config().stream_cache_bytes);
+                }
             }
             entry.marks.insert(cursor.last_seq, cursor.clone());
             if entry.marks.len() > MAX_MARKS {
@@ -724,8 +748,14 @@ impl Streams {
         }
         let cell = self.entry(path);
         let mut entry = lock(&cell);
-        self.live(path, &mut entry)?;
+        // The writer brings the state up to date under the lock: the
+        // checks of `live` are made there, with one read of the log.
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
+        if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
+            drop(w);
+            self.remove(path, &mut entry)?;
+            return Err(not_found(path));
+        }
         let result = self.append_locked(path, req, &mut entry, &mut w);
         Self::release(&mut entry, w);
         let (mut appended, posted) = result?;
@@ -869,6 +899,22 @@ impl Streams {
         }
         if from == info.tail {
             return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
+        }
+        if from >= entry.forgotten {
+            // All of it is in memory.
+            let max = self.config().stream_max_read_bytes;
+            let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+            let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
+            for (seq, payload) in entry.recent.iter().skip(first) {
+                if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
+                    break;
+                }
+                bytes += payload.len();
+                next = *seq;
+                pieces.push(payload.clone());
+            }
+            let up_to_date = next >= info.tail;
+            return Ok(Chunk { start: from, next, pieces, up_to_date, info });
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
