@@ -414,6 +414,13 @@ impl Streams {
     /// Brings `entry` up to date with the log (records written by any
     /// process since it last looked).
     fn refresh(&self, entry: &mut Entry) -> StreamResult<()> {
+        self.refresh_until(entry, None)
+    }
+
+    /// [`Streams::refresh`], stopping once the record `until` is read: a
+    /// writer knows the log's last checkpoint, and needs no further read
+    /// (nor the listing that finds nothing more).
+    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>) -> StreamResult<()> {
         let ino = dir_ino(&entry.dir);
         if ino != entry.ino {
             let dir = std::mem::take(&mut entry.dir);
@@ -424,6 +431,9 @@ impl Streams {
         }
         let mut cursor = entry.cursor.take().unwrap_or(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
         loop {
+            if until.is_some_and(|last| cursor.last_seq >= last) {
+                break;
+            }
             let records = log::read_new(&entry.dir, &mut cursor)?;
             if records.is_empty() {
                 break;
@@ -492,7 +502,7 @@ impl Streams {
                 drop(w);
                 continue;
             }
-            self.refresh(entry)?;
+            self.refresh_until(entry, Some(w.last_seq()))?;
             return Ok(Some(w));
         }
         Err(StreamError::new(StreamErrorKind::Conflict, "the stream is being deleted and re-created; try again"))
@@ -860,7 +870,7 @@ impl Streams {
             e.set(name::CLOSE, "true");
         }
         let at = self.append_record(w, &e)?;
-        self.refresh(entry)?;
+        self.refresh_until(entry, Some(at))?;
         let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
         let posted = if messages.is_empty() { None } else { Some((at, messages)) };
         Ok((done(entry, true, producer), posted))
