@@ -37,6 +37,10 @@ Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match
 /// dropped before answering `413` (beyond it the connection is closed).
 const DRAIN_BYTES: u64 = 64 << 20;
 
+/// How often an idle SSE response of a CGI process writes a comment (see
+/// `serve_cgi`).
+const SSE_KEEPALIVE: Duration = Duration::from_secs(1);
+
 /// The largest integer a producer header may carry (JavaScript's safe
 /// integers).
 const MAX_SAFE: u64 = (1 << 53) - 1;
@@ -706,10 +710,20 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
             head_bytes.extend_from_slice(b"\r\n");
             out.write_all(&head_bytes)?;
             let watch = streams.watch(sse.path()).ok();
+            let mut written = Instant::now();
             loop {
                 let (bytes, finished) = sse.step(&streams);
                 if !bytes.is_empty() {
                     out.write_all(&bytes)?;
+                    written = Instant::now();
+                } else if written.elapsed() >= SSE_KEEPALIVE {
+                    // A CGI learns that its client left only by writing:
+                    // a comment (ignored by SSE clients) every second, so
+                    // that an abandoned response ends within about a
+                    // second instead of holding a process and a server
+                    // worker until `stream_sse_max_time`.
+                    out.write_all(b":\n\n")?;
+                    written = Instant::now();
                 }
                 if finished {
                     return Ok(());
@@ -721,9 +735,10 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
                 if left.is_zero() {
                     return Ok(());
                 }
+                let nap = left.min(SSE_KEEPALIVE);
                 match &watch {
-                    Some(w) => w.wait(left),
-                    None => std::thread::sleep(left.min(Duration::from_millis(100))),
+                    Some(w) => w.wait(nap),
+                    None => std::thread::sleep(nap.min(Duration::from_millis(100))),
                 }
             }
         }
