@@ -115,7 +115,7 @@ fn run_suite(dir: &Path, base: &str, label: &str) -> Verdict {
             if t["status"] == "failed" {
                 let message = t["failureMessages"][0].as_str().unwrap_or("");
                 // fast-check puts the assertion that failed after its counterexample.
-                let at = message.find("Got error").or_else(|| message.find("Error:")).unwrap_or(0);
+                let at = message.find("\nGot ").or_else(|| message.find("Shrunk")).unwrap_or(0);
                 let mut why: String = message[..message.len().min(300)].chars().chain(" ... ".chars()).chain(message[at..].chars().take(400)).collect();
                 if let Some(cause) = t["failureDetails"][0].get("cause") {
                     why.push_str(&format!(" cause: {cause}"));

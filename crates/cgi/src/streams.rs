@@ -215,7 +215,7 @@ fn next_cursor(client: Option<&str>) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let interval = now.as_secs().saturating_sub(EPOCH) / 20;
     match client.and_then(|c| c.parse::<u64>().ok()) {
-        Some(c) if c >= interval => c + 1 + u64::from(now.subsec_nanos()) % 180,
+        Some(c) if c >= interval => c.saturating_add(1 + u64::from(now.subsec_nanos()) % 180),
         _ => interval,
     }
     .to_string()
@@ -926,6 +926,7 @@ mod tests {
         let past: u64 = next_cursor(Some(&(now + 10).to_string())).parse().unwrap();
         assert!(past > now + 10);
         assert_eq!(next_cursor(Some("0")), now.to_string());
+        assert_eq!(next_cursor(Some(&u64::MAX.to_string())), u64::MAX.to_string());
     }
 
     #[test]
