@@ -49,6 +49,11 @@ fn serve_one() -> ExitCode {
         Ok(c) => c,
         Err(err) => return fail(&mut out, 500, "Server misconfigured", &err.to_string()),
     };
+    if let Some(path) = crate::streams::cgi_path() {
+        // Durable Streams, mounted with a second ScriptAlias (DEPLOY.md).
+        let _ = crate::streams::serve_cgi(config, path, &mut out);
+        return ExitCode::SUCCESS;
+    }
     let request = match Request::from_process(&Limits::for_store(&config)) {
         Ok(r) => r,
         Err(err) => {

@@ -52,9 +52,9 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the PubSub protocol at /kn over HTTP/1.1, and the pages built
-    /// into the program (or --static DIR) for every other path, until
-    /// Ctrl-C.
+    /// Serve the PubSub protocol at /kn over HTTP/1.1, Durable Streams at
+    /// /v1/stream/ (docs/DURABLE-STREAMS.md), and the pages built into the
+    /// program (or --static DIR) for every other path, until Ctrl-C.
     ///
     /// One persistent process with thousands of open tunnels; put it
     /// behind Apache's mod_proxy or nginx, or use it directly.

@@ -63,6 +63,7 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+pub mod streams;
 
 pub use kn_wire::{status_event, Format, Page, Params};
 pub use kn_journal::fresh_id;

@@ -1,5 +1,7 @@
 //! `pubsub-cgi serve`: the built-in HTTP/1.1 server.
 //!
+//! Durable Streams are served at `/v1/stream/` ([`crate::streams`]).
+//!
 //! It mounts the very same [`Handler`] a CGI process runs at `/kn`, in one
 //! persistent process sharing one [`Store`] (the speed mod_perl gave the
 //! original), and for every other path serves the pages of `www/` built
@@ -320,6 +322,8 @@ struct Server {
     requests: AtomicU64,
     /// Who makes a request.
     auth: Arc<Authentication>,
+    /// Durable Streams at `/v1/stream/` (crate::streams).
+    streams: Arc<kn_journal::streams::Streams>,
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -371,7 +375,6 @@ impl Server {
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
             auth: config.auth,
-            store,
             limits,
             static_dir,
             local,
@@ -381,6 +384,8 @@ impl Server {
             readers,
             metrics: config.metrics,
             requests: AtomicU64::new(0),
+            streams: Arc::new(kn_journal::streams::Streams::new(store.clone())),
+            store,
         })
     }
 
@@ -389,6 +394,9 @@ impl Server {
         let path = request.uri().path();
         if self.metrics && path == METRICS_PATH {
             return self.metrics(request.method()).await;
+        }
+        if path.starts_with(crate::streams::PREFIX) {
+            return crate::streams::respond(self.streams.clone(), request, self.local).await;
         }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();

@@ -72,6 +72,14 @@ impl std::str::FromStr for SyncPolicy {
 /// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
 /// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
 /// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
+/// | `stream_long_poll` | 20 s a Durable Streams long-poll waits before `204` | `KN_STREAM_LONG_POLL_MS` |
+/// | `stream_sse_max_time` | 60 s an SSE response stays open (then the client reconnects) | `KN_STREAM_SSE_MAX_MS` |
+/// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
+/// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
+/// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
+/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
+/// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
+/// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -196,6 +204,30 @@ pub struct Config {
     /// The wait before the first retry of a failed delivery; each next
     /// retry waits twice as long (at most an hour).
     pub forward_backoff: Duration,
+    /// How long a Durable Streams long-poll (`live=long-poll`) waits for
+    /// data before answering `204 No Content`.
+    pub stream_long_poll: Duration,
+    /// How long a Durable Streams SSE response (`live=sse`) stays open;
+    /// the client then reconnects from its last offset (PROTOCOL.md of
+    /// Durable Streams, 5.8: about 60 s, for CDN collapsing).
+    pub stream_sse_max_time: Duration,
+    /// Largest body of a stream `PUT` or `POST`, in bytes (more: `413`).
+    pub stream_max_append_bytes: usize,
+    /// Most data one catch-up read returns, in bytes (at least one
+    /// record): the rest comes on the next read.
+    pub stream_max_read_bytes: usize,
+    /// Longest stream path, in bytes (more: `400`).
+    pub stream_max_path_bytes: usize,
+    /// Most idempotent producers one stream tracks; a new one past it is
+    /// refused (`429`) so that producer state cannot grow without bound.
+    pub stream_max_producers: usize,
+    /// Most streams whose state one process keeps in memory between
+    /// requests (the rest is read again from the log when needed).
+    pub stream_cache: usize,
+    /// How much of the latest data of each stream in `stream_cache` a
+    /// process keeps in memory, in bytes, so that catch-up reads near the
+    /// tail read no file (0: none).
+    pub stream_cache_bytes: usize,
 }
 
 impl Config {
@@ -238,6 +270,14 @@ impl Config {
             access_rules: None,
             forward_retries: 12,
             forward_backoff: Duration::from_secs(1),
+            stream_long_poll: Duration::from_secs(20),
+            stream_sse_max_time: Duration::from_secs(60),
+            stream_max_append_bytes: 8 << 20,
+            stream_max_read_bytes: 1 << 20,
+            stream_max_path_bytes: 1024,
+            stream_max_producers: 10_000,
+            stream_cache: 1024,
+            stream_cache_bytes: 256 << 10,
         }
     }
 
@@ -364,6 +404,30 @@ impl Config {
         }
         if let Some(v) = var("KN_FORWARD_BACKOFF_MS")? {
             self.forward_backoff = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_LONG_POLL_MS")? {
+            self.stream_long_poll = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_SSE_MAX_MS")? {
+            self.stream_sse_max_time = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_MAX_APPEND_BYTES")? {
+            self.stream_max_append_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_READ_BYTES")? {
+            self.stream_max_read_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PATH_BYTES")? {
+            self.stream_max_path_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PRODUCERS")? {
+            self.stream_max_producers = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE")? {
+            self.stream_cache = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE_BYTES")? {
+            self.stream_cache_bytes = v;
         }
         Ok(self)
     }

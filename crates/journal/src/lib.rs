@@ -93,6 +93,7 @@ mod record;
 mod remote;
 mod stats;
 mod store;
+pub mod streams;
 mod topic;
 mod watch;
 

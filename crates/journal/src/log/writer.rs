@@ -153,6 +153,11 @@ impl<'c> Writer<'c> {
         }
     }
 
+    /// The checkpoint of the last record in the log, as of now (0: none).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.head.next_seq.saturating_sub(1)
+    }
+
     /// The topic's route generation (see `Head::routes`), as of now: the
     /// routes read after this call are at least as new as this value says.
     pub(crate) fn routes_generation(&self) -> u64 {

@@ -408,7 +408,7 @@ impl Store {
         }
     }
 
-    fn hub(&self) -> &Arc<Hub> {
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| Arc::new(Hub::new()))
     }
 }
