@@ -90,29 +90,52 @@ impl Run {
         Ok(())
     }
 
-    /// For Nchan, waits until the channel counts `n` subscribers (they are
-    /// open once it says so).
-    async fn settle(&self, n: usize) -> Result<(), String> {
-        if self.server == Server::Kn {
-            return Ok(());
-        }
+    /// Publishes probes until every one of the `n` subscribers has seen
+    /// one: they are all receiving then (an `EventSource` may be open
+    /// before its channel counts it). Probes are not counted as events.
+    async fn settle(&self, n: usize, events: &mut mpsc::UnboundedReceiver<Seen>) -> Result<(), String> {
         let mut client = Client::connect(&self.addr).await?;
-        let path = format!("/pub/fan{}", self.nonce);
+        let mut probed = vec![false; n];
+        let mut left = n;
         let end = Instant::now() + TIMEOUT;
-        loop {
-            let (_, body) = client.request("GET", &path, "", "Accept: text/plain\r\n").await?;
-            let text = String::from_utf8_lossy(&body);
-            let count = text.lines().find_map(|l| l.strip_prefix("active subscribers:")).and_then(|v| v.trim().parse::<usize>().ok());
-            if count.unwrap_or(0) >= n {
-                return Ok(());
+        while left > 0 {
+            let (path, body) = self.publish(PROBE);
+            client.post(&path, &body).await?;
+            let pause = tokio::time::sleep(Duration::from_millis(100));
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    seen = events.recv() => match seen {
+                        Some(Seen { subscriber, seq: PROBE, .. }) if !probed[subscriber] => {
+                            probed[subscriber] = true;
+                            left -= 1;
+                        }
+                        Some(_) => {}
+                        None => return Err("every subscriber closed".to_string()),
+                    },
+                    _ = &mut pause => break,
+                }
+                if left == 0 {
+                    break;
+                }
             }
             if Instant::now() > end {
-                return Err(format!("Nchan counts {count:?} subscribers of {n}"));
+                return Err(format!("{left} of {n} subscribers saw no probe within {TIMEOUT:?}"));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Ok(())
     }
 }
+
+/// An event a subscriber received.
+struct Seen {
+    subscriber: usize,
+    seq: usize,
+    at: Instant,
+}
+
+/// The sequence number of the probes of [`Run::settle`].
+const PROBE: usize = 999_999_999;
 
 /// One keep-alive HTTP/1.1 connection for requests with short answers.
 struct Client {
@@ -187,7 +210,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 /// An open subscriber: its reader task reports each event's sequence
 /// number (and when it arrived) on `events`.
-async fn subscribe(run: &Run, i: usize, events: mpsc::UnboundedSender<(usize, Instant)>) -> Result<(), String> {
+async fn subscribe(run: &Run, i: usize, events: mpsc::UnboundedSender<Seen>) -> Result<(), String> {
     let stream = TcpStream::connect(&run.addr).await.map_err(|e| format!("subscriber {i}: connecting: {e}"))?;
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::with_capacity(64 * 1024, stream);
@@ -223,7 +246,7 @@ async fn subscribe(run: &Run, i: usize, events: mpsc::UnboundedSender<(usize, In
                 continue;
             }
             if let Some(seq) = marker(&line) {
-                if events.send((seq, Instant::now())).is_err() {
+                if events.send(Seen { subscriber: i, seq, at: Instant::now() }).is_err() {
                     return;
                 }
             }
@@ -240,8 +263,8 @@ fn marker(line: &[u8]) -> Option<usize> {
 }
 
 /// Opens `n` subscribers (`CONNECTING` at a time) and attaches each.
-async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver<(usize, Instant)>, String> {
-    let (tx, rx) = mpsc::unbounded_channel();
+async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver<Seen>, String> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..CONNECTING.min(n) {
@@ -261,7 +284,7 @@ async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver
     for w in workers {
         w.await.map_err(|e| e.to_string())??;
     }
-    run.settle(n).await?;
+    run.settle(n, &mut rx).await?;
     Ok(rx)
 }
 
@@ -284,7 +307,8 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     let end = start + TIMEOUT;
     while got < want {
         match tokio::time::timeout_at(end.into(), events.recv()).await {
-            Ok(Some(_)) => got += 1,
+            Ok(Some(Seen { seq, .. })) if seq != PROBE => got += 1,
+            Ok(Some(_)) => {}
             Ok(None) => return Err(format!("every subscriber closed after {got} of {want} deliveries")),
             Err(_) => return Err(format!("only {got} of {want} deliveries within {TIMEOUT:?}")),
         }
@@ -309,7 +333,7 @@ async fn latency(run: Run, samples: usize) -> Result<(), String> {
         }
         loop {
             match tokio::time::timeout(TIMEOUT, events.recv()).await {
-                Ok(Some((got, at))) if got == seq => {
+                Ok(Some(Seen { seq: got, at, .. })) if got == seq => {
                     if seq >= WARMUP {
                         times.push(at.duration_since(sent).as_secs_f64() * 1000.0);
                     }
