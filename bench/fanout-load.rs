@@ -291,6 +291,11 @@ async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver
 async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     let mut events = open_subscribers(&run, n).await?;
     let mut publisher = Client::connect(&run.addr).await?;
+    if let Some(path) = std::env::var_os("FANOUT_READY") {
+        // For a profiler: say when the subscribers are open, give it time.
+        let _ = std::fs::write(path, b"ready\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let start = Instant::now();
     let publishing = tokio::spawn(async move {
         for seq in 0..e {

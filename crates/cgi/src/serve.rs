@@ -522,7 +522,11 @@ async fn follow(
                     return;
                 }
                 last_write = Instant::now();
-                continue;
+                // Read again only if that read may have left something
+                // behind; else the wakeup armed before it says when to.
+                if !tunnel.caught_up() {
+                    continue;
+                }
             }
             Ok(None) => {}
             // The topic's files are unreadable: end the response; the

@@ -1,6 +1,7 @@
-//! Waking readers when another process appends: one inotify (via the
-//! `notify` crate) per process, shared by every waiting reader, with
-//! polling as the fallback where change notification does not work.
+//! Waking readers when a topic is appended to: directly when this process
+//! appended ([`Hub::wake`]), through one inotify (via the `notify` crate)
+//! per process, shared by every waiting reader, when another process did,
+//! with polling as the fallback where change notification does not work.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,12 +20,19 @@ type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
 pub(crate) struct Hub {
     topics: Topics,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    /// Per watched directory, where this process's last append ended: the
+    /// segment's file name and its length then (see [`Hub::wake`]).
+    own: Own,
 }
+
+type Own = Arc<Mutex<HashMap<PathBuf, (std::ffi::OsString, u64)>>>;
 
 impl Hub {
     pub(crate) fn new() -> Hub {
         let topics: Topics = Arc::default();
         let seen = topics.clone();
+        let own: Own = Arc::default();
+        let appended = own.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
             // Readers open and close segments too: counting those as
@@ -41,13 +49,21 @@ impl Hub {
                 if !is_segment {
                     continue;
                 }
-                if let Some((_, signal, _)) = path.parent().and_then(|dir| map.get(dir)) {
-                    signal.notify(usize::MAX);
+                let Some((dir, (_, signal, _))) = path.parent().and_then(|dir| map.get_key_value(dir)) else { continue };
+                let modified = matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Data(_) | notify::event::ModifyKind::Any));
+                if modified && is_own_append(&appended, dir, path) {
+                    continue;
                 }
+                if !modified {
+                    // A segment created, renamed or removed: whatever this
+                    // process recorded of the log's end may be stale.
+                    appended.lock().map(|mut own| own.remove(dir)).ok();
+                }
+                signal.notify(usize::MAX);
             }
         })
         .ok();
-        Hub { topics, watcher: Mutex::new(watcher) }
+        Hub { topics, watcher: Mutex::new(watcher), own }
     }
 
     /// Starts delivering wakeups for appends in `dir`.
@@ -85,6 +101,37 @@ impl Hub {
         Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
     }
 
+    /// Wakes the readers waiting on `dir` at once: this process has just
+    /// appended there. The notifier's wakeup for the same append comes
+    /// later and finds nothing new (a wakeup is a hint), but a reader of
+    /// this process no longer waits for the notifier's thread to read the
+    /// inotify queue, which under a fan-out to thousands of journals holds
+    /// several events per delivery.
+    ///
+    /// `segment` and `len` say where the log ends after the append: the
+    /// notifier skips its wakeup for a change of that segment when the
+    /// file is still exactly that long, since every byte of it was there
+    /// when this wakeup went out (the end is recorded before the wakeup).
+    /// Any other length, or any other change of a segment, wakes as
+    /// before: another process's appends are never taken for ours.
+    pub(crate) fn wake(&self, dir: &Path, segment: &str, len: u64) {
+        let absolute = std::path::absolute(dir);
+        let dir = absolute.as_deref().unwrap_or(dir);
+        let Ok(map) = self.topics.lock() else { return };
+        let Some((_, signal, watched)) = map.get(dir) else { return };
+        if *watched {
+            if let Ok(mut own) = self.own.lock() {
+                match own.get_mut(dir) {
+                    Some(end) => *end = (segment.into(), len),
+                    None => {
+                        own.insert(dir.to_path_buf(), (segment.into(), len));
+                    }
+                }
+            }
+        }
+        signal.notify(usize::MAX);
+    }
+
     fn unsubscribe(&self, dir: &Path) {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let last = {
@@ -94,6 +141,7 @@ impl Hub {
             let last = entry.0 == 0;
             if last {
                 map.remove(dir);
+                self.own.lock().map(|mut own| own.remove(dir)).ok();
             }
             last
         };
@@ -103,6 +151,18 @@ impl Hub {
             }
         }
     }
+}
+
+/// True when `segment` (of `dir`) is exactly as long as this process's last
+/// append to it left it: the change reported is that append's, whose
+/// readers [`Hub::wake`] has woken already.
+fn is_own_append(own: &Own, dir: &Path, segment: &Path) -> bool {
+    let Ok(own) = own.lock() else { return false };
+    let Some((name, len)) = own.get(dir) else { return false };
+    if segment.file_name() != Some(name.as_os_str()) {
+        return false;
+    }
+    std::fs::metadata(segment).is_ok_and(|m| m.len() == *len)
 }
 
 /// Wakeups for one topic directory. Wakeups are hints: after one, re-read

@@ -133,7 +133,7 @@ impl Store {
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
             // .lock, .head, the segment and a journal's heartbeat per topic.
-            raise_open_file_limit(config.open_topics as u64 * 4 + 1024);
+            raise_open_file_limit((config.open_topics as u64).saturating_mul(4).saturating_add(1024));
         }
         Ok(Store {
             config,
@@ -396,6 +396,16 @@ impl Store {
 
     fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| Arc::new(Hub::new()))
+    }
+
+    /// Wakes this process's tunnels on `topic`, which it has just appended
+    /// to, leaving its log at `end` (the active segment's first sequence
+    /// number and length, `Writer::end`); those of other processes wake
+    /// through their notifier.
+    pub(super) fn wake_readers(&self, topic: &Topic, (segment, len): (u64, u64)) {
+        if let Some(hub) = self.hub.get() {
+            hub.wake(&self.dir(topic), &log::segment_name(segment), len);
+        }
     }
 }
 

@@ -301,12 +301,14 @@ impl Store {
             let _ = writer.compact(now());
         }
         let routes_generation = writer.routes_generation();
+        let end = writer.end();
         let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
         self.keep(writer, kept);
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
         let Appended::Stored(seq) = appended? else { return Ok(None) };
+        self.wake_readers(topic, end);
         Ok(Some(Stored { seq, routes_generation, routes }))
     }
 
