@@ -506,16 +506,7 @@ async fn follow(
     let mut last_write = Instant::now();
     loop {
         let listener = tunnel.listen();
-        let read = {
-            let store = store.clone();
-            reader.spawn_blocking(move || {
-                let chunk = tunnel.next_chunk(&store);
-                (tunnel, chunk)
-            })
-        };
-        // A read that panicked ends the tunnel (the client reconnects).
-        let Ok((returned, chunk)) = read.await else { return };
-        tunnel = returned;
+        let chunk = tunnel.next_chunk(&store);
         match chunk {
             Ok(Some(chunk)) => {
                 if tx.send(Bytes::from(chunk)).await.is_err() {

@@ -119,6 +119,7 @@ impl Hub {
         let dir = absolute.as_deref().unwrap_or(dir);
         let Ok(map) = self.topics.lock() else { return };
         let Some((_, signal, watched)) = map.get(dir) else { return };
+        let signal = signal.clone();
         if *watched {
             if let Ok(mut own) = self.own.lock() {
                 match own.get_mut(dir) {
@@ -129,7 +130,22 @@ impl Hub {
                 }
             }
         }
-        signal.notify(usize::MAX);
+        drop(map);
+        BATCH.with_borrow_mut(|batch| match batch {
+            Some(pending) => {
+                if !pending.iter().any(|p| Arc::ptr_eq(p, &signal)) {
+                    pending.push(signal);
+                }
+                if pending.len() >= WAKE_BATCH {
+                    pending.drain(..).for_each(|s| {
+                        s.notify(usize::MAX);
+                    });
+                }
+            }
+            None => {
+                signal.notify(usize::MAX);
+            }
+        });
     }
 
     fn unsubscribe(&self, dir: &Path) {
@@ -163,6 +179,43 @@ fn is_own_append(own: &Own, dir: &Path, segment: &Path) -> bool {
         return false;
     }
     std::fs::metadata(segment).is_ok_and(|m| m.len() == *len)
+}
+
+/// How many wakeups of one thread's appends [`WakeBatch`] holds at most
+/// before sending them: a fan-out wakes its readers in groups (their
+/// threads then find several tunnels to serve per wakeup instead of one),
+/// and the first readers wait at most this many appends.
+const WAKE_BATCH: usize = 64;
+
+thread_local! {
+    /// The wakeups held by this thread's [`WakeBatch`], if one is open.
+    static BATCH: std::cell::RefCell<Option<Vec<Arc<Signal>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While it lives, [`Hub::wake`]s of this thread are sent in groups of up
+/// to [`WAKE_BATCH`], the rest when it is dropped (the outermost one, if
+/// nested). For one post's fan-out to many journals.
+pub(crate) struct WakeBatch {
+    outermost: bool,
+}
+
+impl WakeBatch {
+    pub(crate) fn open() -> WakeBatch {
+        let outermost = BATCH.with_borrow_mut(|batch| batch.is_none().then(|| *batch = Some(Vec::new())).is_some());
+        WakeBatch { outermost }
+    }
+}
+
+impl Drop for WakeBatch {
+    fn drop(&mut self) {
+        if !self.outermost {
+            return;
+        }
+        let pending = BATCH.with_borrow_mut(Option::take).unwrap_or_default();
+        for signal in pending {
+            signal.notify(usize::MAX);
+        }
+    }
 }
 
 /// Wakeups for one topic directory. Wakeups are hints: after one, re-read

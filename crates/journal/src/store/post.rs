@@ -167,6 +167,7 @@ impl Store {
     /// The forwarding engine: a queue, not recursion, so chains of any
     /// length run in constant stack. Returns whether the first job stored.
     pub(super) fn run(&self, jobs: Vec<Job>, report: &mut PostReport) -> Result<bool> {
+        let _wakes = crate::watch::WakeBatch::open();
         let mut queue: VecDeque<Job> = jobs.into();
         let mut first = true;
         let mut first_stored = false;
