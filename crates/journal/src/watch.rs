@@ -1,10 +1,11 @@
 //! Waking readers when a topic is appended to: directly when this process
-//! appended ([`Hub::wake`]), through one inotify (via the `notify` crate)
+//! appended ([`Hub::appending`]), through one inotify (via the `notify` crate)
 //! per process, shared by every waiting reader, when another process did,
 //! with polling as the fallback where change notification does not work.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,12 +21,12 @@ type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
 pub(crate) struct Hub {
     topics: Topics,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
-    /// Per watched directory, where this process's last append ended: the
-    /// segment's file name and its length then (see [`Hub::wake`]).
+    /// Per watched directory, the appends of this process whose change
+    /// events the notifier has not seen yet (see [`Hub::appending`]).
     own: Own,
 }
 
-type Own = Arc<Mutex<HashMap<PathBuf, (std::ffi::OsString, u64)>>>;
+type Own = Arc<Mutex<HashMap<PathBuf, Arc<AtomicU64>>>>;
 
 impl Hub {
     pub(crate) fn new() -> Hub {
@@ -35,6 +36,13 @@ impl Hub {
         let appended = own.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
+            if event.need_rescan() {
+                // Events were lost (the kernel's queue overflowed): wake
+                // everyone, and count no change as this process's.
+                appended.lock().map(|own| own.values().for_each(|n| n.store(0, Ordering::SeqCst))).ok();
+                seen.lock().map(|map| map.values().for_each(|(_, signal, _)| { signal.notify(usize::MAX); })).ok();
+                return;
+            }
             // Readers open and close segments too: counting those as
             // appends would wake every waiting reader, whose re-read opens
             // the segment again, and so on forever (a busy loop).
@@ -50,14 +58,9 @@ impl Hub {
                     continue;
                 }
                 let Some((dir, (_, signal, _))) = path.parent().and_then(|dir| map.get_key_value(dir)) else { continue };
-                let modified = matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Data(_) | notify::event::ModifyKind::Any));
-                if modified && is_own_append(&appended, dir, path) {
+                let written = matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Data(_) | notify::event::ModifyKind::Any));
+                if written && takes_own_write(&appended, dir) {
                     continue;
-                }
-                if !modified {
-                    // A segment created, renamed or removed: whatever this
-                    // process recorded of the log's end may be stale.
-                    appended.lock().map(|mut own| own.remove(dir)).ok();
                 }
                 signal.notify(usize::MAX);
             }
@@ -101,43 +104,58 @@ impl Hub {
         Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
     }
 
-    /// Wakes the readers waiting on `dir` at once: this process has just
-    /// appended there. The notifier's wakeup for the same append comes
-    /// later and finds nothing new (a wakeup is a hint), but a reader of
-    /// this process no longer waits for the notifier's thread to read the
-    /// inotify queue, which under a fan-out to thousands of journals holds
-    /// several events per delivery.
+    /// Announces an append of this process to `dir`: call it holding the
+    /// topic's lock, just before writing the record, and pass what it
+    /// returns to [`Hub::appended`] once the append is done (`None`: no
+    /// reader of this process waits on `dir`).
     ///
-    /// `segment` and `len` say where the log ends after the append: the
-    /// notifier skips its wakeup for a change of that segment when the
-    /// file is still exactly that long, since every byte of it was there
-    /// when this wakeup went out (the end is recorded before the wakeup).
-    /// Any other length, or any other change of a segment, wakes as
-    /// before: another process's appends are never taken for ours.
-    pub(crate) fn wake(&self, dir: &Path, segment: &str, len: u64) {
+    /// Readers of this process are then woken directly by `appended`,
+    /// without waiting for the notifier's thread, which under a fan-out
+    /// to thousands of journals has several events per delivery to read;
+    /// and the notifier skips the change event of this write instead of
+    /// waking them a second time for nothing. It counts, per directory,
+    /// the writes announced and not yet seen, and takes a change of a
+    /// segment for one of them only while that count is above zero. A
+    /// write of another process is never lost that way: appends hold the
+    /// topic's lock, so the announced write comes after any write whose
+    /// event the count swallows, and `appended`'s wakeup after it covers
+    /// both. An append that wrote nothing or failed sets the count back
+    /// to zero (its wakeup still goes out); an overflow of the kernel's
+    /// queue does too. A count too low only costs a wakeup for nothing.
+    pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
-        let Ok(map) = self.topics.lock() else { return };
-        let Some((_, signal, watched)) = map.get(dir) else { return };
-        let signal = signal.clone();
+        let map = self.topics.lock().ok()?;
+        let (_, signal, watched) = map.get(dir)?;
+        let mut pending = None;
         if *watched {
-            if let Ok(mut own) = self.own.lock() {
-                match own.get_mut(dir) {
-                    Some(end) => *end = (segment.into(), len),
-                    None => {
-                        own.insert(dir.to_path_buf(), (segment.into(), len));
-                    }
-                }
+            let mut own = self.own.lock().ok()?;
+            let count = match own.get(dir) {
+                Some(count) => count.clone(),
+                None => own.entry(dir.to_path_buf()).or_default().clone(),
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            pending = Some(count);
+        }
+        Some(Appending { signal: signal.clone(), pending })
+    }
+
+    /// Wakes the readers of an append announced by [`Hub::appending`];
+    /// `wrote` is false when it stored nothing (a duplicate) or failed.
+    pub(crate) fn appended(&self, appending: Appending, wrote: bool) {
+        let Appending { signal, pending } = appending;
+        if !wrote {
+            if let Some(count) = pending {
+                count.store(0, Ordering::SeqCst);
             }
         }
-        drop(map);
         BATCH.with_borrow_mut(|batch| match batch {
-            Some(pending) => {
-                if !pending.iter().any(|p| Arc::ptr_eq(p, &signal)) {
-                    pending.push(signal);
+            Some(held) => {
+                if !held.iter().any(|s| Arc::ptr_eq(s, &signal)) {
+                    held.push(signal);
                 }
-                if pending.len() >= WAKE_BATCH {
-                    pending.drain(..).for_each(|s| {
+                if held.len() >= WAKE_BATCH {
+                    held.drain(..).for_each(|s| {
                         s.notify(usize::MAX);
                     });
                 }
@@ -169,16 +187,20 @@ impl Hub {
     }
 }
 
-/// True when `segment` (of `dir`) is exactly as long as this process's last
-/// append to it left it: the change reported is that append's, whose
-/// readers [`Hub::wake`] has woken already.
-fn is_own_append(own: &Own, dir: &Path, segment: &Path) -> bool {
+/// An append announced by [`Hub::appending`], whose readers
+/// [`Hub::appended`] wakes.
+pub(crate) struct Appending {
+    signal: Arc<Signal>,
+    /// The directory's count of announced writes, if it is watched.
+    pending: Option<Arc<AtomicU64>>,
+}
+
+/// True when a change of a segment of `dir` is taken for a write this
+/// process announced (and counted off): see [`Hub::appending`].
+fn takes_own_write(own: &Own, dir: &Path) -> bool {
     let Ok(own) = own.lock() else { return false };
-    let Some((name, len)) = own.get(dir) else { return false };
-    if segment.file_name() != Some(name.as_os_str()) {
-        return false;
-    }
-    std::fs::metadata(segment).is_ok_and(|m| m.len() == *len)
+    let Some(count) = own.get(dir) else { return false };
+    count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
 }
 
 /// How many wakeups of one thread's appends [`WakeBatch`] holds at most
@@ -192,7 +214,7 @@ thread_local! {
     static BATCH: std::cell::RefCell<Option<Vec<Arc<Signal>>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// While it lives, [`Hub::wake`]s of this thread are sent in groups of up
+/// While it lives, the wakeups of [`Hub::appended`] on this thread are sent in groups of up
 /// to [`WAKE_BATCH`], the rest when it is dropped (the outermost one, if
 /// nested). For one post's fan-out to many journals.
 pub(crate) struct WakeBatch {

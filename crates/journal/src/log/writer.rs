@@ -145,12 +145,6 @@ impl<'c> Writer<'c> {
         self.head.routes
     }
 
-    /// Where the log ends: the first sequence number of the segment
-    /// appended to (its name) and that segment's length.
-    pub(crate) fn end(&self) -> (u64, u64) {
-        (self.segment_first, self.head.active_len)
-    }
-
     /// Marks that this topic's routes are about to change, so that no
     /// process keeps using the routes it read before. Call it before
     /// writing to `kn_routes`, and keep this writer (its lock) until that

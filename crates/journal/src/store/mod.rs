@@ -398,13 +398,18 @@ impl Store {
         self.hub.get_or_init(|| Arc::new(Hub::new()))
     }
 
-    /// Wakes this process's tunnels on `topic`, which it has just appended
-    /// to, leaving its log at `end` (the active segment's first sequence
-    /// number and length, `Writer::end`); those of other processes wake
-    /// through their notifier.
-    pub(super) fn wake_readers(&self, topic: &Topic, (segment, len): (u64, u64)) {
-        if let Some(hub) = self.hub.get() {
-            hub.wake(&self.dir(topic), &log::segment_name(segment), len);
+    /// Announces an append of this process to `topic` (see
+    /// `Hub::appending`): call it under the topic's lock just before the
+    /// append, and [`Store::appended`] after.
+    pub(super) fn appending(&self, topic: &Topic) -> Option<crate::watch::Appending> {
+        self.hub.get()?.appending(&self.dir(topic))
+    }
+
+    /// Wakes this process's tunnels on a topic it has appended to (those
+    /// of other processes wake through their notifier).
+    pub(super) fn appended(&self, appending: Option<crate::watch::Appending>, wrote: bool) {
+        if let (Some(hub), Some(appending)) = (self.hub.get(), appending) {
+            hub.appended(appending, wrote);
         }
     }
 }

@@ -293,6 +293,7 @@ impl Store {
         }
         let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
         let stored_secs = stored_at.max(0.0) as u64;
+        let waking = self.appending(topic);
         let appended = match payload {
             Some(payload) => writer.append_shared(event, Some(payload), stored_secs, &self.gauge),
             None => writer.append(event, stored_secs, &self.gauge),
@@ -302,14 +303,13 @@ impl Store {
             let _ = writer.compact(now());
         }
         let routes_generation = writer.routes_generation();
-        let end = writer.end();
         let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
         self.keep(writer, kept);
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
+        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
         let Appended::Stored(seq) = appended? else { return Ok(None) };
-        self.wake_readers(topic, end);
         Ok(Some(Stored { seq, routes_generation, routes }))
     }
 
