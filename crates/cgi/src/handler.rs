@@ -681,6 +681,13 @@ impl TunnelReply {
         Some(out)
     }
 
+    /// True when the last [`TunnelReply::next_chunk`] returned events and
+    /// read all there was: await the wakeup armed before it rather than
+    /// read again.
+    pub fn caught_up(&self) -> bool {
+        self.tunnel.caught_up()
+    }
+
     /// An armed wakeup (a `Future`) for async servers: arm, call
     /// [`TunnelReply::next_chunk`], then await it.
     pub fn listen(&self) -> event_listener::EventListener {

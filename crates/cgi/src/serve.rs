@@ -9,14 +9,17 @@
 //! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse
 //! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
-//! The async workers never block: every request (notify, route, batch,
-//! ...) runs on tokio's bounded blocking pool, where it may wait for a
-//! topic's lock (held by a compaction for seconds), a remote URL or
+//! The async workers never wait for a lock: every request (notify, route,
+//! batch, ...) runs on tokio's bounded blocking pool, where it may wait for
+//! a topic's lock (held by a compaction for seconds), a remote URL or
 //! `fdatasync` without holding up anyone else. A tunnel is a task awaiting
 //! a wakeup (a `Future`): no thread and no process per idle tunnel, so
-//! thousands of browsers can each hold one open; its reads of the topic's
-//! files run on a small pool of their own, so that requests waiting for a
-//! locked topic cannot delay the tunnels of others.
+//! thousands of browsers can each hold one open. Its reads of the topic's
+//! files take no lock and read only what is new (an `open`, a `statx` and
+//! one `pread` from the page cache), so the task makes them itself: a
+//! fan-out to a thousand tunnels then costs no hand-over to another thread
+//! and back per delivery. Ending a tunnel (its journal made stale, its
+//! watch dropped) runs on a small pool of its own.
 //!
 //! Connections and tunnels are capped ([`ServeConfig::max_connections`],
 //! [`ServeConfig::max_tunnels`]): past a cap the request is answered
@@ -82,8 +85,8 @@ const TUNNEL_QUEUE: usize = 8;
 /// stall every other request.
 const BLOCKING_THREADS: usize = 32;
 
-/// Threads that read tunnels' topic files (a pool of their own: see the
-/// module documentation). Each read is a page-cache read of what is new.
+/// Threads that end tunnels (expire a journal, drop a watch): a pool of
+/// their own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
 
 /// What `Retry-After` says when a cap is reached, in seconds.
@@ -606,9 +609,9 @@ async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
 }
 
 /// Follows a tunnel until the client goes away or `kn_expires` passes:
-/// arm a wakeup, read what is new (on `reader`'s blocking threads), send
-/// it; when nothing is, await the wakeup, the keep-alive timer or the
-/// deadline. `_permit` counts the tunnel against the cap until it ends.
+/// arm a wakeup, read what is new, send it; when nothing is (or the read
+/// caught up), await the wakeup, the keep-alive timer or the deadline
+/// (whose trailer is written on `reader`'s blocking threads). `_permit` counts the tunnel against the cap until it ends.
 async fn follow(
     store: Arc<Store>,
     reader: tokio::runtime::Handle,
@@ -625,23 +628,18 @@ async fn follow(
     let mut last_write = Instant::now();
     loop {
         let listener = tunnel.listen();
-        let read = {
-            let store = store.clone();
-            reader.spawn_blocking(move || {
-                let chunk = tunnel.next_chunk(&store);
-                (tunnel, chunk)
-            })
-        };
-        // A read that panicked ends the tunnel (the client reconnects).
-        let Ok((returned, chunk)) = read.await else { return };
-        tunnel = returned;
+        let chunk = tunnel.next_chunk(&store);
         match chunk {
             Ok(Some(chunk)) => {
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
                 }
                 last_write = Instant::now();
-                continue;
+                // Read again only if that read may have left something
+                // behind; else the wakeup armed before it says when to.
+                if !tunnel.caught_up() {
+                    continue;
+                }
             }
             Ok(None) => {}
             // The topic's files are unreadable: end the response; the

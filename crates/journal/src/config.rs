@@ -61,7 +61,7 @@ impl std::str::FromStr for SyncPolicy {
 /// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`); at most [`MAX_TOPIC_BYTES`](crate::MAX_TOPIC_BYTES) (1024) | `KN_MAX_TOPIC_BYTES` |
 /// | `max_form_elements` | 10,000 form elements (`name=value` pairs) per request, query and body together (more: `413`) | `KN_MAX_FORM_ELEMENTS` |
 /// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
-/// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
+/// | `open_topics` | sets of topic files kept open between posts (at most 4 per topic): a tenth of the hard open-file limit, at least 1024 (see [`default_open_topics`]) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
 /// | `journal_grace` | 1 hour: a journal stale this much longer is removed by the sweep | `KN_JOURNAL_GRACE` (seconds) |
@@ -156,7 +156,9 @@ pub struct Config {
     /// too; up to four sets of one topic, for threads posting to it at
     /// once), so that posting again costs no `open` and no path lookup. The store
     /// raises the process's soft open-file limit to make room, within the
-    /// hard limit. 0 disables it.
+    /// hard limit. 0 disables it. The default ([`default_open_topics`])
+    /// follows the descriptor limit, so that a server fanning out to
+    /// thousands of journals keeps them all open where it may.
     pub open_topics: usize,
     /// Most replays (`kn-replay`, started by `do_method=replay` or by
     /// hand) running at once on this store, across processes: each holds
@@ -258,7 +260,7 @@ impl Config {
             max_topic_bytes: 1024,
             max_selected: 10_000,
             max_form_elements: 10_000,
-            open_topics: 1024,
+            open_topics: default_open_topics(),
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
@@ -431,4 +433,20 @@ impl Config {
         }
         Ok(self)
     }
+}
+
+/// The default of [`Config::open_topics`]: a tenth of the process's hard
+/// open-file limit (the sets take four descriptors at most, so at most
+/// 40% of the descriptors; `serve` gives half to connections), never
+/// fewer than 1024 nor more than 100,000 (an unlimited hard limit). 2,000
+/// sets under a hard limit of 20,000, 6,553 under 65,536.
+///
+/// ```
+/// assert!(kn_journal::default_open_topics() >= 1024);
+/// ```
+pub fn default_open_topics() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct given.
+    let hard = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_max } else { 0 };
+    usize::try_from(hard / 10).unwrap_or(usize::MAX).clamp(1024, 100_000)
 }

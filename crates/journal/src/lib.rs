@@ -97,7 +97,7 @@ pub mod streams;
 mod topic;
 mod watch;
 
-pub use config::{Config, SyncPolicy};
+pub use config::{default_open_topics, Config, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};

@@ -179,6 +179,7 @@ impl Store {
     /// `max_forwards` fails the post: a delivery that cannot be made now
     /// stays in the topic's outbox.
     pub(super) fn run(&self, mut job: Job, report: &mut PostReport) -> Result<bool> {
+        let _wakes = crate::watch::WakeBatch::open();
         let mut queue = VecDeque::new();
         if job.stored.is_none() {
             let Some(stored) = self.run_job(&job, report, &mut queue)? else { return Ok(false) };
@@ -297,6 +298,7 @@ impl Store {
             }
         }
         let stored_secs = stored_at.max(0.0) as u64;
+        let waking = self.appending(topic);
         let appended = match payload {
             Some(payload) => writer.append_shared(event, Some(payload), stored_secs, &self.gauge),
             None => writer.append(event, stored_secs, &self.gauge),
@@ -311,6 +313,7 @@ impl Store {
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
+        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))
     }

@@ -292,6 +292,14 @@ impl Tunnel {
     pub fn is_notified(&self) -> bool {
         self.subscription.is_notified()
     }
+
+    /// True when the last [`Tunnel::next`] returned events and read all
+    /// that the topic held: a reader that armed [`Tunnel::listen`] before
+    /// that call may wait for it rather than call `next` again to find
+    /// nothing (which costs a listing of the topic's directory).
+    pub fn caught_up(&self) -> bool {
+        self.cursor.caught_up()
+    }
 }
 
 fn with_checkpoint(r: Record) -> Event {

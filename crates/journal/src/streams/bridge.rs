@@ -35,7 +35,7 @@ impl Streams {
         let after = entry.state.topic_seq;
         let mut cursor = match entry.topic_cursor.take() {
             Some(c) if c.last_seq == after => c,
-            _ => LogCursor { last_seq: after, segment: 0, offset: 0, ino: 0 },
+            _ => LogCursor { last_seq: after, segment: 0, offset: 0, ino: 0, caught_up: false },
         };
         let mut out = Vec::new();
         loop {

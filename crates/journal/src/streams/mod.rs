@@ -429,7 +429,7 @@ impl Streams {
         if ino == 0 {
             return Ok(());
         }
-        let mut cursor = entry.cursor.take().unwrap_or(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
+        let mut cursor = entry.cursor.take().unwrap_or(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
         loop {
             if until.is_some_and(|last| cursor.last_seq >= last) {
                 break;
@@ -928,7 +928,7 @@ impl Streams {
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
-            None => LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 },
+            None => LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false },
         };
         drop(entry);
         let dir = self.stream_dir(path);
@@ -1072,7 +1072,7 @@ impl Streams {
         let json = info.is_json();
         let mut sub = req.fork_sub_offset;
         let mut records = Vec::new();
-        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 };
+        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
         let mut fork_at = at;
         'read: loop {
             let batch = log::read_new(&entry.dir, &mut cursor)?;
