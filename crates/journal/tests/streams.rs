@@ -233,3 +233,36 @@ fn reads_agree_inside_and_beyond_the_memory_cache() {
         assert_eq!(fresh.read("s", Start::At(at)).unwrap().body(), &all[i * 2..]);
     }
 }
+
+#[test]
+fn under_access_rules_the_bridge_carries_nothing_either_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("kn_events");
+    let chat = Topic::parse("/what/chat").unwrap();
+    // Bound while the store had no rules.
+    let open = streams_with(Config::new(&root));
+    bound(&open, "rooms/chat", "/what/chat");
+
+    // Then rules that let no one read or post /what/chat.
+    let rules = dir.path().join("rules");
+    std::fs::write(&rules, "allow read,post /who/{user}/** users\n").unwrap();
+    let mut config = Config::new(&root);
+    config.access_rules = Some(rules);
+    let guarded = streams_with(config);
+
+    // A new binding is refused with 403.
+    let create = Create { topic: Some("/what/chat".to_owned()), ..Create::new("application/json") };
+    let refused = guarded.create("rooms/other", &create).unwrap_err();
+    assert_eq!(refused.kind(), StreamErrorKind::Store(kn_journal::ErrorKind::Forbidden), "{refused:?}");
+
+    // The existing binding imports nothing from the topic...
+    let mut secret = Event::new();
+    secret.set("kn_payload", "secret");
+    guarded.store().notify(&chat, secret).unwrap();
+    assert!(json(&guarded, "rooms/chat").is_empty(), "nothing read through the stream");
+    // ...and posts nothing to it.
+    let appended = guarded.append("rooms/chat", &Append::data(Some("application/json"), br#"[{"kn_payload":"forged"}]"#)).unwrap();
+    assert!(appended.bridge_error.as_deref().is_some_and(|e| e.contains("access rules")), "{:?}", appended.bridge_error);
+    let posted = guarded.store().events(&chat, &Selection::all()).unwrap().events;
+    assert!(posted.iter().all(|e| e.payload() != b"forged"), "{posted:?}");
+}

@@ -94,6 +94,10 @@ pub enum StreamErrorKind {
     Store(crate::ErrorKind),
 }
 
+/// Why the bridge refuses while access rules are in force.
+const BRIDGE_OFF: &str =
+    "streams are not bridged to topics while access rules are in force (KN_ACCESS_RULES): the stream front door does not know the user's rights on topics";
+
 /// A stream operation's failure, with what the protocol wants said.
 #[derive(Debug)]
 pub struct StreamError {
@@ -631,6 +635,9 @@ impl Streams {
             req.body.clone()
         };
         if let Some(topic) = &req.topic {
+            if !self.bridge_allowed() {
+                return Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Forbidden), BRIDGE_OFF));
+            }
             crate::Topic::parse(topic).map_err(|e| StreamError::new(StreamErrorKind::BadRequest, e.to_string()))?;
             if !is_json(&content_type) {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, "only application/json streams can be bound to a topic"));
@@ -773,7 +780,11 @@ impl Streams {
         let bound = entry.state.topic.clone();
         drop(entry);
         if let (Some(topic), Some((at, messages))) = (bound, posted) {
-            appended.bridge_error = self.post_to_topic(path, &topic, at, &messages).err().map(|e| e.to_string());
+            appended.bridge_error = if self.bridge_allowed() {
+                self.post_to_topic(path, &topic, at, &messages).err().map(|e| e.to_string())
+            } else {
+                Some(BRIDGE_OFF.to_owned())
+            };
         }
         Ok(appended)
     }
@@ -1114,10 +1125,23 @@ impl Streams {
 
     // ----- the bridge ---------------------------------------------------
 
+    /// Whether the bridge may carry events: only in a store without access
+    /// rules (docs/ACCESS.md). The stream front door knows no user's rights
+    /// on topics, so under rules (or a rules file that cannot be read) a
+    /// stream is never bound to a topic, a bound one imports nothing, and
+    /// its appends are not posted: nothing can be read or posted through a
+    /// stream that could not be directly.
+    fn bridge_allowed(&self) -> bool {
+        matches!(self.store().access_rules(), Ok(None))
+    }
+
     /// Imports what was notified to the bound topic since the last import
     /// (taking the lock only when there is something new).
     fn import(&self, entry: &mut Entry) -> StreamResult<()> {
         let Some(topic) = entry.state.topic.clone() else { return Ok(()) };
+        if !self.bridge_allowed() {
+            return Ok(());
+        }
         if !self.topic_has_new(entry, &topic)? {
             return Ok(());
         }
