@@ -207,21 +207,29 @@ fn apache_remote_route_posts_the_event_urlencoded() {
 }
 
 /// A remote route to a port where nothing listens: the notify still
-/// answers promptly, and the route is poisoned.
+/// answers promptly, and the route is kept for a retry (a refused
+/// connection is transient, issue 11); with no retries allowed
+/// (`KN_FORWARD_RETRIES 0`) it is poisoned at once.
 #[test]
-fn apache_remote_route_to_a_dead_port_is_poisoned_and_the_notify_answers() {
-    let dead = support::free_port();
-    let extra = format!("SetEnv KN_OUTBOUND http://127.0.0.1:{dead}/\n");
-    let Some(s) = site("apache_dead_remote", &extra) else { return };
-    route(&*s, "/what/out", &format!("http://127.0.0.1:{dead}/kn/what/in"), "rd", "");
-    let started = Instant::now();
-    notify(&*s, "/what/out", "ev1", "nobody home");
-    let took = started.elapsed();
-    eprintln!("notify with a route to a dead port answered in {took:?}");
-    assert!(took < Duration::from_secs(5), "{took:?}");
-    let routes = routes_of(&*s, "/what/out");
-    let rd = routes.iter().find(|(id, _, _)| id == "rd").unwrap_or_else(|| panic!("{routes:?}"));
-    assert_eq!(rd.1, "", "route not poisoned: {routes:?}");
+fn apache_remote_route_to_a_dead_port_is_kept_for_a_retry_and_the_notify_answers() {
+    for retries in ["12", "0"] {
+        let dead = support::free_port();
+        let extra = format!("SetEnv KN_OUTBOUND http://127.0.0.1:{dead}/\nSetEnv KN_FORWARD_RETRIES {retries}\n");
+        let Some(s) = site("apache_dead_remote", &extra) else { return };
+        route(&*s, "/what/out", &format!("http://127.0.0.1:{dead}/kn/what/in"), "rd", "");
+        let started = Instant::now();
+        notify(&*s, "/what/out", "ev1", "nobody home");
+        let took = started.elapsed();
+        eprintln!("notify with a route to a dead port ({retries} retries) answered in {took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let routes = routes_of(&*s, "/what/out");
+        let rd = routes.iter().find(|(id, _, _)| id == "rd").unwrap_or_else(|| panic!("{routes:?}"));
+        if retries == "0" {
+            assert_eq!(rd.1, "", "route not poisoned: {routes:?}");
+        } else {
+            assert_eq!(rd.1, format!("http://127.0.0.1:{dead}/kn/what/in"), "route not kept: {routes:?}");
+        }
+    }
 }
 
 #[test]

@@ -47,7 +47,11 @@
   var server = window.kn_server || "/kn";
   var userid = window.kn_userid || "anonymous";
   var session = randomId(12);
-  var journal = "/who/" + (userid.replace(/[^A-Za-z0-9_-]/g, "_") || "anonymous") + "/s/" + session + "/kn_journal";
+  // The user's own name when it is a valid topic segment, so that access
+  // rules granting /who/{user}/** match (docs/ACCESS.md); else the bytes a
+  // topic cannot hold become "_".
+  var journal = "/who/" + (userid.replace(/[^A-Za-z0-9_.\u0080-\uffff-]/g, "_").replace(/^\.|\.$/g, "_") || "anonymous") +
+    "/s/" + session + "/kn_journal";
   var statusFrom = server + journal + "/kn_status/tunnel";
   var subscriptions = {};   // id -> {topic, params, onEvent, uri, sent}
   var byUri = {};           // kn_uri -> subscription

@@ -49,6 +49,11 @@ fn serve_one() -> ExitCode {
         Ok(c) => c,
         Err(err) => return fail(&mut out, 500, "Server misconfigured", &err.to_string()),
     };
+    if let Some(path) = crate::streams::cgi_path() {
+        // Durable Streams, mounted with a second ScriptAlias (DEPLOY.md).
+        let _ = crate::streams::serve_cgi(config, path, &mut out);
+        return ExitCode::SUCCESS;
+    }
     let request = match Request::from_process(&Limits::for_store(&config)) {
         Ok(r) => r,
         Err(err) => {
@@ -65,8 +70,12 @@ fn serve_one() -> ExitCode {
         Err(err) => return fail(&mut out, 500, "Event store unavailable", err.message()),
     };
     let handler = Handler::new(store.clone(), Options::default());
-    let result = match handler.handle(&request) {
+    let (reply, after) = handler.handle_deferring(&request);
+    let result = match reply {
         Reply::Done(response) => {
+            // Started before the reply is written: a web server may end
+            // this process as soon as it has the whole reply (lighttpd).
+            complete_after_reply(after);
             let written = response.write_to(&mut out);
             if !request.method().is_supported() {
                 drain_unread_body();
@@ -84,8 +93,107 @@ fn serve_one() -> ExitCode {
     };
     // A failed write means the client went away: nothing left to do.
     let _ = result;
+    if store.sweep_due() {
+        // pubsub.cgi has no daemon: a request does a bounded slice of the
+        // sweep, at most one per KN_SWEEP_INTERVAL_MS across every
+        // process, once its response is written. The output stays open:
+        // closing it first would end the response while the process still
+        // runs, which costs more under mod_cgid than the slice (see
+        // `exit_before_end_of_output`).
+        let _ = store.sweep(store.config().sweep_budget);
+    }
     ExitCode::SUCCESS
 }
+
+/// Runs `after` (a new route's population, issue 12) once the client has
+/// the reply, in a detached child started before the reply is written:
+/// the web server does not signal it (it leaves the process group and
+/// ignores SIGTERM). It holds the output until this process is gone (its
+/// reply written); then, through a socket (Apache's `mod_cgid`), it ends
+/// the output and waits until the server closes its end, which it does
+/// once it has sent the reply; through a pipe it just lets go. Then
+/// [`AFTER_REPLY_MARGIN`] more for the reply to reach the client. Where no child can be started, the work stays in the store's
+/// outbox for the topic's next writer.
+fn complete_after_reply(after: crate::handler::AfterReply) {
+    if after.is_empty() {
+        return;
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: a CGI process has one thread; the child runs ordinary code
+    // on its copy of the memory, then `_exit`s without running the
+    // parent's destructors.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as libc::c_int;
+        // The parent goes on only once the child has left the process
+        // group: a web server that signals the CGI's group must not take
+        // the child with it.
+        let mut ready = [-1 as libc::c_int; 2];
+        let synced = libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) == 0;
+        match libc::fork() {
+            0 => {}
+            child => {
+                if pidfd >= 0 {
+                    libc::close(pidfd);
+                }
+                if synced {
+                    libc::close(ready[1]);
+                    let mut byte = 0u8;
+                    if child > 0 {
+                        libc::read(ready[0], (&mut byte as *mut u8).cast(), 1);
+                    }
+                    libc::close(ready[0]);
+                }
+                return;
+            }
+        }
+        for signal in [libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        libc::setsid();
+        let output = libc::dup(1);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        if synced {
+            libc::close(ready[0]);
+            libc::write(ready[1], [1u8].as_ptr().cast(), 1);
+            libc::close(ready[1]);
+        }
+        if pidfd >= 0 {
+            let mut exited = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+            libc::poll(&mut exited, 1, 5000);
+        } else {
+            // No pidfd (Linux before 5.3): the parent is gone once this
+            // child has another.
+            for _ in 0..5000 {
+                if libc::getppid() != parent {
+                    break;
+                }
+                libc::usleep(1000);
+            }
+        }
+        // The reply is written. Through a socket (Apache's mod_cgid) end
+        // the output here and wait until the server closes its end, which
+        // it does once it has sent the reply; a pipe just closes.
+        if output >= 0 {
+            if libc::shutdown(output, libc::SHUT_WR) == 0 {
+                let mut closed = libc::pollfd { fd: output, events: libc::POLLRDHUP, revents: 0 };
+                libc::poll(&mut closed, 1, 2000);
+            }
+            libc::close(output);
+        }
+        std::thread::sleep(AFTER_REPLY_MARGIN);
+        after.run();
+        libc::_exit(0);
+    }
+}
+
+/// How long the population waits once the reply has left this process,
+/// for the web server to pass it on.
+const AFTER_REPLY_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Exits so that the web server, when it sees the end of the output,
 /// finds this process already gone.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::auth::{Authentication, Htpasswd, TrustedProxy};
 use crate::serve::{serve, ServeConfig, MOUNT};
 
 const CGI_MODE: &str = "\
@@ -26,6 +27,10 @@ Environment:
     KN_MAX_REPLAYS      most do_method=replay runs at once per store
                         (default 8; more: 503 with Retry-After)
     KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
+    KN_ACCESS_RULES     the access rules file: who may post, read, route and
+                        replay where (default: none, everything allowed).
+                        Under CGI the user is REMOTE_USER, set by the web
+                        server's authentication; see docs/ACCESS.md
 
 Deployment guide: docs/DEPLOY.md.";
 
@@ -47,9 +52,9 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the PubSub protocol at /kn over HTTP/1.1, and the pages built
-    /// into the program (or --static DIR) for every other path, until
-    /// Ctrl-C.
+    /// Serve the PubSub protocol at /kn over HTTP/1.1, Durable Streams at
+    /// /v1/stream/ (docs/DURABLE-STREAMS.md), and the pages built into the
+    /// program (or --static DIR) for every other path, until Ctrl-C.
     ///
     /// One persistent process with thousands of open tunnels; put it
     /// behind Apache's mod_proxy or nginx, or use it directly.
@@ -85,6 +90,26 @@ pub struct ServeArgs {
     /// seven eighths of the connections].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tunnels: Option<u32>,
+    /// Do not answer GET /metrics (the store's counters and size, open
+    /// tunnels and connections, requests served, in the Prometheus text
+    /// format); /metrics is then an ordinary static path.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// Take the request's user from --user-header, but only on connections
+    /// from ADDR (a front proxy that authenticates, e.g. Apache with
+    /// mod_proxy; repeat for several). From any other address the header
+    /// is ignored. See docs/ACCESS.md.
+    #[arg(long = "trusted-proxy", value_name = "ADDR")]
+    pub trusted_proxy: Vec<std::net::IpAddr>,
+    /// The header in which a --trusted-proxy names the user.
+    #[arg(long, value_name = "NAME", default_value = "X-Remote-User")]
+    pub user_header: String,
+    /// Check Basic credentials against FILE, an htpasswd file with bcrypt
+    /// (`htpasswd -B`), SHA-256/512 (`-2`, `-5`) or crypt hashes; wrong
+    /// credentials are answered 401. The access rules are
+    /// $KN_ACCESS_RULES (docs/ACCESS.md).
+    #[arg(long, value_name = "FILE")]
+    pub htpasswd: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -104,6 +129,14 @@ impl ServeArgs {
         config.public_url = self.public_url;
         config.max_connections = cap(self.max_connections, "KN_MAX_CONNECTIONS")?;
         config.max_tunnels = cap(self.max_tunnels, "KN_MAX_TUNNELS")?;
+        config.metrics = !self.no_metrics;
+        let htpasswd = match &self.htpasswd {
+            Some(path) => Some(Htpasswd::load(path)?),
+            None => None,
+        };
+        let proxy = (!self.trusted_proxy.is_empty())
+            .then(|| TrustedProxy { addresses: self.trusted_proxy.clone(), header: self.user_header.clone() });
+        config.auth = std::sync::Arc::new(Authentication { proxy, htpasswd });
         Ok(config)
     }
 }

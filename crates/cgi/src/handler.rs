@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use kn_journal::access::{AsUser, Operation};
 use kn_journal::{
     parse_expires, Destination, ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
 };
@@ -15,6 +16,35 @@ use kn_wire::{js, status_event, Format, Page, Params};
 
 use crate::request::Request;
 use crate::response::{Head, Response, Status};
+
+thread_local! {
+    /// The topics whose forwarding a request left for after its reply
+    /// (see [`Handler::handle_deferring`]).
+    static AFTER_REPLY: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What is to happen once the client has the reply: the new routes'
+/// initial populations (PROTOCOL.md 3.3), which old clients read only
+/// after the route request returns.
+pub struct AfterReply {
+    store: Arc<Store>,
+    topics: Vec<Topic>,
+}
+
+impl AfterReply {
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
+    }
+
+    /// Carries the populations (errors stay in the outbox, for the
+    /// topic's next writer).
+    pub fn run(self) {
+        for topic in &self.topics {
+            let _ = self.store.complete_forwarding(topic);
+        }
+    }
+}
 
 /// What a handled request answers.
 pub enum Reply {
@@ -80,6 +110,10 @@ pub const REPLAY_RETRY_AFTER_SECS: u32 = 60;
 /// would still make hundreds of thousands of posts).
 pub const MAX_BATCH_ENTRIES: usize = 1000;
 
+/// The realm of the `WWW-Authenticate: Basic` challenge that comes with a
+/// `401` (an anonymous request the access rules refuse).
+pub const AUTH_REALM: &str = "knpubsub";
+
 impl Handler {
     /// A handler over `store`.
     pub fn new(store: Arc<Store>, options: Options) -> Handler {
@@ -93,6 +127,24 @@ impl Handler {
 
     /// Answers one request.
     pub fn handle(&self, request: &Request) -> Reply {
+        let (reply, after) = self.handle_deferring(request);
+        after.run();
+        reply
+    }
+
+    /// [`Handler::handle`], leaving what is to happen only once the client
+    /// has the reply (a new route's initial population, issue 12) to the
+    /// [`AfterReply`] returned: the caller writes the reply, then runs it.
+    /// Should it never run, the store's outbox keeps the work for the
+    /// topic's next writer.
+    pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
+        AFTER_REPLY.with(|after| after.borrow_mut().clear());
+        let reply = self.handle_now(request);
+        let topics = AFTER_REPLY.with(|after| std::mem::take(&mut *after.borrow_mut()));
+        (reply, AfterReply { store: self.store.clone(), topics })
+    }
+
+    fn handle_now(&self, request: &Request) -> Reply {
         #[cfg(feature = "failpoints")]
         panic_failpoint(request);
         if !request.method().is_supported() {
@@ -119,6 +171,8 @@ impl Handler {
             None => "route".to_string(),
         };
         let status_from = params.get("kn_status_from");
+        let who = request.principal();
+        let user = self.store.as_user(&who);
         match method.as_str() {
             "notify" | "route" | "batch" | "replay" => {}
             "whoami" => return Reply::Done(self.whoami(request)),
@@ -132,12 +186,15 @@ impl Handler {
             }
         }
         if method == "route" && is_tunnel_request(params) {
-            return match self.tunnel(request, params, request.path_info(), format) {
+            return match self.tunnel(request, params, request.path_info(), format, &user) {
                 Ok(t) => Reply::Tunnel(Box::new(t)),
                 Err(f) => self.reply_statuses(request, format, &page, vec![failure_event(f, status_from)]),
             };
         }
-        let statuses_to = self.status_topic(params);
+        let statuses_to = match self.status_topic(params, &user) {
+            Ok(to) => to,
+            Err(f) => return self.done(format, &page, vec![failure_event(f, status_from)]),
+        };
         let mut statuses = Vec::new();
         if method == "batch" && params.get_all("kn_batch").count() > MAX_BATCH_ENTRIES {
             let count = params.get_all("kn_batch").count();
@@ -151,7 +208,7 @@ impl Handler {
                 let event = match Params::parse(entry) {
                     Ok(sub) => {
                         let sub_from = sub.get("kn_status_from").map(<[u8]>::to_vec);
-                        let outcome = self.batch_entry(&sub);
+                        let outcome = self.batch_entry(&sub, &user);
                         outcome_event(outcome, sub_from.as_deref())
                     }
                     Err(err) => status_event(400, "Bad batch entry", format!("kn_batch entry {}: {}", i + 1, err.message()), None),
@@ -159,7 +216,7 @@ impl Handler {
                 self.emit(&statuses_to, &mut statuses, event);
             }
         } else {
-            let outcome = self.single(&method, params, request.path_info());
+            let outcome = self.single(&method, params, request.path_info(), &user);
             self.emit(&statuses_to, &mut statuses, outcome_event(outcome, status_from));
         }
         match statuses_to {
@@ -169,11 +226,11 @@ impl Handler {
     }
 
     /// One notify, static route, route deletion or replay.
-    fn single(&self, method: &str, params: &Params, path_info: &[u8]) -> Outcome {
+    fn single(&self, method: &str, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         match method {
-            "notify" => self.notify(params, path_info),
-            "route" => self.route(params, path_info),
-            "replay" => self.replay(params, path_info),
+            "notify" => self.notify(params, path_info, user),
+            "route" => self.route(params, path_info, user),
+            "replay" => self.replay(params, path_info, user),
             _ => Err(Failure::new(400, "can't batch that", format!("can't batch do_method '{method}'"))),
         }
     }
@@ -181,11 +238,12 @@ impl Handler {
     /// PROTOCOL.md 3.7: starts `kn-replay` on the journal, detached (its
     /// own session, no standard streams), and answers at once. The program
     /// is `$KN_REPLAY`, else `kn-replay` beside this executable.
-    fn replay(&self, params: &Params, path_info: &[u8]) -> Outcome {
+    fn replay(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         use std::os::unix::process::CommandExt;
         use std::process::{Command, Stdio};
 
         let journal = self.topic_param(params, "kn_from", path_info, "bad replay topic name")?;
+        user.check(Operation::Replay, &journal).map_err(|e| Failure::journal(e, "bad replay topic name"))?;
         let program = std::env::var_os("KN_REPLAY").map(std::path::PathBuf::from).or_else(|| {
             let beside = std::env::current_exe().ok()?.parent()?.join("kn-replay");
             beside.is_file().then_some(beside)
@@ -200,6 +258,8 @@ impl Handler {
         let root = std::fs::canonicalize(self.store.root()).unwrap_or_else(|_| self.store.root().to_path_buf());
         let mut command = Command::new(&program);
         command.arg("--root").arg(root).arg("--quiet");
+        // Its posts are checked as the requester's own (docs/ACCESS.md).
+        command.arg("--as-user").arg(user.principal().name().unwrap_or(""));
         if let Some(warp) = params.get_str("warp") {
             command.arg("--warp").arg(warp.trim());
         }
@@ -242,11 +302,11 @@ impl Handler {
         Ok((200, "Replaying", format!("Replaying '{journal}'\n").into_bytes()))
     }
 
-    fn batch_entry(&self, sub: &Params) -> Outcome {
+    fn batch_entry(&self, sub: &Params, user: &AsUser) -> Outcome {
         let method = sub.get("do_method").map(|m| String::from_utf8_lossy(m).into_owned()).unwrap_or_default();
         match method.as_str() {
-            "notify" | "replay" => self.single(&method, sub, b""),
-            "route" if !is_tunnel_request(sub) => self.single(&method, sub, b""),
+            "notify" | "replay" => self.single(&method, sub, b"", user),
+            "route" if !is_tunnel_request(sub) => self.single(&method, sub, b"", user),
             _ => Err(Failure::new(400, "can't batch that", format!("can't batch do_method '{method}'"))),
         }
     }
@@ -267,13 +327,13 @@ impl Handler {
         }
     }
 
-    fn notify(&self, params: &Params, path_info: &[u8]) -> Outcome {
+    fn notify(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
-        let report = self.store.notify(&topic, params.elements()).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
+        let report = user.notify(&topic, params.elements()).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
         Ok((200, "Notified", wrote_lines(&report.writes)))
     }
 
-    fn route(&self, params: &Params, path_info: &[u8]) -> Outcome {
+    fn route(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         let from = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
         let to = params.get("kn_to").unwrap_or_default();
         let mut elements = params.elements();
@@ -282,24 +342,31 @@ impl Handler {
             let Some(id) = params.get("kn_id").filter(|id| !id.is_empty()) else {
                 return Err(Failure::new(400, "Bad request", "deleting a route (empty kn_to) needs the route's kn_id"));
             };
-            self.store.delete_route(&from, id, params.get("kn_expires"))
+            user.delete_route(&from, id, params.get("kn_expires"))
         } else {
-            self.store.route(&from, to, elements)
+            user.route_deferred(&from, to, elements)
         };
         let report = report.map_err(|e| Failure::journal(e, "bad route destination"))?;
+        if report.population_pending {
+            AFTER_REPLY.with(|after| after.borrow_mut().push(from));
+        }
         if report.ignored {
             return Ok((200, "Ignored route", b"was a duplicate\n".to_vec()));
         }
         Ok((200, "Routed", wrote_lines(&report.writes)))
     }
 
-    /// Where status events go instead of the response (`kn_status_to`).
-    fn status_topic(&self, params: &Params) -> Option<Option<Topic>> {
-        let name = params.get("kn_status_to")?;
-        Some(match self.store.resolve(name) {
-            Ok(Destination::Local(t)) => Some(t),
+    /// Where status events go instead of the response (`kn_status_to`):
+    /// refused (nothing done) when the user may not post there.
+    fn status_topic(&self, params: &Params, user: &AsUser) -> Result<Option<Option<Topic>>, Failure> {
+        let Some(name) = params.get("kn_status_to") else { return Ok(None) };
+        Ok(Some(match self.store.resolve(name) {
+            Ok(Destination::Local(t)) => {
+                user.check(Operation::Post, &t).map_err(|e| Failure::journal(e, "bad kn_status_to topic name"))?;
+                Some(t)
+            }
             _ => None,
-        })
+        }))
     }
 
     /// Records a status event: posted to the `kn_status_to` topic when there
@@ -316,7 +383,9 @@ impl Handler {
     }
 
     fn reply_statuses(&self, request: &Request, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {
-        let to = self.status_topic(request.params());
+        let who = request.principal();
+        // Where the user may not post, the statuses come in the response.
+        let to = self.status_topic(request.params(), &self.store.as_user(&who)).unwrap_or(None);
         if to.is_some() {
             let mut none = Vec::new();
             for s in statuses {
@@ -335,6 +404,11 @@ impl Handler {
                 if r.code() == 503 {
                     r.head.headers.push(("Retry-After".to_string(), REPLAY_RETRY_AFTER_SECS.to_string()));
                 }
+                // Refused to anonymous by the access rules: logging in
+                // may help, so ask for credentials.
+                if r.code() == 401 {
+                    r.head.headers.push(("WWW-Authenticate".to_string(), format!("Basic realm=\"{AUTH_REALM}\"")));
+                }
                 Reply::Done(r)
             }
             Err(_) => Reply::Done(Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new())),
@@ -343,7 +417,7 @@ impl Handler {
 
     // ----- tunnels ----------------------------------------------------------
 
-    fn tunnel(&self, request: &Request, params: &Params, path_info: &[u8], format: Format) -> Result<TunnelReply, Failure> {
+    fn tunnel(&self, request: &Request, params: &Params, path_info: &[u8], format: Format, user: &AsUser) -> Result<TunnelReply, Failure> {
         let topic = self.topic_param(params, "kn_from", path_info, "bad route source topic name")?;
         let mut selection = Selection::from_params(&params.elements()).map_err(|e| Failure::journal(e, "Bad request"))?;
         if format == Format::Sse {
@@ -361,7 +435,7 @@ impl Handler {
             }
             None => None,
         };
-        let start = self.store.tunnel(&topic, &selection).map_err(|e| Failure::journal(e, "bad route source topic name"))?;
+        let start = user.tunnel(&topic, &selection).map_err(|e| Failure::journal(e, "bad route source topic name"))?;
         let mut payload = wrote_lines(&start.created.writes);
         payload.extend_from_slice(format!("Watching for events in topic '{topic}'.").as_bytes());
         let status = status_event(200, "Watching topic", payload, params.get("kn_status_from"));
@@ -605,6 +679,13 @@ impl TunnelReply {
         }
         out.extend_from_slice(self.format.padding());
         Some(out)
+    }
+
+    /// True when the last [`TunnelReply::next_chunk`] returned events and
+    /// read all there was: await the wakeup armed before it rather than
+    /// read again.
+    pub fn caught_up(&self) -> bool {
+        self.tunnel.caught_up()
     }
 
     /// An armed wakeup (a `Future`) for async servers: arm, call

@@ -54,6 +54,7 @@
 use std::fmt;
 
 pub mod assets;
+pub mod auth;
 pub mod cgi;
 pub mod cli;
 pub mod handler;
@@ -62,12 +63,13 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+pub mod streams;
 
 pub use kn_wire::{status_event, Format, Page, Params};
 pub use kn_journal::fresh_id;
 pub use kn_journal::Event;
 pub use request::{HttpRequest, Limits, Method, Request};
-pub use handler::{Handler, Options, Reply, TunnelReply};
+pub use handler::{AfterReply, Handler, Options, Reply, TunnelReply};
 pub use response::{Head, Response, Status, TunnelWriter};
 
 /// What kind of failure an [`Error`] is; [`ErrorKind::status`] is the

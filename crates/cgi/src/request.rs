@@ -307,6 +307,15 @@ impl Request {
         self.remote_user.as_deref()
     }
 
+    /// Who makes the request, for the access rules: [`Request::remote_user`],
+    /// else anonymous.
+    pub fn principal(&self) -> kn_journal::access::Principal {
+        match &self.remote_user {
+            Some(name) => kn_journal::access::Principal::user(name),
+            None => kn_journal::access::Principal::anonymous(),
+        }
+    }
+
     /// The `Last-Event-ID` header of an `EventSource` reconnect.
     pub fn last_event_id(&self) -> Option<&[u8]> {
         self.last_event_id.as_deref()

@@ -1,5 +1,7 @@
 //! `pubsub-cgi serve`: the built-in HTTP/1.1 server.
 //!
+//! Durable Streams are served at `/v1/stream/` ([`crate::streams`]).
+//!
 //! It mounts the very same [`Handler`] a CGI process runs at `/kn`, in one
 //! persistent process sharing one [`Store`] (the speed mod_perl gave the
 //! original), and for every other path serves the pages of `www/` built
@@ -7,19 +9,27 @@
 //! ([`ServeConfig::static_dir`]). Put it behind a web server's reverse
 //! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
-//! The async workers never block: every request (notify, route, batch,
-//! ...) runs on tokio's bounded blocking pool, where it may wait for a
-//! topic's lock (held by a compaction for seconds), a remote URL or
+//! The async workers never wait for a lock: every request (notify, route,
+//! batch, ...) runs on tokio's bounded blocking pool, where it may wait for
+//! a topic's lock (held by a compaction for seconds), a remote URL or
 //! `fdatasync` without holding up anyone else. A tunnel is a task awaiting
 //! a wakeup (a `Future`): no thread and no process per idle tunnel, so
-//! thousands of browsers can each hold one open; its reads of the topic's
-//! files run on a small pool of their own, so that requests waiting for a
-//! locked topic cannot delay the tunnels of others.
+//! thousands of browsers can each hold one open. Its reads of the topic's
+//! files take no lock and read only what is new (an `open`, a `statx` and
+//! one `pread` from the page cache), so the task makes them itself: a
+//! fan-out to a thousand tunnels then costs no hand-over to another thread
+//! and back per delivery. Ending a tunnel (its journal made stale, its
+//! watch dropped) runs on a small pool of its own.
 //!
 //! Connections and tunnels are capped ([`ServeConfig::max_connections`],
 //! [`ServeConfig::max_tunnels`]): past a cap the request is answered
 //! `503 Service Unavailable` with `Retry-After`, never accepted without
 //! bound.
+//!
+//! At `/metrics` ([`ServeConfig::metrics`], on by default) it answers the
+//! store's counters and size in the Prometheus text format (the same page
+//! as `kn stat --prometheus`), plus its own open tunnels, open connections
+//! and requests served.
 //!
 //! ```no_run
 //! use kn_cgi::serve::{serve, ServeConfig};
@@ -32,6 +42,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -44,13 +55,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use kn_journal::{Config, Store};
+use kn_journal::{Config, Exposition, Store, PROMETHEUS_CONTENT_TYPE};
 use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::handler::{Handler, Options, Reply, TunnelReply};
+use crate::auth::{Authentication, Identity};
+use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
 use crate::{Error, ErrorKind};
@@ -58,6 +70,9 @@ use crate::{Error, ErrorKind};
 /// Where the protocol is mounted: the path the JavaScript library expects
 /// by default (PROTOCOL.md 3.8).
 pub const MOUNT: &str = "/kn";
+
+/// Where the Prometheus figures are served ([`ServeConfig::metrics`]).
+pub const METRICS_PATH: &str = "/metrics";
 
 /// How many tunnel pieces may wait for a slow client before the tunnel
 /// itself waits: enough to never stall on a burst, small enough that a
@@ -70,8 +85,8 @@ const TUNNEL_QUEUE: usize = 8;
 /// stall every other request.
 const BLOCKING_THREADS: usize = 32;
 
-/// Threads that read tunnels' topic files (a pool of their own: see the
-/// module documentation). Each read is a page-cache read of what is new.
+/// Threads that end tunnels (expire a journal, drop a watch): a pool of
+/// their own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
 
 /// What `Retry-After` says when a cap is reached, in seconds.
@@ -111,6 +126,13 @@ pub struct ServeConfig {
     /// that one-shot requests still get through when tunnels fill up
     /// (`--max-tunnels`, `KN_MAX_TUNNELS`).
     pub max_tunnels: Option<usize>,
+    /// Whether `GET /metrics` answers the Prometheus figures (default:
+    /// yes; `--no-metrics` turns it off, and `/metrics` is then an
+    /// ordinary static path).
+    pub metrics: bool,
+    /// Who makes each request (docs/ACCESS.md): by default no one is
+    /// trusted and every request is anonymous.
+    pub auth: Arc<Authentication>,
 }
 
 impl ServeConfig {
@@ -124,6 +146,8 @@ impl ServeConfig {
             options: Options::default(),
             max_connections: None,
             max_tunnels: None,
+            metrics: true,
+            auth: Arc::new(Authentication::default()),
         }
     }
 
@@ -161,18 +185,20 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
     let server = Arc::new(Server::new(config, local)?);
+    tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
+    tokio::spawn(retry_lagging_forwarding(server.store.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     // Tunnel pieces are small and must leave at once.
                     let _ = stream.set_nodelay(true);
                     match server.connections.clone().try_acquire_owned() {
                         Ok(permit) => {
-                            tokio::spawn(connection(server.clone(), stream, permit));
+                            tokio::spawn(connection(server.clone(), stream, peer, permit));
                         }
                         // Full: answer 503 if few are waiting for that,
                         // else close at once (dropping the stream).
@@ -192,12 +218,39 @@ async fn run(config: ServeConfig) -> Result<(), Error> {
     }
 }
 
+/// The sweep in the background (kn-journal's `Store::sweep`): a slice
+/// every `sweep_interval`, on the blocking pool, for as long as the server
+/// runs. Slices of other processes (pubsub.cgi, `kn gc`) share its queue.
+async fn sweeper(store: Arc<Store>) {
+    let interval = store.config().sweep_interval.max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(interval).await;
+        if store.sweep_due() {
+            let store = store.clone();
+            let _ = tokio::task::spawn_blocking(move || store.sweep(store.config().sweep_budget)).await;
+        }
+    }
+}
+
+/// In the background, once a second: the deliveries waiting in the
+/// store's outbox for a retry (a route that failed transiently) or a
+/// population, whose topic may see no other post for a long time.
+async fn retry_lagging_forwarding(store: Arc<Store>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let store = store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.complete_lagging_forwarding()).await;
+    }
+}
+
 /// Serves one connection; `_permit` counts it against the cap until it
 /// closes.
-async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, _permit: OwnedSemaphorePermit) {
+async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
     let service = service_fn(move |request| {
         let server = server.clone();
-        async move { Ok::<_, Infallible>(server.respond(request).await) }
+        async move { Ok::<_, Infallible>(server.respond(request, peer).await) }
     });
     // A failed connection (the client went away) concerns no one else.
     let _ = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
@@ -266,6 +319,14 @@ struct Server {
     tunnels: Arc<Semaphore>,
     /// The pool that reads tunnels' topic files.
     readers: Readers,
+    /// Whether `/metrics` is served.
+    metrics: bool,
+    /// Requests answered so far (every path, `/metrics` included).
+    requests: AtomicU64,
+    /// Who makes a request.
+    auth: Arc<Authentication>,
+    /// Durable Streams at `/v1/stream/` (crate::streams).
+    streams: Arc<kn_journal::streams::Streams>,
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -316,7 +377,7 @@ impl Server {
         };
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
-            store,
+            auth: config.auth,
             limits,
             static_dir,
             local,
@@ -324,21 +385,32 @@ impl Server {
             connections: Arc::new(Semaphore::new(caps.0)),
             tunnels: Arc::new(Semaphore::new(caps.1)),
             readers,
+            metrics: config.metrics,
+            requests: AtomicU64::new(0),
+            streams: Arc::new(kn_journal::streams::Streams::new(store.clone())),
+            store,
         })
     }
 
-    async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+    async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let path = request.uri().path();
+        if self.metrics && path == METRICS_PATH {
+            return self.metrics(request.method()).await;
+        }
+        if path.starts_with(crate::streams::PREFIX) {
+            return crate::streams::respond(self.streams.clone(), request, self.local).await;
+        }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
-            return self.pubsub(request, path_info).await;
+            return self.pubsub(request, path_info, peer).await;
         }
         self.static_file(request).await
     }
 
     // ----- the protocol at /kn ---------------------------------------------
 
-    async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>) -> hyper::Response<Body> {
+    async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>, peer: SocketAddr) -> hyper::Response<Body> {
         let (parts, incoming) = request.into_parts();
         let query = parts.uri.query().unwrap_or("").as_bytes().to_vec();
         let head_request = parts.method == hyper::Method::HEAD;
@@ -357,11 +429,25 @@ impl Server {
             }
             Err(err) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, format!("cannot read the request body: {err}"))),
         };
+        let headers: Vec<(String, Vec<u8>)> = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+        let remote_user = match self.auth.identify(&headers, peer.ip()) {
+            Identity::Anonymous => None,
+            Identity::User(name) => Some(name),
+            Identity::BadCredentials => {
+                let mut reply = self.status_reply(&query, 401, "Unauthorized", "the user name or password is not valid");
+                let challenge = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")).ok();
+                if let Some(challenge) = challenge {
+                    reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
+                }
+                return reply;
+            }
+        };
         let http = HttpRequest {
             method: parts.method.as_str().to_owned(),
             path_info,
             query: query.clone(),
-            headers: parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
+            headers,
+            remote_user,
             body: body.into(),
             script_name: MOUNT.to_owned(),
             server_name: self.local.ip().to_string(),
@@ -371,23 +457,28 @@ impl Server {
         let server = self.clone();
         let work = move || {
             let request = Request::from_http(http, &server.limits)?;
-            Ok::<_, Error>(server.handler.handle(&request))
+            Ok::<_, Error>(server.handler.handle_deferring(&request))
         };
         // Off the async workers: a request may wait for a topic's lock. No
         // request may panic; should one, the blocking pool catches it and
         // it alone is answered 500 (the `Err(join)` arm).
         let handled = tokio::task::spawn_blocking(work).await;
         match handled {
-            Ok(Ok(Reply::Done(response))) => one_shot(response, head_request),
-            Ok(Ok(Reply::Tunnel(tunnel))) => match self.tunnels.clone().try_acquire_owned() {
-                Ok(permit) => self.stream(tunnel, permit),
-                Err(_) => {
-                    // Ends the tunnel's watch; nothing was sent yet.
-                    self.readers.handle().spawn_blocking(move || drop(tunnel));
-                    let limit = self.caps.1;
-                    self.busy(&query, &format!("too many tunnels: this server holds at most {limit} at once"))
+            Ok(Ok((Reply::Done(response), after))) => then(one_shot(response, head_request), after),
+            Ok(Ok((Reply::Tunnel(tunnel), after))) => {
+                if !after.is_empty() {
+                    tokio::task::spawn_blocking(move || after.run());
                 }
-            },
+                match self.tunnels.clone().try_acquire_owned() {
+                    Ok(permit) => self.stream(tunnel, permit),
+                    Err(_) => {
+                        // Ends the tunnel's watch; nothing was sent yet.
+                        self.readers.handle().spawn_blocking(move || drop(tunnel));
+                        let limit = self.caps.1;
+                        self.busy(&query, &format!("too many tunnels: this server holds at most {limit} at once"))
+                    }
+                }
+            }
             Ok(Err(err)) => self.failure(&query, &err),
             Err(join) if join.is_panic() => {
                 self.failure(&query, &Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)"))
@@ -446,6 +537,37 @@ impl Server {
         reply
     }
 
+    // ----- /metrics ---------------------------------------------------------
+
+    /// The Prometheus page: the store's figures (read on the blocking
+    /// pool: one walk of the store's tree) and this server's.
+    async fn metrics(self: Arc<Self>, method: &hyper::Method) -> hyper::Response<Body> {
+        let head_request = method == hyper::Method::HEAD;
+        if method != hyper::Method::GET && !head_request {
+            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n");
+            reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return reply;
+        }
+        let store = self.store.clone();
+        // The store's figures; the outbox's pending deliveries join them
+        // there (Exposition::of_store) when the outbox merges.
+        let mut page = match tokio::task::spawn_blocking(move || Exposition::of_store(&store)).await {
+            Ok(Ok(page)) => page,
+            Ok(Err(err)) => return plain_owned(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {err}\n")),
+            Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
+        };
+        let (connections, tunnels) = self.caps;
+        page.gauge("kn_serve_open_tunnels", "Tunnels open now.", (tunnels - self.tunnels.available_permits()) as u64);
+        page.gauge("kn_serve_open_connections", "Connections open now.", (connections - self.connections.available_permits()) as u64);
+        page.counter("kn_serve_requests_total", "Requests answered since the server started.", self.requests.load(Ordering::Relaxed));
+        let body = page.into_string().into_bytes();
+        let length = body.len();
+        let mut reply = hyper::Response::new(if head_request { Body::empty() } else { Body::full(body) });
+        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));
+        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+        reply
+    }
+
     // ----- static files ----------------------------------------------------
 
     async fn static_file(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
@@ -487,9 +609,9 @@ async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
 }
 
 /// Follows a tunnel until the client goes away or `kn_expires` passes:
-/// arm a wakeup, read what is new (on `reader`'s blocking threads), send
-/// it; when nothing is, await the wakeup, the keep-alive timer or the
-/// deadline. `_permit` counts the tunnel against the cap until it ends.
+/// arm a wakeup, read what is new, send it; when nothing is (or the read
+/// caught up), await the wakeup, the keep-alive timer or the deadline
+/// (whose trailer is written on `reader`'s blocking threads). `_permit` counts the tunnel against the cap until it ends.
 async fn follow(
     store: Arc<Store>,
     reader: tokio::runtime::Handle,
@@ -506,23 +628,18 @@ async fn follow(
     let mut last_write = Instant::now();
     loop {
         let listener = tunnel.listen();
-        let read = {
-            let store = store.clone();
-            reader.spawn_blocking(move || {
-                let chunk = tunnel.next_chunk(&store);
-                (tunnel, chunk)
-            })
-        };
-        // A read that panicked ends the tunnel (the client reconnects).
-        let Ok((returned, chunk)) = read.await else { return };
-        tunnel = returned;
+        let chunk = tunnel.next_chunk(&store);
         match chunk {
             Ok(Some(chunk)) => {
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
                 }
                 last_write = Instant::now();
-                continue;
+                // Read again only if that read may have left something
+                // behind; else the wakeup armed before it says when to.
+                if !tunnel.caught_up() {
+                    continue;
+                }
             }
             Ok(None) => {}
             // The topic's files are unreadable: end the response; the
@@ -580,6 +697,20 @@ fn one_shot(response: Response, head_request: bool) -> hyper::Response<Body> {
     reply
 }
 
+/// Attaches `after` (a new route's population, issue 12) to a one-shot
+/// reply: it runs once hyper has taken the whole body to send.
+fn then(mut reply: hyper::Response<Body>, after: AfterReply) -> hyper::Response<Body> {
+    if after.is_empty() {
+        return reply;
+    }
+    let bytes = match reply.body_mut() {
+        Body::Full(bytes) => bytes.take(),
+        _ => None,
+    };
+    *reply.body_mut() = Body::Then(bytes, Some(after));
+    reply
+}
+
 fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> {
     let mut reply = hyper::Response::new(body);
     let code = head.code();
@@ -599,6 +730,15 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
             reply.headers_mut().append(name, value);
         }
     }
+    reply
+}
+
+fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
+    let length = text.len();
+    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     reply
 }
 
@@ -657,7 +797,30 @@ pub enum Body {
     /// A tunnel's pieces; the tunnel's task holds the sender, and the body
     /// ends when it is dropped.
     Stream(mpsc::Receiver<Bytes>),
+    /// A complete body with what is to run once it is sent (started, a
+    /// moment later, when hyper is done with the body).
+    Then(Option<Bytes>, Option<AfterReply>),
 }
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        let Body::Then(_, after) = self else { return };
+        let Some(after) = after.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    // The reply's last bytes leave with hyper's next flush.
+                    tokio::time::sleep(AFTER_REPLY_MARGIN).await;
+                    let _ = tokio::task::spawn_blocking(move || after.run()).await;
+                });
+            }
+            Err(_) => after.run(),
+        }
+    }
+}
+
+/// How long after hyper has taken a reply's body its deferred work starts.
+const AFTER_REPLY_MARGIN: Duration = Duration::from_millis(20);
 
 impl Body {
     fn full(bytes: Vec<u8>) -> Body {
@@ -675,19 +838,19 @@ impl hyper::body::Body for Body {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
-            Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Full(bytes) | Body::Then(bytes, _) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None))
+        matches!(self, Body::Full(None) | Body::Then(None, _))
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            Body::Full(None) => SizeHint::with_exact(0),
+            Body::Full(Some(b)) | Body::Then(Some(b), _) => SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) | Body::Then(None, _) => SizeHint::with_exact(0),
             Body::Stream(_) => SizeHint::default(),
         }
     }

@@ -1428,7 +1428,8 @@ fn a_thousand_distinct_hosts_leave_names_unchanged() {
 #[test]
 fn a_forged_host_does_not_make_a_route_to_a_peer_deliver_locally() {
     let pool = Pool::new("forged-host");
-    // A peer nobody listens at: a delivery to it fails and poisons the route.
+    // A peer nobody listens at: a delivery to it fails and, with no
+    // retries allowed, poisons the route.
     let peer = "127.0.0.1:9";
     let route = format!("do_method=route&kn_from=/what/chat&kn_to=http%3A%2F%2F{peer}%2Fkn%2Fstolen&kn_id=r1&kn_response_format=simple");
     let reply = pool.cgi().env("KN_OUTBOUND", "allow").post(&route).run();
@@ -1436,6 +1437,7 @@ fn a_forged_host_does_not_make_a_route_to_a_peer_deliver_locally() {
     let forged = pool
         .cgi()
         .env("KN_OUTBOUND", "allow")
+        .env("KN_FORWARD_RETRIES", "0")
         .env("HTTP_HOST", peer)
         .post("kn_to=/what/chat&kn_payload=secret&kn_response_format=simple")
         .run();

@@ -5,6 +5,13 @@
 //!   topic already holding that many events.
 //! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
 //!   local journals.
+//! * `access/notify/{no_rules,100_rules}`: one notify through
+//!   `Store::as_user` without a rules file, and with a 100-rule file whose
+//!   granting rule is the last one (every rule is looked at).
+//!   `access/fanout10/...`: the same with 10 routes created by the user,
+//!   each delivery checking its creator's rights again.
+//! * `access_ratio` (printed): the same two measured as the ratio of
+//!   alternating rounds in one run, which a busy machine skews less.
 //! * `bigfan` (printed, not criterion: each round writes the payload to
 //!   1,000 journals): one post of a 1 MiB payload forwarded along 1,000
 //!   routes to local journals (after a small warm-up post), its time and
@@ -25,6 +32,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{BenchmarkId, Criterion};
+use kn_journal::access::Principal;
 use kn_journal::{Config, Event, Selection, Store, Topic};
 
 fn topic(name: &str) -> Topic {
@@ -95,6 +103,34 @@ fn post_latency(c: &mut Criterion, full: bool) {
     }
 }
 
+/// A post to a topic with one route to an ordinary topic: the forwarding
+/// outbox's cost (its `.forwarded` locked, read and written once per post)
+/// on top of the delivery itself.
+fn post_routed(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let source = topic("/bench/routed");
+    let mut params = Event::new();
+    params.set("kn_id", "r1");
+    store.route(&source, b"/bench/routed_copy", params).expect("create route");
+    let plain = topic("/bench/unrouted");
+    let mut group = c.benchmark_group("post/routed");
+    let mut next = 0u64;
+    group.bench_function("0_routes", |b| {
+        b.iter(|| {
+            next += 1;
+            store.notify(&plain, event(&format!("m{next:08}"))).expect("post")
+        })
+    });
+    group.bench_function("1_route", |b| {
+        b.iter(|| {
+            next += 1;
+            store.notify(&source, event(&format!("m{next:08}"))).expect("post")
+        })
+    });
+    group.finish();
+}
+
 fn fanout(c: &mut Criterion, full: bool) {
     let routes = if full { 1000 } else { 10 };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -124,6 +160,130 @@ fn fanout(c: &mut Criterion, full: bool) {
         })
     });
     group.finish();
+}
+
+/// A rules file of `n` rules: `n - 1` that do not apply to a post to
+/// `/bench/...` by anna (other topics, other operations, other people),
+/// then the one that allows it.
+fn rules_file(dir: &Path, n: usize) -> std::path::PathBuf {
+    let mut text = String::from("group staff: anna bob carl
+group ops: dora anna
+");
+    for i in 0..n - 1 {
+        text.push_str(&match i % 4 {
+            0 => format!("allow post,read /what/team{i}/** @staff\n"),
+            1 => format!("deny  all       /what/secret{i}/** *\n"),
+            2 => format!("allow read      /bench/**/kn_journal{i} anonymous\n"),
+            _ => format!("allow all       /who/{{user}}/projects{i}/** @ops\n"),
+        });
+    }
+    text.push_str("allow post,read,route /bench/** users\n");
+    let path = dir.join("access.rules");
+    std::fs::write(&path, text).expect("write rules");
+    path
+}
+
+fn access(c: &mut Criterion) {
+    let anna = Principal::user("anna");
+    let mut notify = c.benchmark_group("access/notify");
+    let mut fan = Vec::new();
+    for (label, rules) in [("no_rules", 0), ("100_rules", 100)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(&dir.path().join("kn_events"));
+        if rules > 0 {
+            config.access_rules = Some(rules_file(dir.path(), rules));
+        }
+        let store = Store::open_with(config).expect("open store");
+        let t = topic("/bench/access");
+        let mut next = 0u64;
+        notify.bench_function(label, |b| {
+            b.iter(|| {
+                next += 1;
+                store.as_user(&anna).notify(&t, event(&format!("a{next:08}"))).expect("post")
+            })
+        });
+        fan.push((label, dir, store));
+    }
+    notify.finish();
+    let mut group = c.benchmark_group("access/fanout10");
+    for (label, _dir, store) in &fan {
+        let source = topic("/bench/access_fan");
+        for i in 0..10 {
+            let mut params = Event::new();
+            params.set("kn_id", format!("r{i}"));
+            store.as_user(&anna).route(&source, format!("/bench/access_to/t{i}").as_bytes(), params).expect("create route");
+        }
+        // Creates the destinations (their announcements are not measured).
+        store.as_user(&anna).notify(&source, event("warm")).expect("post");
+        let mut next = 0u64;
+        group.bench_function(*label, |b| {
+            b.iter(|| {
+                next += 1;
+                let report = store.as_user(&anna).notify(&source, event(&format!("f{next:08}"))).expect("post");
+                assert_eq!(report.writes.len(), 11, "every route delivered");
+                report
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The cost of the rules measured as a ratio within one run, robust to a
+/// busy machine: rounds of `n` notifies alternate between a store without
+/// rules and one with a 100-rule file (and the same with 10 routes per
+/// post); prints the median time per notify of each and their ratio.
+fn access_ratio(full: bool) {
+    let anna = Principal::user("anna");
+    let (rounds, n) = if full { (300, 50) } else { (3, 20) };
+    let mut stores = Vec::new();
+    for rules in [0, 100] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(&dir.path().join("kn_events"));
+        if rules > 0 {
+            config.access_rules = Some(rules_file(dir.path(), rules));
+        }
+        let store = Store::open_with(config).expect("open store");
+        let fan = topic("/bench/ratio_fan");
+        for i in 0..10 {
+            let mut params = Event::new();
+            params.set("kn_id", format!("r{i}"));
+            store.as_user(&anna).route(&fan, format!("/bench/ratio_to/t{i}").as_bytes(), params).expect("create route");
+        }
+        store.as_user(&anna).notify(&fan, event("warm")).expect("post");
+        stores.push((dir, store));
+    }
+    // One check alone, in a loop (CPU only: what the rules add).
+    let rules = stores[1].1.access_rules().expect("rules").expect("a rules file");
+    let checks = if full { 1_000_000 } else { 1000 };
+    let t = topic("/bench/ratio");
+    let started = Instant::now();
+    for _ in 0..checks {
+        rules.check(&anna, kn_journal::access::Operation::Post, std::hint::black_box(&t)).expect("allowed");
+    }
+    println!("access: one check against the 100 rules takes {:.0} ns", started.elapsed().as_secs_f64() * 1e9 / checks as f64);
+    for (label, t) in [("notify", topic("/bench/ratio")), ("notify, 10 routes", topic("/bench/ratio_fan"))] {
+        let mut times = [Vec::new(), Vec::new()];
+        let mut next = 0u64;
+        for _ in 0..rounds {
+            for (i, (_, store)) in stores.iter().enumerate() {
+                let started = Instant::now();
+                for _ in 0..n {
+                    next += 1;
+                    store.as_user(&anna).notify(&t, event(&format!("q{next:08}"))).expect("post");
+                }
+                times[i].push(started.elapsed().as_secs_f64() * 1e6 / n as f64);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (none, hundred) = (median(&mut times[0]), median(&mut times[1]));
+        println!(
+            "access ({label}): no rules {none:.1} µs, 100 rules {hundred:.1} µs per notify (median of {rounds} alternating rounds of {n}): ratio {:.3}",
+            hundred / none
+        );
+    }
 }
 
 /// `du`-style disk usage of a tree: `st_blocks * 512` of every file and
@@ -319,10 +479,19 @@ fn main() {
     if wanted("post/topic") || wanted("post/journal") {
         post_latency(&mut c, full);
     }
+    if wanted("post/routed") {
+        post_routed(&mut c);
+    }
     if wanted("fanout/1000_journal_routes") {
         fanout(&mut c, full);
     }
+    if wanted("access/notify") || wanted("access/fanout10") {
+        access(&mut c);
+    }
     c.final_summary();
+    if wanted("access_ratio") {
+        access_ratio(full);
+    }
     if wanted("bigfan") {
         big_fanout(full);
     }

@@ -89,9 +89,25 @@ impl std::str::FromStr for Shared {
 /// | `max_topic_bytes` | 1024 bytes per topic name (more: `400`); at most [`MAX_TOPIC_BYTES`](crate::MAX_TOPIC_BYTES) (1024) | `KN_MAX_TOPIC_BYTES` |
 /// | `max_form_elements` | 10,000 form elements (`name=value` pairs) per request, query and body together (more: `413`) | `KN_MAX_FORM_ELEMENTS` |
 /// | `max_selected` | 10,000 events a tunnel or new route starts with (older ones are left out) | `KN_MAX_SELECTED` |
-/// | `open_topics` | 1024 sets of topic files kept open between posts (at most 4 per topic) | `KN_OPEN_TOPICS` |
+/// | `open_topics` | sets of topic files kept open between posts (at most 4 per topic): a tenth of the hard open-file limit, at least 1024 (see [`default_open_topics`]) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `journal_grace` | 1 hour: a journal stale this much longer is removed by the sweep | `KN_JOURNAL_GRACE` (seconds) |
+/// | `topic_grace` | 1 day: an empty topic untouched this long is removed by the sweep | `KN_TOPIC_GRACE` (seconds) |
+/// | `tombstone_ttl` | 300 s: the expiry of a deleted route (one without `kn_expires`) and of one the sweep removes | `KN_TOMBSTONE_TTL` (seconds) |
+/// | `sweep_budget` | 16 directories per sweep slice (a request's or a `serve` round's; 0: no slices) | `KN_SWEEP_BUDGET` |
+/// | `sweep_interval` | 1 s between sweep slices, across processes | `KN_SWEEP_INTERVAL_MS` |
+/// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
+/// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
+/// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
+/// | `stream_long_poll` | 20 s a Durable Streams long-poll waits before `204` | `KN_STREAM_LONG_POLL_MS` |
+/// | `stream_sse_max_time` | 60 s an SSE response stays open (then the client reconnects) | `KN_STREAM_SSE_MAX_MS` |
+/// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
+/// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
+/// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
+/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
+/// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
+/// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -179,7 +195,9 @@ pub struct Config {
     /// too; up to four sets of one topic, for threads posting to it at
     /// once), so that posting again costs no `open` and no path lookup. The store
     /// raises the process's soft open-file limit to make room, within the
-    /// hard limit. 0 disables it.
+    /// hard limit. 0 disables it. The default ([`default_open_topics`])
+    /// follows the descriptor limit, so that a server fanning out to
+    /// thousands of journals keeps them all open where it may.
     pub open_topics: usize,
     /// Most replays (`kn-replay`, started by `do_method=replay` or by
     /// hand) running at once on this store, across processes: each holds
@@ -194,6 +212,63 @@ pub struct Config {
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
     /// 0 stores every payload inline.
     pub blob_bytes: usize,
+    /// How long a journal stays after it went stale (its heartbeat older
+    /// than `heartbeat_stale`, or missing) before the sweep removes it
+    /// with its routes and announcement (FORMAT.md, "Removal").
+    pub journal_grace: Duration,
+    /// How long an empty topic (no current event, no active route, no
+    /// subtopic) stays untouched before the sweep removes it.
+    pub topic_grace: Duration,
+    /// The expiry given to a route deletion that names none, and to the
+    /// deletions the sweep writes: watchers of `kn_routes` see them for
+    /// this long, then compaction may reclaim them (after
+    /// `expired_grace`).
+    pub tombstone_ttl: Duration,
+    /// Most directories one sweep slice visits (each request of
+    /// `pubsub.cgi` may run one, `serve` runs one per interval); 0: none.
+    pub sweep_budget: usize,
+    /// Least time between two sweep slices, across every process of the
+    /// store (a slice that is not due costs one `stat`).
+    pub sweep_interval: Duration,
+    /// The access rules file (docs/ACCESS.md): who may post, read, route
+    /// and replay where, checked for requests made through
+    /// [`Store::as_user`](crate::Store::as_user). `None`: everything is
+    /// allowed. At most [`MAX_RULE_LINES`](crate::access::MAX_RULE_LINES)
+    /// lines.
+    pub access_rules: Option<PathBuf>,
+    /// How many times a delivery that failed transiently (a local I/O
+    /// error, a full disk, a remote 5xx or no answer) is retried before
+    /// its route is poisoned ("no answer after the retries", PROTOCOL.md
+    /// 4.1); meanwhile the route is kept and its events wait in the
+    /// topic's outbox. 0 poisons at the first failure.
+    pub forward_retries: u32,
+    /// The wait before the first retry of a failed delivery; each next
+    /// retry waits twice as long (at most an hour).
+    pub forward_backoff: Duration,
+    /// How long a Durable Streams long-poll (`live=long-poll`) waits for
+    /// data before answering `204 No Content`.
+    pub stream_long_poll: Duration,
+    /// How long a Durable Streams SSE response (`live=sse`) stays open;
+    /// the client then reconnects from its last offset (PROTOCOL.md of
+    /// Durable Streams, 5.8: about 60 s, for CDN collapsing).
+    pub stream_sse_max_time: Duration,
+    /// Largest body of a stream `PUT` or `POST`, in bytes (more: `413`).
+    pub stream_max_append_bytes: usize,
+    /// Most data one catch-up read returns, in bytes (at least one
+    /// record): the rest comes on the next read.
+    pub stream_max_read_bytes: usize,
+    /// Longest stream path, in bytes (more: `400`).
+    pub stream_max_path_bytes: usize,
+    /// Most idempotent producers one stream tracks; a new one past it is
+    /// refused (`429`) so that producer state cannot grow without bound.
+    pub stream_max_producers: usize,
+    /// Most streams whose state one process keeps in memory between
+    /// requests (the rest is read again from the log when needed).
+    pub stream_cache: usize,
+    /// How much of the latest data of each stream in `stream_cache` a
+    /// process keeps in memory, in bytes, so that catch-up reads near the
+    /// tail read no file (0: none).
+    pub stream_cache_bytes: usize,
 }
 
 impl Config {
@@ -227,10 +302,26 @@ impl Config {
             max_topic_bytes: 1024,
             max_selected: 10_000,
             max_form_elements: 10_000,
-            open_topics: 1024,
+            open_topics: default_open_topics(),
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
             blob_bytes: 64 << 10,
+            journal_grace: Duration::from_secs(3600),
+            topic_grace: Duration::from_secs(24 * 3600),
+            tombstone_ttl: Duration::from_secs(300),
+            sweep_budget: 16,
+            sweep_interval: Duration::from_secs(1),
+            access_rules: None,
+            forward_retries: 12,
+            forward_backoff: Duration::from_secs(1),
+            stream_long_poll: Duration::from_secs(20),
+            stream_sse_max_time: Duration::from_secs(60),
+            stream_max_append_bytes: 8 << 20,
+            stream_max_read_bytes: 1 << 20,
+            stream_max_path_bytes: 1024,
+            stream_max_producers: 10_000,
+            stream_cache: 1024,
+            stream_cache_bytes: 256 << 10,
         }
     }
 
@@ -340,9 +431,73 @@ impl Config {
         if let Some(v) = var("KN_MAX_FORM_ELEMENTS")? {
             self.max_form_elements = v;
         }
+        if let Some(v) = std::env::var_os("KN_ACCESS_RULES") {
+            self.access_rules = Some(PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
+        }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
         }
+        if let Some(v) = var("KN_JOURNAL_GRACE")? {
+            self.journal_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TOPIC_GRACE")? {
+            self.topic_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TOMBSTONE_TTL")? {
+            self.tombstone_ttl = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_SWEEP_BUDGET")? {
+            self.sweep_budget = v;
+        }
+        if let Some(v) = var("KN_SWEEP_INTERVAL_MS")? {
+            self.sweep_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_FORWARD_RETRIES")? {
+            self.forward_retries = v;
+        }
+        if let Some(v) = var("KN_FORWARD_BACKOFF_MS")? {
+            self.forward_backoff = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_LONG_POLL_MS")? {
+            self.stream_long_poll = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_SSE_MAX_MS")? {
+            self.stream_sse_max_time = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_MAX_APPEND_BYTES")? {
+            self.stream_max_append_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_READ_BYTES")? {
+            self.stream_max_read_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PATH_BYTES")? {
+            self.stream_max_path_bytes = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PRODUCERS")? {
+            self.stream_max_producers = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE")? {
+            self.stream_cache = v;
+        }
+        if let Some(v) = var("KN_STREAM_CACHE_BYTES")? {
+            self.stream_cache_bytes = v;
+        }
         Ok(self)
     }
+}
+
+/// The default of [`Config::open_topics`]: a tenth of the process's hard
+/// open-file limit (the sets take four descriptors at most, so at most
+/// 40% of the descriptors; `serve` gives half to connections), never
+/// fewer than 1024 nor more than 100,000 (an unlimited hard limit). 2,000
+/// sets under a hard limit of 20,000, 6,553 under 65,536.
+///
+/// ```
+/// assert!(kn_journal::default_open_topics() >= 1024);
+/// ```
+pub fn default_open_topics() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct given.
+    let hard = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_max } else { 0 };
+    usize::try_from(hard / 10).unwrap_or(usize::MAX).clamp(1024, 100_000)
 }

@@ -14,9 +14,13 @@ pub enum ErrorKind {
     BadRequest,
     /// A post to `kn_routes` or `kn_subtopics` (400).
     ReservedTopic,
-    /// Not allowed: a static route from a journal, or a remote
-    /// destination refused by the outbound policy (403).
+    /// Not allowed: a static route from a journal, a remote destination
+    /// refused by the outbound policy, or an operation the access rules
+    /// refuse an authenticated user (403).
     Forbidden,
+    /// An operation the access rules refuse to anonymous: logging in may
+    /// help (401).
+    Unauthorized,
     /// A journal whose heartbeat is missing or stale (404).
     Expired,
     /// An event larger than the configured maximum (413).
@@ -50,6 +54,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => (400, "Bad request"),
             ErrorKind::ReservedTopic => (400, "Can't post there"),
             ErrorKind::Forbidden => (403, "Forbidden"),
+            ErrorKind::Unauthorized => (401, "Unauthorized"),
             ErrorKind::Expired => (404, "Expired"),
             ErrorKind::TooLarge => (413, "Event too large"),
             ErrorKind::TooManyDeliveries => (508, "Too many deliveries"),

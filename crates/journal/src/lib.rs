@@ -27,6 +27,9 @@
 //!   checkpoint, [`Store::tunnel`] and [`Tunnel`].
 //! * `store/lifecycle.rs`: topics, compaction, verify and repair, journal
 //!   heartbeats and expiry.
+//! * `store/sweep.rs`: [`Store::sweep`] (a bounded slice) and
+//!   [`Store::sweep_all`] ([`SweepReport`]): stale journals removed with
+//!   the routes into them and their announcement, empty topics pruned.
 //! * `store/admin.rs`: tools' APIs: [`TopicStat`], restore, setting a
 //!   heartbeat.
 //! * `log/`: one topic's files, knowing nothing of the store: `segment`
@@ -38,6 +41,9 @@
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`.
+//! * `access/`: [`access`] control: the rules file ([`access::Rules`]),
+//!   who asks ([`access::Principal`]) and the checked request API
+//!   ([`access::AsUser`], from [`Store::as_user`]).
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
 //!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
@@ -75,6 +81,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod access;
 mod changes;
 mod config;
 mod error;
@@ -82,21 +89,24 @@ mod event;
 mod http;
 mod ids;
 mod log;
+mod metrics;
 mod record;
 mod remote;
 mod shared;
 mod stats;
 mod store;
+pub mod streams;
 mod topic;
 mod watch;
 
 pub use changes::CHANGES_FILE;
-pub use config::{Config, Shared, SyncPolicy};
+pub use config::{default_open_topics, Config, Shared, SyncPolicy};
 pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
+pub use metrics::{Exposition, Usage, PROMETHEUS_CONTENT_TYPE};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
 pub use stats::{Counter, Counters, STATS_FILE};

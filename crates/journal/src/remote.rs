@@ -403,6 +403,35 @@ pub fn content_transform(remote: &dyn Remote, spec: &[u8], payload: &[u8]) -> Re
 /// [`ErrorKind::Remote`] on a status of 400 or more, or no answer. The
 /// caller checks the [`OutboundPolicy`] first.
 pub fn deliver(remote: &dyn Remote, url: &str, event: &Event) -> Result<(), Error> {
+    deliver_to(remote, url, event).map_err(RemoteFailure::into_error)
+}
+
+/// Why a remote delivery failed, as forwarding needs to know it
+/// (PROTOCOL.md 4.1: a refusal poisons the route, a failure to answer is
+/// retried).
+#[derive(Debug)]
+pub enum RemoteFailure {
+    /// The server answered 4xx: it will not take the event.
+    Refused(Error),
+    /// The server answered 5xx, or no complete answer came (refused or
+    /// reset connection, timeout): it may take the event later.
+    Unavailable(Error),
+    /// The URL cannot be requested at all.
+    Unusable(Error),
+}
+
+impl RemoteFailure {
+    /// The error, whatever the kind of failure.
+    pub fn into_error(self) -> Error {
+        match self {
+            RemoteFailure::Refused(e) | RemoteFailure::Unavailable(e) | RemoteFailure::Unusable(e) => e,
+        }
+    }
+}
+
+/// [`deliver`], telling a refusal (4xx) from a server that did not take
+/// the event now (5xx, no answer) and from a URL that cannot be used.
+pub fn deliver_to(remote: &dyn Remote, url: &str, event: &Event) -> Result<(), RemoteFailure> {
     // The destination is a topic URL of a PubSub server, where a POST
     // without do_method is already a notify (PROTOCOL.md 3). Saying so
     // explicitly keeps the meaning if the URL carries a query that would
@@ -414,12 +443,17 @@ pub fn deliver(remote: &dyn Remote, url: &str, event: &Event) -> Result<(), Erro
         pairs.push((b"do_method", b"notify"));
     }
     pairs.extend(event.elements());
-    let reply = remote.post_form(url, &pairs)?;
+    let reply = match remote.post_form(url, &pairs) {
+        Ok(reply) => reply,
+        Err(err) if err.kind() == ErrorKind::Remote => return Err(RemoteFailure::Unavailable(err)),
+        Err(err) => return Err(RemoteFailure::Unusable(err)),
+    };
     if reply.status >= 400 {
-        return Err(Error::new(
+        let err = Error::new(
             ErrorKind::Remote,
             format!("remote destination '{url}' refused the event: {}{}", reply.status, excerpt(&reply.body)),
-        ));
+        );
+        return Err(if reply.status < 500 { RemoteFailure::Refused(err) } else { RemoteFailure::Unavailable(err) });
     }
     Ok(())
 }

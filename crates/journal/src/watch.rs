@@ -1,9 +1,11 @@
-//! Waking readers when another process appends: one inotify (via the
-//! `notify` crate) per process, shared by every waiting reader, with
-//! polling as the fallback where change notification does not work.
+//! Waking readers when a topic is appended to: directly when this process
+//! appended ([`Hub::appending`]), through one inotify (via the `notify` crate)
+//! per process, shared by every waiting reader, when another process did,
+//! with polling as the fallback where change notification does not work.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,14 +21,28 @@ type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
 pub(crate) struct Hub {
     topics: Topics,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    /// Per watched directory, the appends of this process whose change
+    /// events the notifier has not seen yet (see [`Hub::appending`]).
+    own: Own,
 }
+
+type Own = Arc<Mutex<HashMap<PathBuf, Arc<AtomicU64>>>>;
 
 impl Hub {
     pub(crate) fn new() -> Hub {
         let topics: Topics = Arc::default();
         let seen = topics.clone();
+        let own: Own = Arc::default();
+        let appended = own.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
+            if event.need_rescan() {
+                // Events were lost (the kernel's queue overflowed): wake
+                // everyone, and count no change as this process's.
+                appended.lock().map(|own| own.values().for_each(|n| n.store(0, Ordering::SeqCst))).ok();
+                seen.lock().map(|map| map.values().for_each(|(_, signal, _)| { signal.notify(usize::MAX); })).ok();
+                return;
+            }
             // Readers open and close segments too: counting those as
             // appends would wake every waiting reader, whose re-read opens
             // the segment again, and so on forever (a busy loop).
@@ -41,13 +57,16 @@ impl Hub {
                 if !is_segment {
                     continue;
                 }
-                if let Some((_, signal, _)) = path.parent().and_then(|dir| map.get(dir)) {
-                    signal.notify(usize::MAX);
+                let Some((dir, (_, signal, _))) = path.parent().and_then(|dir| map.get_key_value(dir)) else { continue };
+                let written = matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Data(_) | notify::event::ModifyKind::Any));
+                if written && takes_own_write(&appended, dir) {
+                    continue;
                 }
+                signal.notify(usize::MAX);
             }
         })
         .ok();
-        Hub { topics, watcher: Mutex::new(watcher) }
+        Hub { topics, watcher: Mutex::new(watcher), own }
     }
 
     /// Starts delivering wakeups for appends in `dir`.
@@ -102,6 +121,68 @@ impl Hub {
         });
     }
 
+    /// Announces an append of this process to `dir`: call it holding the
+    /// topic's lock, just before writing the record, and pass what it
+    /// returns to [`Hub::appended`] once the append is done (`None`: no
+    /// reader of this process waits on `dir`).
+    ///
+    /// Readers of this process are then woken directly by `appended`,
+    /// without waiting for the notifier's thread, which under a fan-out
+    /// to thousands of journals has several events per delivery to read;
+    /// and the notifier skips the change event of this write instead of
+    /// waking them a second time for nothing. It counts, per directory,
+    /// the writes announced and not yet seen, and takes a change of a
+    /// segment for one of them only while that count is above zero. A
+    /// write of another process is never lost that way: appends hold the
+    /// topic's lock, so the announced write comes after any write whose
+    /// event the count swallows, and `appended`'s wakeup after it covers
+    /// both. An append that wrote nothing or failed sets the count back
+    /// to zero (its wakeup still goes out); an overflow of the kernel's
+    /// queue does too. A count too low only costs a wakeup for nothing.
+    pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
+        let absolute = std::path::absolute(dir);
+        let dir = absolute.as_deref().unwrap_or(dir);
+        let map = self.topics.lock().ok()?;
+        let (_, signal, watched) = map.get(dir)?;
+        let mut pending = None;
+        if *watched {
+            let mut own = self.own.lock().ok()?;
+            let count = match own.get(dir) {
+                Some(count) => count.clone(),
+                None => own.entry(dir.to_path_buf()).or_default().clone(),
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            pending = Some(count);
+        }
+        Some(Appending { signal: signal.clone(), pending })
+    }
+
+    /// Wakes the readers of an append announced by [`Hub::appending`];
+    /// `wrote` is false when it stored nothing (a duplicate) or failed.
+    pub(crate) fn appended(&self, appending: Appending, wrote: bool) {
+        let Appending { signal, pending } = appending;
+        if !wrote {
+            if let Some(count) = pending {
+                count.store(0, Ordering::SeqCst);
+            }
+        }
+        BATCH.with_borrow_mut(|batch| match batch {
+            Some(held) => {
+                if !held.iter().any(|s| Arc::ptr_eq(s, &signal)) {
+                    held.push(signal);
+                }
+                if held.len() >= WAKE_BATCH {
+                    held.drain(..).for_each(|s| {
+                        s.notify(usize::MAX);
+                    });
+                }
+            }
+            None => {
+                signal.notify(usize::MAX);
+            }
+        });
+    }
+
     fn unsubscribe(&self, dir: &Path) {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let last = {
@@ -111,6 +192,7 @@ impl Hub {
             let last = entry.0 == 0;
             if last {
                 map.remove(dir);
+                self.own.lock().map(|mut own| own.remove(dir)).ok();
             }
             last
         };
@@ -118,6 +200,59 @@ impl Hub {
             if let Some(w) = watcher.as_mut() {
                 let _ = w.unwatch(dir);
             }
+        }
+    }
+}
+
+/// An append announced by [`Hub::appending`], whose readers
+/// [`Hub::appended`] wakes.
+pub(crate) struct Appending {
+    signal: Arc<Signal>,
+    /// The directory's count of announced writes, if it is watched.
+    pending: Option<Arc<AtomicU64>>,
+}
+
+/// True when a change of a segment of `dir` is taken for a write this
+/// process announced (and counted off): see [`Hub::appending`].
+fn takes_own_write(own: &Own, dir: &Path) -> bool {
+    let Ok(own) = own.lock() else { return false };
+    let Some(count) = own.get(dir) else { return false };
+    count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+}
+
+/// How many wakeups of one thread's appends [`WakeBatch`] holds at most
+/// before sending them: a fan-out wakes its readers in groups (their
+/// threads then find several tunnels to serve per wakeup instead of one),
+/// and the first readers wait at most this many appends.
+const WAKE_BATCH: usize = 64;
+
+thread_local! {
+    /// The wakeups held by this thread's [`WakeBatch`], if one is open.
+    static BATCH: std::cell::RefCell<Option<Vec<Arc<Signal>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While it lives, the wakeups of [`Hub::appended`] on this thread are sent in groups of up
+/// to [`WAKE_BATCH`], the rest when it is dropped (the outermost one, if
+/// nested). For one post's fan-out to many journals.
+pub(crate) struct WakeBatch {
+    outermost: bool,
+}
+
+impl WakeBatch {
+    pub(crate) fn open() -> WakeBatch {
+        let outermost = BATCH.with_borrow_mut(|batch| batch.is_none().then(|| *batch = Some(Vec::new())).is_some());
+        WakeBatch { outermost }
+    }
+}
+
+impl Drop for WakeBatch {
+    fn drop(&mut self) {
+        if !self.outermost {
+            return;
+        }
+        let pending = BATCH.with_borrow_mut(Option::take).unwrap_or_default();
+        for signal in pending {
+            signal.notify(usize::MAX);
         }
     }
 }

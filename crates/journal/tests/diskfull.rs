@@ -2,15 +2,14 @@
 //! page the file system cannot allocate gets `DiskFull` (the CGI's 507),
 //! never a signal, and the store stays intact.
 //!
-//! Needs root to mount a small tmpfs; skips visibly otherwise, and fails
-//! under `CI=true`.
+//! Needs root to mount a small tmpfs; skips visibly otherwise
+//! (`kn_test_support::skip`), and fails under `CI=true`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind as IoKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 #[allow(dead_code)]
 mod common;
@@ -19,29 +18,6 @@ use common::{ev, t};
 use kn_journal::{Config, ErrorKind, Selection, Store, Topic};
 
 const PAGE: u64 = 4096;
-
-/// A tmpfs mounted for the test, unmounted on drop.
-struct Tmpfs(PathBuf, #[allow(dead_code)] tempfile::TempDir);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().unwrap();
-        let at = dir.path().join("small");
-        fs::create_dir(&at).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&at)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then_some(Tmpfs(at, dir))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 fn small_config(root: &Path) -> Config {
     let mut config = Config::new(root);
@@ -101,12 +77,10 @@ fn free_one_page(dir: &Path, filler: &File) {
 
 #[test]
 fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
-    let Some(fs) = Tmpfs::mount("2m") else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "cannot mount a tmpfs (needs root) under CI=true");
-        eprintln!("skipping a_full_disk_under_the_head_...: cannot mount a tmpfs (needs root)");
-        return;
-    };
-    let root = fs.0.join("kn_events");
+    // Skipped visibly (a failure under CI=true) where it cannot mount.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(fs) = kn_test_support::Tmpfs::mount(&dir.path().join("small"), "size=2m") else { return };
+    let root = fs.path().join("kn_events");
     let store = Store::open_with(small_config(&root)).unwrap();
     let topic = t("/full/t");
     // 420 ids: the index has 1024 slots, a table of three pages after the
@@ -152,8 +126,8 @@ fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
 
     // Nothing free: the index probe reads a hole. Through a shared mapping
     // that read needed a page of its own, and got SIGBUS.
-    let filler_path = fs.0.join("filler");
-    let filler = fill(&fs.0, &filler_path);
+    let filler_path = fs.path().join("filler");
+    let filler = fill(fs.path(), &filler_path);
     // A fresh store: its free-space gauge has not seen the space before.
     drop(store);
     let store = Store::open_with(small_config(&root)).unwrap();
@@ -163,7 +137,7 @@ fn a_full_disk_under_the_head_is_a_clean_disk_full_error_not_sigbus() {
     // One page free: the frame of the post takes it; its slot then needs
     // one more, and the write of the slot fails with ENOSPC (through a
     // mapping: SIGBUS).
-    free_one_page(&fs.0, &filler);
+    free_one_page(fs.path(), &filler);
     let payload = "z".repeat((PAGE - overhead) as usize);
     let err = store.notify(&topic, ev(&[("kn_id", &id_b), ("kn_payload", &payload)])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DiskFull, "{err}");

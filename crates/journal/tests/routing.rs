@@ -332,33 +332,137 @@ fn remote_4xx_poisons_the_route() {
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }
 
+/// A silent remote is a transient failure (issue 11): the post returns
+/// within the timeout and the route is kept for a retry; with no retries
+/// allowed (`forward_retries` 0) it is poisoned at once ("no answer after
+/// the retries").
 #[test]
-fn silent_remote_poisons_the_route_within_the_timeout() {
-    let (_d, store) = remote_store();
-    let url = silent_listener();
+fn silent_remote_keeps_the_route_and_the_post_returns_within_the_timeout() {
+    for retries in [12, 0] {
+        let (_d, store) = open_with(|c| {
+            c.outbound = OutboundPolicy::AllowAll;
+            c.remote_timeout = Duration::from_secs(1);
+            c.forward_retries = retries;
+        });
+        let url = silent_listener();
+        store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), id("r1")).unwrap();
+        let begun = Instant::now();
+        let report = store.notify(&t("/a"), ev(&[("kn_payload", "x")])).unwrap();
+        let took = begun.elapsed();
+        println!("silent remote, {retries} retries: post returned after {took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?} for a 1 s remote timeout");
+        if retries == 0 {
+            assert_eq!(report.poisoned.len(), 1);
+            assert_poisoned(&store, "/a", "r1");
+        } else {
+            assert!(report.poisoned.is_empty(), "{report:?}");
+            assert_eq!(store.routes(&t("/a")).unwrap().len(), 1, "the route is kept");
+            assert_eq!(store.outbox_pending().unwrap(), 1, "the delivery waits in the outbox");
+            assert_eq!(store.counters().unwrap().get(kn_journal::Counter::DeliveriesRetried), 1);
+        }
+    }
+}
+
+/// `forward_retries` at its boundary: a remote that answers 5xx is tried
+/// once and retried that many times (each when its wait has passed), then
+/// the route is poisoned as unreachable; before the wait nothing is tried.
+#[test]
+fn a_remote_5xx_is_retried_forward_retries_times_then_poisoned_as_unreachable() {
+    let (_d, store) = open_with(|c| {
+        c.outbound = OutboundPolicy::AllowAll;
+        c.remote_timeout = Duration::from_secs(1);
+        c.forward_retries = 2;
+        c.forward_backoff = Duration::from_millis(1);
+    });
+    let (url, rx) = http_listener(|_| (503, b"busy".to_vec()));
     store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), id("r1")).unwrap();
-    let begun = Instant::now();
-    let report = store.notify(&t("/a"), ev(&[("kn_payload", "x")])).unwrap();
-    let took = begun.elapsed();
-    println!("silent remote: post returned after {took:?}");
-    assert!(took < Duration::from_secs(3), "{took:?} for a 1 s remote timeout");
-    assert_eq!(report.poisoned.len(), 1);
-    assert_poisoned(&store, "/a", "r1");
+    assert!(store.notify(&t("/a"), ev(&[("kn_id", "e1"), ("kn_payload", "x")])).unwrap().poisoned.is_empty());
+    for retry in 1..=2 {
+        thread::sleep(Duration::from_millis(20));
+        let report = store.complete_forwarding(&t("/a")).unwrap();
+        if retry < 2 {
+            assert!(report.poisoned.is_empty(), "retry {retry}: {report:?}");
+            assert_eq!(store.routes(&t("/a")).unwrap().len(), 1);
+        } else {
+            assert_eq!(report.poisoned.len(), 1, "{report:?}");
+            assert!(report.poisoned[0].reason.contains("503") && report.poisoned[0].reason.contains("2 retries"), "{report:?}");
+            assert_poisoned(&store, "/a", "r1");
+        }
+    }
+    assert_eq!(rx.try_iter().count(), 3, "the first delivery and two retries");
+    let counters = store.counters().unwrap();
+    assert_eq!(counters.get(kn_journal::Counter::DeliveriesRetried), 3);
+    assert_eq!(counters.get(kn_journal::Counter::PoisonedUnreachable), 1);
+    assert_eq!(store.outbox_pending().unwrap(), 0);
+
+    // A retry waits for its time: with a long backoff nothing is tried.
+    let (_d, store) = open_with(|c| {
+        c.outbound = OutboundPolicy::AllowAll;
+        c.forward_backoff = Duration::from_secs(3600);
+    });
+    let (url, rx) = http_listener(|_| (503, b"busy".to_vec()));
+    store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), id("r1")).unwrap();
+    store.notify(&t("/a"), ev(&[("kn_id", "e1"), ("kn_payload", "x")])).unwrap();
+    store.notify(&t("/a"), ev(&[("kn_id", "e2"), ("kn_payload", "y")])).unwrap();
+    store.complete_forwarding(&t("/a")).unwrap();
+    assert_eq!(rx.try_iter().count(), 1, "only the first delivery: the route waits for its retry");
+    assert_eq!(store.outbox_pending().unwrap(), 2, "both events wait");
+    assert_eq!(store.routes(&t("/a")).unwrap().len(), 1);
+}
+
+/// A remote that comes back gets the waiting events in order, once, and
+/// the route never stopped carrying new ones meanwhile (they queue behind).
+#[test]
+fn a_remote_that_comes_back_gets_the_waiting_events_in_order() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UP: AtomicBool = AtomicBool::new(false);
+    let (_d, store) = open_with(|c| {
+        c.outbound = OutboundPolicy::AllowAll;
+        c.forward_backoff = Duration::from_millis(1);
+    });
+    let (url, rx) = http_listener(|_| if UP.load(Ordering::SeqCst) { (200, Vec::new()) } else { (502, Vec::new()) });
+    store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), id("r1")).unwrap();
+    store.route(&t("/a"), b"/local", id("r2")).unwrap();
+    for i in 0..3 {
+        store.notify(&t("/a"), ev(&[("kn_id", &format!("e{i}")), ("kn_payload", "x")])).unwrap();
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(store.events(&t("/local"), &Selection::all()).unwrap().events.len(), 3, "the local route is not held up");
+    UP.store(true, Ordering::SeqCst);
+    thread::sleep(Duration::from_millis(50));
+    store.notify(&t("/a"), ev(&[("kn_id", "e3"), ("kn_payload", "x")])).unwrap();
+    // Every request, answered 502 (only e0, retried) then 200.
+    let taken: Vec<String> = rx.try_iter().map(|s| String::from_utf8(s.field("kn_id").unwrap()).unwrap()).collect();
+    assert!(taken.len() >= 5, "{taken:?}");
+    assert!(taken[..taken.len() - 4].iter().all(|id| id == "e0"), "only the oldest waiting event is retried: {taken:?}");
+    assert_eq!(taken[taken.len() - 4..], ["e0", "e1", "e2", "e3"], "{taken:?}");
+    assert_eq!(store.outbox_pending().unwrap(), 0);
 }
 
 #[test]
 fn initial_population_stops_at_a_failed_delivery() {
-    let (_d, store) = remote_store();
-    for i in 0..5 {
-        store.notify(&t("/a"), ev(&[("kn_payload", &i.to_string())])).unwrap();
+    for retries in [12, 0] {
+        let (_d, store) = open_with(|c| {
+            c.outbound = OutboundPolicy::AllowAll;
+            c.remote_timeout = Duration::from_secs(1);
+            c.forward_retries = retries;
+        });
+        for i in 0..5 {
+            store.notify(&t("/a"), ev(&[("kn_payload", &i.to_string())])).unwrap();
+        }
+        let url = silent_listener();
+        let begun = Instant::now();
+        let report = store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), ev(&[("kn_id", "r1"), ("do_max_n", "5")])).unwrap();
+        let took = begun.elapsed();
+        assert!(took < Duration::from_secs(3), "kept delivering along a failing route: {took:?}");
+        if retries == 0 {
+            assert!(!report.poisoned.is_empty());
+            assert_poisoned(&store, "/a", "r1");
+        } else {
+            assert!(report.poisoned.is_empty(), "{report:?}");
+            assert_eq!(store.outbox_pending().unwrap(), 5, "the population waits for its retry");
+        }
     }
-    let url = silent_listener();
-    let begun = Instant::now();
-    let report = store.route(&t("/a"), format!("{url}/kn/x").as_bytes(), ev(&[("kn_id", "r1"), ("do_max_n", "5")])).unwrap();
-    let took = begun.elapsed();
-    assert!(!report.poisoned.is_empty());
-    assert_poisoned(&store, "/a", "r1");
-    assert!(took < Duration::from_secs(3), "kept delivering along a poisoned route: {took:?}");
 }
 
 #[test]

@@ -563,6 +563,48 @@ fn tunnel_wakes_for_an_event_posted_by_another_process() {
     );
 }
 
+/// A tunnel's own process wakes it directly for its own appends, and its
+/// notifier then skips the change events of those writes; the appends of
+/// another store (as good as another process: it has its own notifier)
+/// interleaved with them must still wake it. Polling is set to a minute,
+/// so only a wakeup can bring each round's events before the 10 s wait
+/// ends (the re-read at its end would find them too, but late).
+#[test]
+fn own_appends_woken_directly_never_hide_another_writers_appends() {
+    let dir = scratch("kn-journal-test-");
+    let root = dir.path().join("kn_events");
+    let mut c = config(&root);
+    c.poll_interval = Duration::from_secs(60);
+    let own = std::sync::Arc::new(Store::open_with(c.clone()).unwrap());
+    let other = std::sync::Arc::new(Store::open_with(c).unwrap());
+    let j = live_journal(&own, "/who/both/kn_journal");
+    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
+    for round in 0..30 {
+        // Both orders: the other store's write just before ours (its event
+        // may be the one our count takes off) and just after; the last
+        // round the other store's alone. Written while the tunnel waits.
+        let (first, second) = if round % 2 == 0 { (own.clone(), other.clone()) } else { (other.clone(), own.clone()) };
+        let topic = j.clone();
+        let writer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            first.notify(&topic, ev(&[("kn_payload", &format!("{round}a"))])).unwrap();
+            if round < 29 {
+                second.notify(&topic, ev(&[("kn_payload", &format!("{round}b"))])).unwrap();
+            }
+        });
+        let want: Vec<String> = if round < 29 { vec![format!("{round}a"), format!("{round}b")] } else { vec![format!("{round}a")] };
+        let begun = Instant::now();
+        let mut seen = Vec::new();
+        while seen.len() < want.len() && begun.elapsed() < Duration::from_secs(10) {
+            seen.extend(start.tunnel.wait(&own, Duration::from_secs(10)).unwrap());
+        }
+        writer.join().unwrap();
+        assert_eq!(payloads(&seen), want, "round {round}");
+        assert!(begun.elapsed() < Duration::from_secs(5), "round {round}: no wakeup came, only the final re-read");
+    }
+}
+
 #[test]
 fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     let dir = scratch("kn-journal-test-");

@@ -72,6 +72,11 @@ pub struct ReplayOptions {
     /// Stop once this long has passed: events due later are not posted
     /// (and counted as failures). `None`: no limit.
     pub max_time: Option<Duration>,
+    /// Re-post to local topics as this user of the access rules
+    /// (docs/ACCESS.md): each post is checked as the user's own would be,
+    /// so a replay cannot post where its requester may not. `None`: with
+    /// the file system's rights, as a local tool.
+    pub as_user: Option<kn_journal::access::Principal>,
 }
 
 impl Default for ReplayOptions {
@@ -84,6 +89,7 @@ impl Default for ReplayOptions {
             password: None,
             progress: false,
             max_time: None,
+            as_user: None,
         }
     }
 }
@@ -341,9 +347,11 @@ fn repost_of(event: &Event, prefix: &str) -> Event {
 /// Posts one event; `Ok(true)` for a duplicate.
 fn post(store: &Store, origin: &Origin, event: Event, options: &ReplayOptions) -> Result<bool, SensorError> {
     match origin {
-        Origin::Local(topic) => store
-            .notify(topic, event)
-            .map(|r| r.duplicate)
+        Origin::Local(topic) => match &options.as_user {
+            Some(who) => store.as_user(who).notify(topic, event),
+            None => store.notify(topic, event),
+        }
+        .map(|r| r.duplicate)
             .map_err(|e| SensorError::from_journal(e, &format!("cannot post to '{topic}'"))),
         Origin::Remote(url) => {
             // The URL comes from the journal's events, which clients wrote:

@@ -25,7 +25,6 @@ use kn_journal::{Config, Error as JournalError, ErrorKind as JournalKind, Event,
 /// ```
 // One Target per process: boxing the store would buy nothing.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
 pub enum Target {
     /// A topic of the local event store, written through kn-journal.
     Local {
@@ -39,7 +38,19 @@ pub enum Target {
     Remote {
         /// The topic URL.
         url: String,
+        /// The project's one HTTP client, made once from the `KN_*`
+        /// settings and used for every event this target posts.
+        client: HttpRemote,
     },
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Local { store, topic } => f.debug_struct("Local").field("store", store).field("topic", topic).finish(),
+            Target::Remote { url, .. } => f.debug_struct("Remote").field("url", url).finish_non_exhaustive(),
+        }
+    }
 }
 
 /// What a successful post did.
@@ -68,7 +79,8 @@ impl Target {
             if rest.is_empty() || rest.starts_with('/') || spec.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(SensorError::usage(format!("bad target URL '{spec}': expected http://host/path-of-topic")));
             }
-            return Ok(Target::Remote { url: spec.to_string() });
+            let config = Config::from_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+            return Ok(Target::Remote { url: spec.to_string(), client: HttpRemote::from_config(&config) });
         }
         if spec.contains("://") {
             return Err(SensorError::usage(format!(
@@ -98,7 +110,7 @@ impl Target {
                 let report = store.notify(topic, event).map_err(|e| SensorError::from_journal(e, &format!("cannot post to '{topic}'")))?;
                 Ok(Posted { duplicate: report.duplicate, id: report.id })
             }
-            Target::Remote { url } => post_remote(url, &event),
+            Target::Remote { url, client } => post_remote(client, url, &event),
         }
     }
 }
@@ -107,20 +119,18 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Local { topic, .. } => write!(f, "{topic}"),
-            Target::Remote { url } => f.write_str(url),
+            Target::Remote { url, .. } => f.write_str(url),
         }
     }
 }
 
 /// POSTs `event` to the topic URL and reads the simple-format status,
-/// through the project's one client ([`HttpRemote::from_config`]: the
+/// through `remote`, the project's one client ([`HttpRemote::from_config`]: the
 /// `KN_REMOTE_*` limits and `KN_HTTP_PROXY`, never a proxy from the
 /// environment). The URL is the operator's own command-line argument, so
 /// the outbound policy (`KN_OUTBOUND`, which guards URLs that clients
 /// supply) is not asked; a POST follows no redirect.
-fn post_remote(url: &str, event: &Event) -> Result<Posted, SensorError> {
-    let config = Config::from_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
-    let remote = HttpRemote::from_config(&config);
+fn post_remote(remote: &HttpRemote, url: &str, event: &Event) -> Result<Posted, SensorError> {
     let mut pairs: Vec<(&[u8], &[u8])> = vec![(b"do_method", b"notify"), (b"kn_response_format", b"simple")];
     pairs.extend(event.elements());
     let reply = remote.post_form(url, &pairs).map_err(|e| SensorError::from_journal(e, "cannot post"))?;

@@ -132,7 +132,10 @@ fn stat_counts_events_records_bytes_and_segments() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!((cells[0], cells[1], cells[3]), ("2", "3", "1"), "{table}");
     assert!(cells[2].parse::<u64>().unwrap() > 0);
-    assert!(table.lines().next().unwrap().contains("events") && table.lines().last().unwrap().contains("total"), "{table}");
+    assert!(table.lines().next().unwrap().contains("events") && table.lines().any(|l| l.contains("(total of")), "{table}");
+    // Then the store's counters (issue 11): what the sweep did.
+    assert!(table.lines().any(|l| l == "journals_removed 0"), "{table}");
+    assert!(table.lines().any(|l| l == "sweeps 0"), "{table}");
     let json = ok(kn(dir.path(), &["stat", "/who", "--json"]));
     let journal: serde_json::Value =
         json.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["topic"] == "/who/anna/kn_journal").unwrap();
@@ -245,7 +248,7 @@ fn compact_is_quiet_in_cron_and_export_names_each_topic() {
 fn kn_documents_every_command() {
     let out = Command::new(env!("CARGO_BIN_EXE_kn")).arg("--help").output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
-    for command in ["topics", "events", "routes", "tail", "stat", "compact", "verify", "import-legacy", "export", "Examples"] {
+    for command in ["topics", "events", "routes", "tail", "stat", "compact", "gc", "verify", "import-legacy", "export", "Examples"] {
         assert!(help.contains(command), "kn --help mentions {command}: {help}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kn")).args(["verify", "--help"]).output().unwrap();
@@ -286,4 +289,26 @@ fn doctor_reports_the_file_system_and_the_mode_chosen() {
     let bad = Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(dir.path()).arg("doctor").env("KN_SHARED", "maybe").output().unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bad shared mode 'maybe'"), "{bad:?}");
+}
+
+#[test]
+fn gc_removes_a_stale_journal_with_its_route_and_stat_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = populated(dir.path());
+    // Stale, but within the default grace: kn gc keeps it.
+    store.expire(&topic("/who/anna/kn_journal")).unwrap();
+    ok(kn(dir.path(), &["gc"]));
+    assert!(dir.path().join("who/anna/kn_journal").is_dir());
+    let summary = ok(kn(dir.path(), &["gc", "--grace", "0", "--verbose"]));
+    assert!(summary.contains("removed 1 stale journals, 1 routes into them and 2 empty topics"), "{summary}");
+    assert!(!dir.path().join("who").exists());
+    assert!(store.routes(&topic("/what/chat")).unwrap().is_empty());
+    let table = ok(kn(dir.path(), &["stat"]));
+    assert!(table.lines().any(|l| l == "journals_removed 1"), "{table}");
+    assert!(table.lines().any(|l| l == "routes_removed 1"), "{table}");
+    assert!(table.lines().any(|l| l == "topics_pruned 2"), "{table}");
+    assert!(table.lines().any(|l| l == "sweeps 2"), "{table}");
+    ok(kn(dir.path(), &["verify"]));
+    let bad = kn(dir.path(), &["gc", "--grace", "soon"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }

@@ -1,9 +1,11 @@
 //! Compaction and retention of one topic: the plan (which records stay,
 //! which small segments merge), the rewrite of each segment, the rebuilt
-//! index, and the deletion of old journal segments.
+//! index, the deletion of old journal segments, and the deletion of a
+//! whole topic directory the sweep has set aside.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
+use std::path::Path;
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::{Duration, SystemTime};
@@ -14,8 +16,9 @@ use crate::record::{self, BlobRef, Record};
 
 use super::{FILE_MODE, group_writable, sync_dir};
 use super::blob::{digest, refs_of_segment};
+use std::os::unix::fs::MetadataExt;
 use super::head::{Head, id_hash, table_slots, write_head_file};
-use super::segment::{Mode, list_segments, scan_segment, segment_name};
+use super::segment::{Mode, is_segment_file, list_segments, scan_segment, segment_name};
 use super::writer::Writer;
 
 /// Compaction of an ordinary topic starts once it holds this many
@@ -23,7 +26,14 @@ use super::writer::Writer;
 const COMPACT_MIN_GARBAGE: u64 = 1000;
 
 impl Writer<'_> {
-    /// Whether enough superseded records piled up to compact.
+    /// Whether enough superseded records piled up to compact: at least
+    /// `COMPACT_MIN_GARBAGE`, and more than the live ids. An id whose
+    /// current event is an expiring replacement (a deleted route, a
+    /// tombstone) leaves the live count when it is stored, so churn (routes
+    /// made and deleted) is weighed against the routes still there, not
+    /// against every id ever seen; a compaction then counts every id it
+    /// kept as live (tombstones not yet reclaimable included), so the next
+    /// one is at least as far away as this one cost.
     pub(crate) fn wants_compaction(&self) -> bool {
         self.ordinary && self.head.garbage >= COMPACT_MIN_GARBAGE && self.head.garbage > self.head.live
     }
@@ -134,11 +144,17 @@ impl Writer<'_> {
         }
         let path = self.dir.join(segment_name(seg.first));
         if seg.records.is_empty() {
-            return match fs::remove_file(&path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == IoKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io("cannot delete emptied segment", &path, e)),
-            };
+            // Merged neighbours were emptied too: they go with it (keeping
+            // them would keep every record compaction meant to drop).
+            for first in std::iter::once(seg.first).chain(seg.absorbed.iter().copied()) {
+                let path = self.dir.join(segment_name(first));
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == IoKind::NotFound => {}
+                    Err(e) => return Err(Error::io("cannot delete emptied segment", &path, e)),
+                }
+            }
+            return sync_dir(&self.dir);
         }
         let tmp = self.dir.join(format!(".tmp-compact-{:016x}", seg.first));
         let mut bytes = Vec::new();
@@ -232,4 +248,43 @@ fn merge_small(segments: Vec<(u64, Vec<Record>, bool, bool)>, segment_bytes: u64
         out.push(Planned { first, records, changed, pinned, absorbed: Vec::new() });
     }
     out
+}
+
+/// True when `file` has no name left (`fstat` link count 0): its topic was
+/// removed while this process waited for the lock or kept it open.
+pub(crate) fn unlinked(file: &File) -> bool {
+    file.metadata().is_ok_and(|m| m.nlink() == 0)
+}
+
+/// Deletes the topic directory `dir` that the sweep has already renamed
+/// out of the tree (FORMAT.md, "Removal"), with everything in it: first
+/// the blob references of its segments are noted, then every file and
+/// directory goes, then each noted `.blobs/` entry of `root` left with no
+/// other link. Returns the bytes of the files deleted (blobs included).
+/// A crash half-way leaves a hidden directory the next sweep deletes.
+pub(crate) fn remove_topic_dir(dir: &Path, root: &Path) -> Result<u64> {
+    let mut blobs = Vec::new();
+    let mut bytes = 0u64;
+    for entry in walkdir::WalkDir::new(dir).follow_links(false) {
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+        if is_segment_file(entry.file_name()) {
+            blobs.extend(refs_of_segment(entry.path()).unwrap_or_default().into_iter().map(|(_, b)| b));
+        }
+    }
+    match fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == IoKind::NotFound => {}
+        Err(e) => return Err(Error::io("cannot remove", dir, e)),
+    }
+    for blob in blobs {
+        let path = root.join(super::blob::BLOBS_DIR).join(blob.hex());
+        if fs::metadata(&path).is_ok_and(|m| m.nlink() == 1) && fs::remove_file(&path).is_ok() {
+            bytes += blob.len;
+        }
+    }
+    Ok(bytes)
 }

@@ -35,12 +35,13 @@ mod verify;
 mod writer;
 
 pub use compact::CompactReport;
+pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub(crate) use blob::{orphan_blobs, read_backwards, read_new, sweep as sweep_blobs, SharedPayload};
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, segment_name, Stop};
 pub(crate) use verify::{BadFrame, verify_dir};
-pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer};
+pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};
 
 pub(crate) const LOCK_FILE: &str = ".lock";
 pub(crate) const HEAD_FILE: &str = ".head";
@@ -55,9 +56,12 @@ pub(crate) const FILE_MODE: u32 = 0o664;
 /// (`append-eio`: half a record is written, then EIO; `fsync-eio`: the
 /// `fdatasync` of `KN_SYNC=always` fails with EIO; `blob-stored`: a blob
 /// is stored, then EIO before it is linked; `blob-linked`: a blob is
-/// linked into the topic, then EIO before the record is written).
+/// linked into the topic, then EIO before the record is written;
+/// `forward-eio`, `forward-enospc`, `forward-emfile`: a local delivery
+/// along a route fails with that error before it appends, see
+/// `store/outbox.rs`).
 #[cfg(feature = "failpoints")]
-fn failpoint(name: &str) -> bool {
+pub(crate) fn failpoint(name: &str) -> bool {
     std::env::var_os("KN_FAILPOINT")
         .and_then(|path| fs::read_to_string(path).ok())
         .is_some_and(|armed| armed.split_whitespace().any(|w| w == name))
@@ -65,7 +69,7 @@ fn failpoint(name: &str) -> bool {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-fn failpoint(_name: &str) -> bool {
+pub(crate) fn failpoint(_name: &str) -> bool {
     false
 }
 

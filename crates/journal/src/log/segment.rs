@@ -52,8 +52,11 @@ pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Re
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
     };
-    let ino = stat_fd(&file).map(|s| s.ino).unwrap_or(0);
-    Ok(Some(scan_file(&mut file, path, from, floor, mode, ino)?))
+    // One `statx` gives the inode and the length to read, so that the
+    // read is one `pread` of exactly what is there (no seek, no second
+    // read to find the end): the cost of a tunnel's read of a new event.
+    let (ino, size) = stat_fd(&file).map(|s| (s.ino, Some(s.size))).unwrap_or((0, None));
+    Ok(Some(scan_read(&mut file, path, from, floor, mode, ino, size)?))
 }
 
 /// What the store asks `statx` about an open file.
@@ -102,6 +105,9 @@ pub(crate) struct Scan {
     pub stop: Option<Stop>,
     /// The inode of the segment file scanned.
     pub ino: u64,
+    /// True when every byte read was a whole, valid record (the scan
+    /// reached the end of what the file held).
+    pub whole: bool,
 }
 
 /// A stretch of bad bytes in the middle of a segment, between two valid
@@ -156,9 +162,35 @@ pub(crate) const MIN_FRAME: u64 = (record::FRAME_HEADER + 10) as u64;
 /// valid record. In [`Mode::Tail`] an incomplete frame stops the scan at
 /// once. The forward search runs only after a bad frame.
 pub(crate) fn scan_file(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64) -> Result<Scan> {
+    scan_read(file, path, from, floor, mode, ino, None)
+}
+
+/// [`scan_file`] of a file whose length was `size` a moment ago: reads
+/// from `from` up to that length with `pread` (bytes appended since are
+/// left for the next scan, as if they came after it), else to the end.
+fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64, size: Option<u64>) -> Result<Scan> {
     let mut bytes = Vec::new();
-    file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
-    file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
+    match size {
+        Some(size) => {
+            use std::os::unix::fs::FileExt;
+            bytes.resize(usize::try_from(size.saturating_sub(from)).unwrap_or(0), 0);
+            let mut got = 0;
+            // A file cut short meanwhile (a torn tail repaired) reads less.
+            while got < bytes.len() {
+                match file.read_at(&mut bytes[got..], from + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("cannot read segment", path, e)),
+                }
+            }
+            bytes.truncate(got);
+        }
+        None => {
+            file.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek segment", path, e))?;
+            file.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read segment", path, e))?;
+        }
+    }
     let mut records = Vec::new();
     let mut damaged = Vec::new();
     let mut pos = 0usize;
@@ -196,7 +228,8 @@ pub(crate) fn scan_file(file: &mut File, path: &Path, from: u64, floor: u64, mod
             }
         }
     }
-    Ok(Scan { records, end: from + end as u64, damaged, stop, ino })
+    let whole = stop.is_none() && end == bytes.len();
+    Ok(Scan { records, end: from + end as u64, damaged, stop, ino, whole })
 }
 
 /// The first offset at or after `start` where a valid frame begins whose
@@ -251,6 +284,9 @@ pub struct LogCursor {
     pub(crate) segment: u64,
     pub(crate) offset: u64,
     pub(crate) ino: u64,
+    /// Set by [`read_new`]: its last call read everything the log held
+    /// when it looked (see [`LogCursor::caught_up`]).
+    pub(crate) caught_up: bool,
 }
 
 impl LogCursor {
@@ -259,25 +295,39 @@ impl LogCursor {
     pub fn last_seq(&self) -> u64 {
         self.last_seq
     }
+
+    /// True when the last read returned records and left nothing behind
+    /// that was in the log when it looked: the segment read to its end in
+    /// whole records, and no segment after it under the name a roll gives
+    /// it (the next sequence number). A reader whose wakeup was armed
+    /// before that read may then wait for the next wakeup instead of
+    /// reading again to make sure. (A segment started after a crash
+    /// recovery hid records, or by a compaction, has another name; its
+    /// writer's wakeup comes after it, so waiting loses nothing there
+    /// either, at worst delays it to the next wakeup or keep-alive.)
+    pub fn caught_up(&self) -> bool {
+        self.caught_up
+    }
 }
 
 /// A cursor at the current end of the log of `dir`.
 pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
     let segments = list_segments(dir)?;
     let Some(&last) = segments.last() else {
-        return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0 });
+        return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
     };
     let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0, last.saturating_sub(1), Mode::Tail)? else {
-        return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0 });
+        return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0, caught_up: false });
     };
     let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
-    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino })
+    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino, caught_up: false })
 }
 
 /// Reads the records after `cursor` and advances it. Cheap when nothing is
 /// new: one `stat`, one `read` and, at the end of a segment, one listing.
 pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
     let mut out = Vec::new();
+    cursor.caught_up = false;
     loop {
         let path = dir.join(segment_name(cursor.segment));
         let positioned = cursor.ino != 0;
@@ -294,6 +344,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 cursor.offset = scan.end;
                 if !out.is_empty() {
                     // Report what we have; the rest comes on the next call.
+                    cursor.caught_up = scan.whole && !dir.join(segment_name(cursor.last_seq + 1)).exists();
                     return Ok(out);
                 }
                 // At the end of this segment, or at a frame not written

@@ -73,6 +73,15 @@ fn shared_fresh(config: &Config, file: File) -> File {
     file
 }
 
+impl TopicFiles {
+    /// True when the topic was removed (its `.lock` unlinked) or its
+    /// active segment is gone (compacted, removed) since these files were
+    /// kept: they will never be used again.
+    pub(crate) fn is_dead(&self) -> bool {
+        super::compact::unlinked(&self.lock) || super::compact::unlinked(&self.segment)
+    }
+}
+
 impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
@@ -80,6 +89,11 @@ impl<'c> Writer<'c> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        // The sweep removes a topic under its lock, unlinking `.lock` first
+        // (FORMAT.md, "Removal"): a writer that waited for it writes nowhere.
+        if super::compact::unlinked(&lock) {
+            return Err(super::writer::removed(dir));
+        }
         let head_path = dir.join(HEAD_FILE);
         let existing = match open_rw(&head_path, false) {
             Ok(f) => HeadFile::new(shared_fresh(config, f)).ok().and_then(|f| {
@@ -152,6 +166,11 @@ impl<'c> Writer<'c> {
             })),
             _ => Ok(None),
         }
+    }
+
+    /// The checkpoint of the last record in the log, as of now (0: none).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.head.next_seq.saturating_sub(1)
     }
 
     /// The topic's route generation (see `Head::routes`), as of now: the
@@ -412,11 +431,23 @@ impl<'c> Writer<'c> {
             }
         }
         if let Some((slot, replaced)) = slot {
+            // An event that expires (a deleted or poisoned route, a
+            // withdrawn announcement, a route made with kn_expires) is
+            // garbage to come, not live data: compaction is weighed
+            // against the ids that stay (see `wants_compaction`).
+            let expiring = event.contains(crate::event::KN_EXPIRES);
             if replaced {
                 self.head.garbage += 1;
+                if expiring {
+                    self.head.live = self.head.live.saturating_sub(1);
+                }
             } else {
                 self.head.used += 1;
-                self.head.live += 1;
+                if expiring {
+                    self.head.garbage += 1;
+                } else {
+                    self.head.live += 1;
+                }
             }
             self.write_slot(slot, id_hash(id), digest)?;
         }
@@ -460,6 +491,13 @@ impl<'c> Writer<'c> {
         }
         Ok(())
     }
+}
+
+/// The error of a writer that found its topic removed by the sweep:
+/// `Expired` (a journal's stale answer); `Store` opens an ordinary topic
+/// afresh instead.
+pub(crate) fn removed(dir: &Path) -> Error {
+    Error::new(ErrorKind::Expired, format!("the topic in '{}' was removed", dir.display()))
 }
 
 impl SpaceGauge {

@@ -29,7 +29,12 @@ impl Store {
         for entry in walkdir::WalkDir::new(root).min_depth(1).follow_links(false).into_iter().filter_entry(|e| {
             !e.file_name().to_string_lossy().starts_with('.')
         }) {
-            let entry = entry.map_err(|e| Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display())))?;
+            let entry = match entry {
+                Ok(entry) => entry,
+                // Removed by the sweep (or by hand) during the walk.
+                Err(e) if e.io_error().is_some_and(|e| e.kind() == IoKind::NotFound) => continue,
+                Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display()))),
+            };
             if !entry.file_type().is_dir() {
                 continue;
             }
@@ -50,7 +55,12 @@ impl Store {
         if !dir.is_dir() {
             return Err(Error::new(ErrorKind::BadTopic, format!("no topic '{topic}' in the store")));
         }
-        let mut writer = Writer::open(&dir, &self.config, !topic.is_journal())?;
+        let mut writer = match Writer::open(&dir, &self.config, !topic.is_journal()) {
+            Ok(writer) => writer,
+            // Removed by the sweep meanwhile: nothing left to compact.
+            Err(e) if e.kind() == ErrorKind::Expired || !dir.is_dir() => return Ok(CompactReport::default()),
+            Err(e) => return Err(e),
+        };
         if topic.is_journal() {
             writer.apply_retention()?;
         }

@@ -19,15 +19,18 @@ pub use crate::ids::{fresh_id, now};
 
 mod admin;
 mod lifecycle;
+mod outbox;
 mod post;
 mod read;
 mod routes;
+mod sweep;
 
 pub use admin::TopicStat;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport};
+pub use sweep::{SweepReport, REMOVING_PREFIX};
 
 use routes::RouteList;
 
@@ -80,16 +83,53 @@ pub struct Store {
     shared_setting: Shared,
     /// In shared mode, `.changes` as this store appends to it.
     changes: crate::changes::ChangeLog,
+    /// The access rules (`Config::access_rules`).
+    access: crate::access::Source,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
 /// that threads posting to one topic at once (the workers of `serve`) each
 /// find files of their own instead of opening the topic afresh, and at
-/// most `Config::open_topics` sets in all.
+/// most `Config::open_topics` sets in all. When full, the topic put back
+/// least recently gives its sets up for a new one, so topics written once
+/// (the `kn_subtopics` announcing a new journal) do not hold the room that
+/// the journals written on every post need.
 #[derive(Default)]
 struct KeptCache {
     topics: HashMap<Topic, Vec<Kept>>,
     count: usize,
+    /// Topics in the order their entry was (re)created, oldest first; may
+    /// name topics no longer kept, or one twice (skipped when evicting,
+    /// and dropped when it grows past four times the kept topics).
+    order: std::collections::VecDeque<Topic>,
+}
+
+impl KeptCache {
+    /// Closes the sets of the topic put back least recently; false when
+    /// nothing is kept.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some(topic) = self.order.pop_front() {
+            if let Some(sets) = self.topics.remove(&topic) {
+                self.count -= sets.len();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Notes that `topic`'s entry was just created (it is in `topics`),
+    /// keeping `order` short.
+    fn created(&mut self, topic: &Topic) {
+        self.order.push_back(topic.clone());
+        if self.order.len() > 4 * self.topics.len() + 64 {
+            let topics = &self.topics;
+            let mut seen = std::collections::HashSet::new();
+            // Keep each kept topic's latest place.
+            let mut order: Vec<Topic> = self.order.drain(..).rev().filter(|t| topics.contains_key(t) && seen.insert(t.clone())).collect();
+            order.reverse();
+            self.order = order.into();
+        }
+    }
 }
 
 /// How many sets of files a store keeps of one topic: enough for the
@@ -142,10 +182,11 @@ impl Store {
         let shared_setting = config.shared;
         config.shared = if crate::shared::resolve(config.shared, fs_magic) { Shared::On } else { Shared::Off };
         let names = read_names(&config.root)?;
+        let access = crate::access::Source::new(config.access_rules.clone());
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
             // .lock, .head, the segment and a journal's heartbeat per topic.
-            raise_open_file_limit(config.open_topics as u64 * 4 + 1024);
+            raise_open_file_limit((config.open_topics as u64).saturating_mul(4).saturating_add(1024));
         }
         Ok(Store {
             config,
@@ -158,6 +199,7 @@ impl Store {
             fs_magic,
             shared_setting,
             changes: Default::default(),
+            access,
         })
     }
 
@@ -208,6 +250,13 @@ impl Store {
         if self.is_shared() {
             let _ = self.changes.append(&self.config.root, topic, self.config.changes_bytes);
         }
+    }
+
+    /// The access rules in force (docs/ACCESS.md): `None` without a rules
+    /// file. A rules file that cannot be read or parsed is an error until
+    /// it is fixed. Read again when the file changes.
+    pub fn access_rules(&self) -> Result<Option<Arc<crate::access::Rules>>> {
+        self.access.rules()
     }
 
     /// The store's root directory.
@@ -443,18 +492,22 @@ impl Store {
             return;
         }
         if let Ok(mut cache) = self.kept.lock() {
-            if cache.count >= self.config.open_topics {
+            if cache.topics.get(&topic).is_some_and(|sets| sets.len() >= KEPT_PER_TOPIC) {
                 return;
             }
-            let sets = cache.topics.entry(topic).or_default();
-            if sets.len() < KEPT_PER_TOPIC {
-                sets.push(kept);
-                cache.count += 1;
+            if cache.count >= self.config.open_topics && (self.config.open_topics == 0 || !cache.evict_oldest()) {
+                return;
+            }
+            let new = !cache.topics.contains_key(&topic);
+            cache.topics.entry(topic.clone()).or_default().push(kept);
+            cache.count += 1;
+            if new {
+                cache.created(&topic);
             }
         }
     }
 
-    fn hub(&self) -> &Arc<Hub> {
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| {
             let hub = Arc::new(Hub::new());
             if self.is_shared() {
@@ -463,6 +516,21 @@ impl Store {
             }
             hub
         })
+    }
+
+    /// Announces an append of this process to `topic` (see
+    /// `Hub::appending`): call it under the topic's lock just before the
+    /// append, and [`Store::appended`] after.
+    pub(super) fn appending(&self, topic: &Topic) -> Option<crate::watch::Appending> {
+        self.hub.get()?.appending(&self.dir(topic))
+    }
+
+    /// Wakes this process's tunnels on a topic it has appended to (those
+    /// of other processes wake through their notifier).
+    pub(super) fn appended(&self, appending: Option<crate::watch::Appending>, wrote: bool) {
+        if let (Some(hub), Some(appending)) = (self.hub.get(), appending) {
+            hub.appended(appending, wrote);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Posting: a notify or post runs through the job queue (store the event,
-//! announce new topics in `kn_subtopics`, forward along routes), and a
-//! route that fails is poisoned.
+//! announce new topics in `kn_subtopics`, forward along routes through the
+//! outbox, `outbox.rs`), and a route that fails for good is poisoned.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind as IoKind;
@@ -11,11 +11,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::ids::{fresh_id, now};
 use crate::log::{self, Appended, SharedPayload, Writer};
-use crate::remote;
+use crate::stats::Counter;
 use crate::topic::Topic;
 
-use super::{Destination, Kept, Store, create_topic_dir};
-use super::routes::{ListedRoute, RouteList};
+use super::{Kept, Store, create_topic_dir};
+use super::outbox::Own;
+use super::routes::RouteList;
 
 /// One file write a post made: the event `id` stored on `topic`. Servers
 /// report these as `Wrote to '<topic>' (<id>)` lines.
@@ -66,8 +67,9 @@ pub struct PostReport {
 /// An event just stored by [`Store::append_event`].
 pub(super) struct Stored {
     pub(super) seq: u64,
-    /// The topic's route generation when it was stored.
-    pub(super) routes_generation: u64,
+    /// The topic's route generation when it was stored (unknown for an
+    /// announcement stored on the way).
+    pub(super) routes_generation: Option<u64>,
     /// The topic's routes as of that generation, when the store kept them.
     pub(super) routes: Option<RouteList>,
 }
@@ -86,7 +88,8 @@ impl SourceUrls {
     }
 }
 
-/// One unit of work of the forwarding engine.
+/// One unit of work of the forwarding engine: an event to store (the
+/// post itself), or one stored already whose forwarding is to run.
 pub(super) struct Job {
     pub(super) topic: Topic,
     pub(super) event: Event,
@@ -94,10 +97,15 @@ pub(super) struct Job {
     /// apart (not in `event`) and shared by every copy a route makes, so
     /// that it is stored once and linked into each topic.
     pub(super) payload: Option<Arc<SharedPayload>>,
-    /// Set when the job is a delivery along a route: failure poisons it.
-    via: Option<(Topic, Vec<u8>)>,
-    /// Store first (false for announcements already stored).
-    pub(super) store: bool,
+    /// Set once the event is stored.
+    pub(super) stored: Option<Stored>,
+}
+
+impl Job {
+    /// The forwarding of an event stored already.
+    pub(super) fn stored(topic: Topic, event: Event, payload: Option<Arc<SharedPayload>>, stored: Stored) -> Job {
+        Job { topic, event, payload, stored: Some(stored) }
+    }
 }
 
 impl Store {
@@ -131,12 +139,12 @@ impl Store {
         let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id, ..PostReport::default() };
-        let stored = self.run(vec![Job { topic: topic.clone(), event, payload, via: None, store: true }], &mut report)?;
+        let stored = self.run(Job { topic: topic.clone(), event, payload, stored: None }, &mut report)?;
         report.duplicate = !stored;
         Ok(report)
     }
 
-    fn stale_error(&self, topic: &Topic) -> Error {
+    pub(super) fn stale_error(&self, topic: &Topic) -> Error {
         Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
     }
 
@@ -164,78 +172,58 @@ impl Store {
         Ok(event)
     }
 
-    /// The forwarding engine: a queue, not recursion, so chains of any
-    /// length run in constant stack. Returns whether the first job stored.
-    pub(super) fn run(&self, jobs: Vec<Job>, report: &mut PostReport) -> Result<bool> {
-        let mut queue: VecDeque<Job> = jobs.into();
-        let mut first = true;
-        let mut first_stored = false;
-        while let Some(job) = queue.pop_front() {
-            let is_first = std::mem::take(&mut first);
-            let outcome = self.run_job(&job, report, &mut queue);
-            let stored = match outcome {
-                Ok(Some(stored)) => stored,
-                Ok(None) => continue,
-                Err(err) => {
-                    if is_first {
-                        return Err(err);
-                    }
-                    if let Some((source, route_id)) = &job.via {
-                        self.poison(source, route_id, &err.to_string(), report);
-                    }
-                    continue;
-                }
-            };
-            if is_first {
-                first_stored = true;
-            }
-            let t = now();
-            if job.event.is_expired(t) {
-                continue; // stored for duplicate suppression, never delivered
-            }
-            let routes = match stored {
-                Some(Stored { routes: Some(routes), .. }) => routes,
-                Some(Stored { routes_generation, .. }) => self.read_routes(&job.topic, Some(routes_generation))?,
-                None => self.read_routes(&job.topic, None)?,
-            };
-            let mut urls = None;
-            for route in routes.iter().filter(|r| r.route.is_active(t)) {
-                if report.deliveries >= self.config.max_forwards {
-                    return Err(Error::new(
-                        ErrorKind::TooManyDeliveries,
-                        format!(
-                            "post to '{}' caused more than {} deliveries (KN_MAX_FORWARDS); stopped there, the event itself was stored",
-                            job.topic, self.config.max_forwards
-                        ),
-                    ));
-                }
-                report.deliveries += 1;
-                let urls = urls.get_or_insert_with(|| SourceUrls::of(self, &job.topic));
-                self.forward(&job.topic, urls, route, (&job.event, job.payload.as_ref()), &mut queue, report);
+    /// The forwarding engine: stores the first job's event, then forwards
+    /// it and every copy that causes through a queue, not recursion, so
+    /// chains of any length run in constant stack. Returns whether the
+    /// event was stored (false: a duplicate). Once it is stored, only
+    /// `max_forwards` fails the post: a delivery that cannot be made now
+    /// stays in the topic's outbox.
+    pub(super) fn run(&self, mut job: Job, report: &mut PostReport) -> Result<bool> {
+        let _wakes = crate::watch::WakeBatch::open();
+        let mut queue = VecDeque::new();
+        if job.stored.is_none() {
+            let Some(stored) = self.run_job(&job, report, &mut queue)? else { return Ok(false) };
+            job.stored = Some(stored);
+        }
+        if let Err(err) = self.forward_stored(job, report, &mut queue) {
+            if err.kind() == ErrorKind::TooManyDeliveries {
+                return Err(err);
             }
         }
-        Ok(first_stored)
+        self.run_forwarding(queue, report)?;
+        Ok(true)
     }
 
-    /// Stores one job's event (and announces new topics). `Ok(None)`: a
-    /// duplicate, nothing more to do; `Ok(Some(None))`: nothing was stored
-    /// (the job carries an announcement stored already).
-    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<Option<Stored>>> {
-        if !job.store {
-            return Ok(Some(None));
+    /// Forwards a stored event along its topic's active routes (nothing to
+    /// do, and nothing read but the routes, on a topic without any).
+    pub(super) fn forward_stored(&self, job: Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        let Some(stored) = job.stored else { return Ok(()) };
+        let t = now();
+        if job.event.is_expired(t) {
+            return Ok(()); // stored for duplicate suppression, never delivered
         }
-        let mut kept = self.take_kept(&job.topic);
-        if job.via.is_some() && job.topic.is_journal() && self.journal_stale(&job.topic, &mut kept.1) {
-            self.put_kept(kept);
-            return Err(self.stale_error(&job.topic));
+        let routes = match stored.routes {
+            Some(routes) => routes,
+            None => self.read_routes(&job.topic, stored.routes_generation)?,
+        };
+        if !routes.iter().any(|r| r.route.is_active(t)) {
+            return Ok(());
         }
+        let own = Own { seq: stored.seq, event: &job.event, payload: job.payload.as_ref() };
+        self.drain(&job.topic, Some(own), &routes, report, queue)
+    }
+
+    /// Stores one job's event (and announces new topics); `None` for a
+    /// duplicate.
+    fn run_job(&self, job: &Job, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<Option<Stored>> {
+        let kept = self.take_kept(&job.topic);
         let create = || -> Result<()> {
             queue.extend(self.ensure_topic(&job.topic, report)?);
             Ok(())
         };
-        let Some(stored) = self.append_event(&job.topic, kept, &job.event, job.payload.as_deref(), now(), create)? else { return Ok(None) };
+        let Some(stored) = self.append_event(&job.topic, kept, &job.event, job.payload.as_deref(), now(), create, None)? else { return Ok(None) };
         report.writes.push(Write { topic: job.topic.clone(), id: job.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
-        Ok(Some(Some(stored)))
+        Ok(Some(stored))
     }
 
     /// Appends under the topic's lock. Returns the checkpoint and the event
@@ -248,7 +236,7 @@ impl Store {
     /// the event was stored (an import keeps the original time).
     pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
         let kept = self.take_kept(topic);
-        let Some(stored) = self.append_event(topic, kept, event, None, stored_at, || Ok(()))? else { return Ok(None) };
+        let Some(stored) = self.append_event(topic, kept, event, None, stored_at, || Ok(()), None)? else { return Ok(None) };
         let mut out = event.clone();
         out.set(KN_ROUTE_CHECKPOINT, stored.seq.to_string());
         Ok(Some((stored.seq, out)))
@@ -264,7 +252,12 @@ impl Store {
     /// A write to `T/kn_routes` first changes `T`'s route generation, and
     /// holds `T`'s lock until it is stored, so that no process goes on
     /// using routes of `T` read before (see [`Store::read_routes`]).
-    fn append_event(
+    ///
+    /// With `search` (a redelivered copy bound for a journal), the
+    /// journal's newest events are searched for it under the lock, and
+    /// nothing is appended if it is there (`None`, as a duplicate).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn append_event(
         &self,
         topic: &Topic,
         kept: (Option<Topic>, Kept),
@@ -272,6 +265,7 @@ impl Store {
         payload: Option<&SharedPayload>,
         stored_at: f64,
         create: impl FnOnce() -> Result<()>,
+        search: Option<&Event>,
     ) -> Result<Option<Stored>> {
         let mut create = Some(create);
         let mut prepare = || create.take().map_or(Ok(()), |c| c());
@@ -291,7 +285,20 @@ impl Store {
             }
         }
         let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
+        if let Some(copy) = search {
+            match self.journal_has_copy(topic, copy, payload) {
+                Ok(false) => {}
+                found => {
+                    self.keep(writer, kept);
+                    if let Some((writer, kept)) = source {
+                        self.keep(writer, kept);
+                    }
+                    return found.map(|_| None);
+                }
+            }
+        }
         let stored_secs = stored_at.max(0.0) as u64;
+        let waking = self.appending(topic);
         let appended = match payload {
             Some(payload) => writer.append_shared(event, Some(payload), stored_secs, &self.gauge),
             None => writer.append(event, stored_secs, &self.gauge),
@@ -306,9 +313,10 @@ impl Store {
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
+        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         self.changed(topic);
-        Ok(Some(Stored { seq, routes_generation, routes }))
+        Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))
     }
 
     /// A locked writer of `topic`: from the files in `kept` when they still
@@ -329,9 +337,8 @@ impl Store {
                 return Ok((writer, kept));
             }
         }
-        prepare()?;
-        let dir = self.checked_dir(topic)?;
-        let writer = Writer::open(&dir, &self.config, ordinary)?;
+        // By path: a topic the sweep removed meanwhile is handled there.
+        let writer = self.open_writer(topic, prepare)?;
         kept.0.get_or_insert_with(|| topic.clone());
         Ok((writer, kept))
     }
@@ -358,7 +365,8 @@ impl Store {
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
             if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
                 report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });
-                jobs.push(Job { topic: subtopics, event: stored, payload: None, via: None, store: false });
+                let announced = Stored { seq, routes_generation: None, routes: None };
+                jobs.push(Job::stored(subtopics, stored, None, announced));
             }
             Ok(())
         })?;
@@ -375,6 +383,17 @@ impl Store {
         topic: &Topic,
         mut created: impl FnMut(&Topic, &str) -> Result<()>,
     ) -> Result<()> {
+        // A parent the sweep removed meanwhile: start again from the root.
+        let mut attempt = 0;
+        loop {
+            match self.create_topic_dirs_once(topic, &mut created) {
+                Err(e) if e.kind() == ErrorKind::Expired && attempt < 5 => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn create_topic_dirs_once(&self, topic: &Topic, created: &mut impl FnMut(&Topic, &str) -> Result<()>) -> Result<()> {
         let mut current = Topic::root();
         for segment in topic.segments() {
             let parent = current.clone();
@@ -393,6 +412,13 @@ impl Store {
     /// false when it already existed.
     fn create_dir_of(&self, topic: &Topic, parent: &Topic) -> Result<bool> {
         let path = self.dir(topic);
+        if path.is_dir() {
+            return Ok(false);
+        }
+        // Under the parent's lock, which the sweep holds to prune it (not
+        // for `kn_routes`, made while a route write may hold that lock:
+        // the sweep ignores reserved children, and route writes exclude it).
+        let _parent = if topic.is_reserved() { None } else { Some(self.lock_for_child(parent)?) };
         match create_topic_dir(&path) {
             Ok(()) => {
                 if self.config.sync == SyncPolicy::Always {
@@ -401,81 +427,9 @@ impl Store {
                 Ok(true)
             }
             Err(e) if e.kind() == IoKind::AlreadyExists => Ok(false),
+            // The parent was removed by the sweep since: start again.
+            Err(e) if e.kind() == IoKind::NotFound => Err(log::removed(&self.dir(parent))),
             Err(e) => Err(Error::io("cannot create topic directory", &path, e)),
-        }
-    }
-
-    pub(super) fn run_queue(&self, queue: VecDeque<Job>, report: &mut PostReport) {
-        if queue.is_empty() {
-            return;
-        }
-        // Deliveries: failures poison their routes inside `run`, so the
-        // only error left is the first job's, which is a delivery too.
-        let mut jobs: Vec<Job> = queue.into();
-        let first = jobs.remove(0);
-        let via = first.via.clone();
-        if let Err(err) = self.run(vec![first], report) {
-            if let Some((source, id)) = via {
-                self.poison(&source, &id, &err.to_string(), report);
-            }
-        }
-        if !jobs.is_empty() {
-            self.run_queue(jobs.into(), report);
-        }
-    }
-
-    /// PROTOCOL.md 4.1: filter, transform, hop-by-hop elements, then queue
-    /// a local delivery or make a remote one.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn forward(
-        &self,
-        source: &Topic,
-        urls: &SourceUrls,
-        listed: &ListedRoute,
-        (event, shared): (&Event, Option<&Arc<SharedPayload>>),
-        queue: &mut VecDeque<Job>,
-        report: &mut PostReport,
-    ) {
-        let route = &listed.route;
-        let route_id = route.id().to_vec();
-        let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
-        if !listed.passes(self, payload) {
-            return;
-        }
-        let mut out = event.clone();
-        let mut shared = shared.cloned();
-        if let Some(spec) = route.event.get("kn_content_transform") {
-            let allowed = remote::parse_content_transform(spec).and_then(|(url, _)| self.config.outbound.check(url));
-            if allowed.is_err() {
-                return;
-            }
-            match remote::content_transform(self.remote.as_ref(), spec, payload) {
-                Ok(payload) => {
-                    out.set(KN_PAYLOAD, payload);
-                    shared = None;
-                }
-                Err(_) => return, // the event does not travel this route
-            }
-        }
-        out.strip_hop_by_hop();
-        let location = match route.event.get("kn_uri") {
-            Some(uri) => uri.to_vec(),
-            None => format!("{}/{}", urls.routes, String::from_utf8_lossy(&route_id)).into_bytes(),
-        };
-        out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id.clone()).set(KN_ROUTED_FROM, urls.topic.as_bytes());
-        let via = Some((source.clone(), route_id.clone()));
-        match listed.destination(self) {
-            Ok(Destination::Local(topic)) => queue.push_back(Job { topic, event: out, payload: shared, via, store: true }),
-            Ok(Destination::Remote(url)) => {
-                if let Some(shared) = &shared {
-                    out.set(KN_PAYLOAD, shared.bytes.clone());
-                }
-                let result = self.config.outbound.check(&url).and_then(|_| remote::deliver(self.remote.as_ref(), &url, &out));
-                if let Err(err) = result {
-                    self.poison(source, &route_id, &err.to_string(), report);
-                }
-            }
-            Err(err) => self.poison(source, &route_id, &err, report),
         }
     }
 
@@ -483,7 +437,9 @@ impl Store {
     /// inactive one that expires in 300 s. It carries the reason as
     /// [`KN_POISONED`] (`kn routes --all` shows it), unless that would make it
     /// larger than `max_event_bytes`: then it is poisoned without.
-    fn poison(&self, source: &Topic, route_id: &[u8], reason: &str, report: &mut PostReport) {
+    /// Counts it under `counter` (the reason's kind).
+    pub(super) fn poison(&self, source: &Topic, route_id: &[u8], counter: Counter, reason: &str, report: &mut PostReport) {
+        let _ = self.count(counter, 1);
         let mut event = Event::new();
         event.set(KN_ID, route_id).set(KN_PAYLOAD, "").set(KN_EXPIRES, "+300");
         let mut with_reason = event.clone();

@@ -187,11 +187,12 @@ impl Store {
         let jobs = self.ensure_topic(topic, &mut report)?;
         // Routes on kn_subtopics fire for the announcements.
         let mut forwarded = PostReport::default();
-        self.run(jobs, &mut forwarded)?;
+        self.run_forwarding(jobs.into(), &mut forwarded)?;
         report.writes.extend(forwarded.writes);
         report.poisoned.extend(forwarded.poisoned);
         if topic.is_journal() {
-            self.heartbeat(topic)?;
+            // Under the journal's lock: never one the sweep is removing.
+            self.revive(topic, &mut report)?;
         }
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);
@@ -290,6 +291,14 @@ impl Tunnel {
     /// False when this tunnel relies on polling alone.
     pub fn is_notified(&self) -> bool {
         self.subscription.is_notified()
+    }
+
+    /// True when the last [`Tunnel::next`] returned events and read all
+    /// that the topic held: a reader that armed [`Tunnel::listen`] before
+    /// that call may wait for it rather than call `next` again to find
+    /// nothing (which costs a listing of the topic's directory).
+    pub fn caught_up(&self) -> bool {
+        self.cursor.caught_up()
     }
 }
 

@@ -12,7 +12,7 @@ use crate::log;
 use crate::topic::Topic;
 
 use super::{Destination, Store};
-use super::post::{Poisoned, PostReport, SourceUrls, Write};
+use super::post::{Poisoned, PostReport, Write};
 use super::read::Selection;
 
 /// What a route request did.
@@ -26,6 +26,10 @@ pub struct RouteReport {
     pub writes: Vec<Write>,
     /// Routes poisoned on the way (this one, if its destination failed).
     pub poisoned: Vec<Poisoned>,
+    /// The route's initial population is recorded in the outbox and not
+    /// yet carried ([`Store::route_deferred`]): call
+    /// [`Store::complete_forwarding`] on the source once the reply is out.
+    pub population_pending: bool,
 }
 
 /// A static route: an event of `T/kn_routes`.
@@ -67,16 +71,37 @@ pub(super) struct ListedRoute {
     /// The compiled filter; `None` for a filter that does not compile
     /// (then nothing travels the route).
     filter: OnceLock<Option<regex::bytes::Regex>>,
+    /// The access rules' last answer for this route, with the rules it
+    /// was given by (asked again when they change).
+    access: std::sync::Mutex<Option<(Arc<crate::access::Rules>, Option<String>)>>,
 }
 
 impl ListedRoute {
     pub(super) fn new(route: Route) -> ListedRoute {
-        ListedRoute { route, destination: OnceLock::new(), filter: OnceLock::new() }
+        ListedRoute { route, destination: OnceLock::new(), filter: OnceLock::new(), access: Default::default() }
     }
 
     /// Where the route delivers (an error text poisons it).
     pub(super) fn destination(&self, store: &Store) -> std::result::Result<Destination, String> {
         self.destination.get_or_init(|| store.route_target(self.route.destination()).map_err(|e| e.to_string())).clone()
+    }
+
+    /// Whether the access rules still let the route's creator read its
+    /// source and route to its destination (docs/ACCESS.md): `Ok(None)`
+    /// yes (or no rules), `Ok(Some(why))` no.
+    pub(super) fn may_deliver(&self, store: &Store) -> Result<Option<String>> {
+        let Some(rules) = store.access_rules()? else { return Ok(None) };
+        let mut cached = self.access.lock().map_err(|_| Error::new(ErrorKind::Io, "route access cache poisoned"))?;
+        if let Some((_, answer)) = cached.as_ref().filter(|(given_by, _)| Arc::ptr_eq(given_by, &rules)) {
+            return Ok(answer.clone());
+        }
+        let to = match self.destination(store) {
+            Ok(Destination::Local(topic)) => Some(topic),
+            _ => None,
+        };
+        let answer = rules.check_route(&self.route.source, &self.route.event, to.as_ref()).err().map(|e| format!("access: {e}"));
+        *cached = Some((rules, answer.clone()));
+        Ok(answer)
     }
 
     /// True when an event with `payload` passes the route's content
@@ -138,6 +163,37 @@ impl Store {
     /// itself created. A local destination beyond `max_topic_depth` or
     /// `max_topic_bytes` is refused (400).
     pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        let mut report = self.route_deferred(from, to, params)?;
+        if !report.population_pending {
+            return Ok(report);
+        }
+        report.population_pending = false;
+        match self.complete_forwarding(from) {
+            Ok(post) => {
+                report.writes.extend(post.writes);
+                report.poisoned.extend(post.poisoned);
+                Ok(report)
+            }
+            Err(err) if err.kind() == ErrorKind::TooManyDeliveries => Err(Error::new(
+                ErrorKind::TooManyDeliveries,
+                format!(
+                    "route '{}' from '{from}' was created, but carrying the existing events it selected took more than {} deliveries (KN_MAX_FORWARDS); stopped there",
+                    String::from_utf8_lossy(&report.id),
+                    self.config.max_forwards
+                ),
+            )),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// [`Store::route`], except that the route's initial population is
+    /// only recorded in the source's outbox (`report.population_pending`),
+    /// to be carried by [`Store::complete_forwarding`]: a server answers
+    /// the route request first, so that a client that reads its tunnel
+    /// only once it has the reply still gets the population (the
+    /// original's order, issue 12), and a process that dies in between
+    /// leaves it to the next writer, the sweep or `serve`.
+    pub fn route_deferred(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
         if from.is_journal() {
             return Err(Error::new(
                 ErrorKind::Forbidden,
@@ -156,39 +212,56 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
+        let journal = match self.resolve(&destination) {
+            Ok(Destination::Local(to)) if to.is_journal() => Some(to),
+            _ => None,
+        };
+        let settled = self.settle_forwarding(from)?;
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
         let mut report = self.post_route_event(from, event)?;
+        if !settled {
+            // The route created the topic: its outbox starts now, empty.
+            self.settle_forwarding(from)?;
+        }
+        if let Some(journal) = journal {
+            // Noted in the journal's `.sources` once stored, so that its
+            // removal finds the route (see index_route_source).
+            self.index_route_source(&journal, from)?;
+        }
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }
-        let route = ListedRoute::new(Route { source: from.clone(), event: self.current_route(from, &report.id)? });
-        let mut post = PostReport::default();
-        let urls = SourceUrls::of(self, from);
-        let max = self.config.max_forwards;
-        for event in self.select_at_most(from, &selection, false, self.config.max_selected)?.events {
-            if post.deliveries >= max {
-                return Err(Error::new(
-                    ErrorKind::TooManyDeliveries,
-                    format!(
-                        "route '{}' from '{from}' was created, but carrying the existing events it selected took more than {max} deliveries (KN_MAX_FORWARDS); stopped there",
-                        String::from_utf8_lossy(&report.id)
-                    ),
-                ));
-            }
-            post.deliveries += 1;
-            let mut queue = VecDeque::new();
-            self.forward(from, &urls, &route, (&event, None), &mut queue, &mut post);
-            self.run_queue(queue, &mut post);
-            // A failed delivery poisoned the route: it carries nothing more
-            // (and a silent remote must not cost one timeout per event).
-            if post.poisoned.iter().any(|p| p.source == *from && p.route_id == report.id) {
-                break;
-            }
+        let selected = self.select_at_most(from, &selection, false, self.config.max_selected)?;
+        let first = selected.events.first().and_then(|e| e.checkpoint()).and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok());
+        if let Some(first) = first {
+            self.record_population(from, &report.id, first)?;
+            report.population_pending = true;
         }
-        report.writes.extend(post.writes);
-        report.poisoned.extend(post.poisoned);
         Ok(report)
+    }
+
+    /// Before a route of `from` changes: completes what is pending along
+    /// the routes it has, and starts its outbox if it has none, so that a
+    /// new route never carries events stored before it (beyond its
+    /// population). False when `from` does not exist yet.
+    fn settle_forwarding(&self, from: &Topic) -> Result<bool> {
+        let dir = self.checked_dir(from)?;
+        if !dir.is_dir() {
+            return Ok(false); // no topic yet
+        }
+        if !self.forwarding_pending(&dir)? {
+            return Ok(true);
+        }
+        let routes = self.read_routes(from, None)?;
+        let mut report = PostReport::default();
+        let mut queue = VecDeque::new();
+        let drained = self.drain(from, None, &routes, &mut report, &mut queue);
+        let _ = self.run_forwarding(queue, &mut report);
+        match drained {
+            Err(err) if err.kind() != ErrorKind::TooManyDeliveries => Err(err),
+            _ => Ok(true),
+        }
     }
 
     /// Refuses a new route from `from` when it has `max_routes` active
@@ -210,23 +283,17 @@ impl Store {
         ))
     }
 
-    fn current_route(&self, from: &Topic, id: &[u8]) -> Result<Event> {
-        self.all_routes(from)?
-            .into_iter()
-            .find(|r| r.id() == id)
-            .map(|r| r.event)
-            .ok_or_else(|| Error::new(ErrorKind::Io, format!("route '{}' of '{from}' vanished", String::from_utf8_lossy(id))))
-    }
-
     /// Deletes route `id` of `from`: it is replaced by an inactive route
-    /// (empty destination), which watchers of `kn_routes` see; `expires`
-    /// lets the deletion itself be reclaimed.
+    /// (empty destination), which watchers of `kn_routes` see; it expires
+    /// at `expires`, else after `tombstone_ttl`, and compaction reclaims
+    /// it once expired longer than `expired_grace`.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
         let mut event = Event::new();
         event.set(KN_ID, id).set(KN_PAYLOAD, "");
-        if let Some(e) = expires {
-            event.set(KN_EXPIRES, e);
-        }
+        match expires {
+            Some(e) => event.set(KN_EXPIRES, e),
+            None => event.set(KN_EXPIRES, format!("+{}", self.config.tombstone_ttl.as_secs())),
+        };
         self.post_route_event(from, event)
     }
 
@@ -235,7 +302,7 @@ impl Store {
             event.set(KN_ID, fresh_id());
         }
         let post = self.post(&from.routes(), event)?;
-        Ok(RouteReport { ignored: post.duplicate, id: post.id, writes: post.writes, poisoned: post.poisoned })
+        Ok(RouteReport { ignored: post.duplicate, id: post.id, writes: post.writes, poisoned: post.poisoned, population_pending: false })
     }
 
     /// Checks a route destination (PROTOCOL.md 3.2) and makes it absolute.

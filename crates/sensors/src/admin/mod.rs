@@ -23,10 +23,11 @@
 //! ```
 
 use std::io::{self, Write};
+use std::path::Path;
 
-use kn_journal::{Event, Route, Store, Topic, TopicStat, KN_PAYLOAD};
+use kn_journal::{Counters, Event, Route, Store, Topic, TopicStat, KN_PAYLOAD};
 
-use crate::SensorError;
+use crate::{SensorError, SensorErrorKind};
 
 /// How `kn events`, `kn tail` and `kn export` print events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -172,4 +173,43 @@ pub fn write_doctor(out: &mut dyn Write, store: &Store) -> io::Result<bool> {
         writeln!(out, "shared mode needs the settings marked WRONG: see docs/DEPLOY.md, \"Several web servers on one store\"")?;
     }
     Ok(wrong)
+}
+
+/// Writes the store's counters after `kn stat`'s table: a blank line, then
+/// one `name value` line per counter, in slot order.
+pub fn write_counters(out: &mut dyn Write, counters: &Counters) -> io::Result<()> {
+    writeln!(out)?;
+    for (counter, value) in counters.iter() {
+        writeln!(out, "{} {value}", counter.name())?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` so that no reader ever sees half of them: into
+/// a temporary file beside it (`.NAME.tmp.PID`, a name node_exporter's
+/// textfile collector ignores), flushed, then renamed over `path`. On
+/// failure the temporary file is removed and `path` is left as it was.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SensorError> {
+    let name = path.file_name().ok_or_else(|| SensorError::usage(format!("bad output file '{}': it names no file", path.display())))?;
+    let temp = path.with_file_name(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+    let fail = |what: &str, e: io::Error| {
+        let kind = match e.kind() {
+            io::ErrorKind::PermissionDenied | io::ErrorKind::NotFound => SensorErrorKind::CantCreate,
+            _ => SensorErrorKind::TempFail,
+        };
+        SensorError::new(kind, format!("cannot {what} '{}': {e}", path.display()))
+    };
+    let written = (|| {
+        let mut f = std::fs::File::create(&temp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(fail("write", e));
+    }
+    std::fs::rename(&temp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        fail("replace", e)
+    })
 }

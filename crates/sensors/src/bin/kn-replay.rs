@@ -50,6 +50,12 @@ struct Cli {
     #[arg(long, value_name = "PASSWORD")]
     password: Option<String>,
 
+    /// Re-post to local topics as USER of the access rules
+    /// ($KN_ACCESS_RULES; an empty USER is anonymous): a post USER may not
+    /// make fails. pubsub.cgi passes the user who asked for the replay.
+    #[arg(long, value_name = "USER")]
+    as_user: Option<String>,
+
     /// Print nothing on success, not even on a terminal.
     #[arg(short, long)]
     quiet: bool,
@@ -126,6 +132,7 @@ fn run(cli: Cli) -> Result<(), SensorError> {
         password: cli.password.or_else(|| std::env::var("KN_REPLAY_PASSWORD").ok()),
         progress: !cli.quiet && !cli.dry_run,
         max_time: Some(store.config().replay_max_time),
+        as_user: cli.as_user.as_deref().map(kn_journal::access::Principal::user),
         ..ReplayOptions::default()
     };
     if let Some(prefix) = cli.prefix {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kn_journal::{Config, Selection, Store, Topic};
+use kn_journal::{Config, Exposition, Selection, Store, Topic};
 use kn_sensors::admin::{self, EventFormat};
 use kn_sensors::{legacy, SensorError, SensorErrorKind};
 
@@ -86,13 +86,31 @@ enum Command {
         topic: String,
     },
     /// Show events, records, bytes and segments per topic (the reserved
-    /// topics included), with a total.
+    /// topics included), with a total; for the whole store, then what the
+    /// sweep and the forwarding did in the store's life, one "name value"
+    /// line per counter (journals_removed, topics_pruned, bytes_reclaimed,
+    /// ...).
+    ///
+    /// With --prometheus, print instead the store's counters (what the
+    /// sweep and the outbox did) and its size (topics, journals, files,
+    /// directories, bytes) in the Prometheus text format, for
+    /// node_exporter's textfile collector.
     Stat {
         /// Only this topic and those below it.
+        #[arg(conflicts_with = "prometheus")]
         topic: Option<String>,
         /// Print one JSON object per topic instead of the table.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "prometheus")]
         json: bool,
+        /// Print the store's counters and size in the Prometheus text
+        /// format instead of the table.
+        #[arg(long)]
+        prometheus: bool,
+        /// Write to FILE instead of standard output, atomically (a
+        /// temporary file in the same directory, then a rename), so that a
+        /// reader never sees half of it.
+        #[arg(long, value_name = "FILE", requires = "prometheus")]
+        output: Option<PathBuf>,
     },
     /// Check the installation's file system: print the file system the
     /// store is on, the mode chosen (shared on FUSE and NFS mounts, see
@@ -106,6 +124,16 @@ enum Command {
     Compact {
         /// Only this topic (default: every topic).
         topic: Option<String>,
+    },
+    /// Sweep the whole store once (for cron): remove journals stale
+    /// longer than KN_JOURNAL_GRACE with the routes into them and their
+    /// announcement, and topics empty (no event, route or subtopic) and
+    /// untouched longer than KN_TOPIC_GRACE. Safe while the server runs.
+    Gc {
+        /// Use this grace period (seconds) for both instead; 0 removes
+        /// whatever is stale or empty now.
+        #[arg(long, value_name = "SECONDS")]
+        grace: Option<u64>,
     },
     /// Check the CRC of every record of every topic. Exits 1 when a bad
     /// record is found, listing each (segment file, offset, why); the
@@ -175,13 +203,19 @@ Examples:
   kn events /what/chat --format json --max-n 5
   kn tail -f /who/anna/kn_journal
   kn stat /what
+  kn stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
   kn verify --repair
+  kn gc --grace 0                          # remove whatever is stale now
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
   kn export > backup.jsonl
 
   # crontab: compact every night, quiet unless something fails
-  15 3 * * * kn --root /var/lib/kn_events compact";
+  15 3 * * * kn --root /var/lib/kn_events compact
+  # crontab: figures for node_exporter's textfile collector, every minute
+  * * * * * kn --root /var/lib/kn_events stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
+  # crontab: sweep stale journals and empty topics every 10 minutes
+  */10 * * * * kn --root /var/lib/kn_events gc";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -236,7 +270,15 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tail { follow, lines, format, topic } => tail(&store, &mut out, &parse_topic(&topic)?, follow, lines, format),
-        Command::Stat { topic, json } => {
+        Command::Stat { prometheus: true, output, .. } => {
+            let page = Exposition::of_store(&store).map_err(|e| SensorError::from_journal(e, "cannot read the store's figures"))?;
+            match output {
+                Some(path) => admin::write_atomically(&path, page.as_str().as_bytes())?,
+                None => out.write_all(page.as_str().as_bytes()).map_err(write_error)?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stat { topic, json, .. } => {
             let topics = all_topics(&store, topic.as_deref())?;
             let rows = admin::stats(&store, &topics)?;
             let rows: Vec<_> = rows.into_iter().filter(|(t, s)| !t.is_root() || s.segments > 0).collect();
@@ -247,10 +289,29 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
                 }
             } else {
                 admin::write_stats(&mut out, &rows).map_err(write_error)?;
+                if topic.is_none() {
+                    let counters = store.counters().map_err(|e| SensorError::from_journal(e, "cannot read the counters"))?;
+                    admin::write_counters(&mut out, &counters).map_err(write_error)?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc { grace } => {
+            let report = store
+                .sweep_all(grace.map(Duration::from_secs))
+                .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
+            if summaries {
+                writeln!(
+                    out,
+                    "swept {} topics: removed {} stale journals, {} routes into them and {} empty topics; reclaimed {} bytes",
+                    report.visited, report.journals_removed, report.routes_removed, report.topics_pruned, report.bytes_reclaimed
+                )
+                .map_err(write_error)?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Compact { topic } => {
+            let listed = topic.is_none();
             let topics = match topic {
                 Some(t) => vec![parse_topic(&t)?],
                 None => all_topics(&store, None)?,
@@ -259,7 +320,12 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             let (mut before, mut after) = (0, 0);
             for t in &topics {
                 bar.set_message(t.to_string());
-                let report = store.compact(t).map_err(|e| SensorError::from_journal(e, &format!("cannot compact '{t}'")))?;
+                let report = match store.compact(t) {
+                    Ok(report) => report,
+                    // Listed, then removed by the sweep: nothing to compact.
+                    Err(e) if listed && e.kind() == kn_journal::ErrorKind::BadTopic => Default::default(),
+                    Err(e) => return Err(SensorError::from_journal(e, &format!("cannot compact '{t}'"))),
+                };
                 before += report.records_before;
                 after += report.records_after;
                 bar.inc(1);

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Durable Streams throughput: `pubsub-cgi serve` against the reference
+# server (@durable-streams/server 0.3.7, pinned in package-lock.json) in
+# the same run, on the same machine, with the same client (wrk):
+#
+#   * appends/s: POST of a 100-byte text/plain body, each connection to a
+#     stream of its own (wrk -t = -c: one connection per thread);
+#   * catch-up reads/s: GET ?offset=-1 of one stream holding 100 appends of
+#     100 bytes (a 10 KB body), every connection reading it;
+#
+# each at concurrency 1 and 8, keep-alive connections, BENCH_SECONDS
+# (default 5) per figure. The reference runs in memory (its default) and,
+# with BENCH_REF_FILE=1, file-backed too (LMDB + logs, as our store is on
+# disk). Prints a table of requests/s and the ratio serve / reference. Not a
+# test: nothing passes or fails; CI does not run it.
+#
+#     bench/ds-bench/ds-bench.sh
+#     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
+#
+# Needs: wrk, node 20 and npm, cargo (builds pubsub-cgi --release unless
+# BENCH_PUBSUB names a binary).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+secs="${BENCH_SECONDS:-5}"
+work="$(mktemp -d /tmp/ds-bench.XXXXXX)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+pubsub="${BENCH_PUBSUB:-}"
+if [ -z "$pubsub" ]; then
+    (cd "$root" && cargo build --release -q -p kn-cgi)
+    pubsub="${CARGO_TARGET_DIR:-$root/target}/release/pubsub-cgi"
+fi
+(cd "$here" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+# Each sets $base and leaves the server's pid last in $pids.
+start_serve() {
+    local port; port=$(free_port)
+    KN_STREAM_LONG_POLL_MS=500 "$pubsub" serve --listen "127.0.0.1:$port" --root "$work/kn_events" >"$work/serve.log" 2>&1 &
+    pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
+}
+start_ref() {
+    local port; port=$(free_port)
+    (cd "$here" && exec node ref-server.mjs "$port" ${1:+"$1"} >"$work/ref-$port.log" 2>&1) &
+    pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
+}
+
+cat >"$work/append.lua" <<'LUA'
+local n = 0
+function setup(thread) n = n + 1; thread:set("id", n) end
+function init(args) path = "/v1/stream/bench-append-" .. os.time() .. "-" .. id end
+wrk.method = "POST"
+wrk.body = string.rep("x", 100)
+wrk.headers["Content-Type"] = "text/plain"
+function request() return wrk.format(nil, path) end
+LUA
+
+prepare() { # base: the stream the catch-up reads read
+    local base=$1
+    curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$base/v1/stream/read-me"
+    for i in $(seq 100); do
+        curl -s -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "$(printf '%0100d' "$i")" "$base/v1/stream/read-me"
+    done
+}
+
+append_rate() { # base c
+    local base=$1 c=$2 stamp
+    stamp=$(date +%s)
+    # Each wrk thread appends to its own stream: create them first.
+    for i in $(seq "$c"); do
+        curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$base/v1/stream/bench-append-$stamp-$i"
+    done
+    wrk -t"$c" -c"$c" -d"${secs}s" -s "$work/append.lua" "$base" | awk '/Requests\/sec/ {print $2}'
+}
+
+read_rate() { # base c
+    wrk -t"$c" -c"$c" -d"${secs}s" "$1/v1/stream/read-me?offset=-1" | awk '/Requests\/sec/ {print $2}'
+}
+
+declare -A rate
+targets=(serve ref-memory)
+[ "${BENCH_REF_FILE:-0}" = 1 ] && targets+=(ref-file)
+for t in "${targets[@]}"; do
+    case $t in
+        serve) start_serve ;;
+        ref-memory) start_ref ;;
+        ref-file) mkdir -p "$work/ref-data"; start_ref "$work/ref-data" ;;
+    esac
+    prepare "$base"
+    # The size of what a catch-up read returns, as a check of the workload.
+    bytes=$(curl -s "$base/v1/stream/read-me?offset=-1" | wc -c)
+    [ "$bytes" = 10000 ] || echo "warning: $t returned $bytes bytes for the catch-up read" >&2
+    for c in 1 8; do
+        rate[$t,append,$c]=$(append_rate "$base" "$c")
+        rate[$t,read,$c]=$(read_rate "$base" "$c")
+    done
+    kill "${pids[-1]}" 2>/dev/null || true
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+echo
+echo "Durable Streams, requests/s ($(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), ${secs} s per figure)"
+echo
+printf '| workload | c | serve | reference (memory) | ratio |%s\n' "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo ' reference (file) | ratio |')"
+printf '|---|---|---|---|---|%s\n' "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo '---|---|')"
+for w in append read; do
+    for c in 1 8; do
+        s=${rate[serve,$w,$c]}; m=${rate[ref-memory,$w,$c]}
+        line="| $w | $c | $s | $m | $(ratio "$s" "$m") |"
+        if [ "${BENCH_REF_FILE:-0}" = 1 ]; then f=${rate[ref-file,$w,$c]}; line="$line $f | $(ratio "$s" "$f") |"; fi
+        echo "$line"
+    done
+done

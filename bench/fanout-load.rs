@@ -1,0 +1,419 @@
+//! `fanout-load`: the Server-Sent Events load client of `bench/vs-nchan`.
+//!
+//! ```text
+//! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
+//! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
+//! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
+//! ```
+//!
+//! Both servers are driven the way their own clients use them:
+//!
+//! * `kn` (`pubsub-cgi serve` at `/kn`): each subscriber is a browser's
+//!   subscription in the PubSub protocol, a tunnel in the `sse` format on a
+//!   journal of its own (`/bench/fan/<run>/<i>/kn_journal`) and a route from
+//!   the source topic `/bench/fan/<run>/src` into that journal; the
+//!   publisher notifies the source topic. Every delivery is an append to a
+//!   subscriber's journal, on disk.
+//! * `nchan` (Nchan at `/sub/<channel>` and `/pub/<channel>`): each
+//!   subscriber is an `EventSource` on the channel, and the publisher POSTs
+//!   the message body to it.
+//!
+//! The publisher posts one event at a time on one keep-alive connection,
+//! waiting for each answer. Subscribers read with HTTP/1.0 (the body then
+//! comes raw, not chunked) and count the `data:` lines carrying the marker
+//! `fanev<seq>` of a published event.
+//!
+//! Output, one line: `fanout subscribers=N events=E deliveries=D secs=S
+//! per_sec=R`, `latency n=S p50=.. p90=.. p99=.. ms` or, for `hold`,
+//! `ready N` when every subscriber is open.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N)";
+
+/// How long the whole fan-out, or one round trip, may take.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Subscribers connecting (each then creating its route) at once.
+const CONNECTING: usize = 64;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Server {
+    Kn,
+    Nchan,
+}
+
+/// The names of one run: fresh, so that runs never share a topic or channel.
+#[derive(Clone)]
+struct Run {
+    server: Server,
+    addr: String,
+    nonce: String,
+}
+
+impl Run {
+    fn subscribe_path(&self, i: usize) -> String {
+        match self.server {
+            Server::Kn => format!("/kn/bench/fan/{}/{i}/kn_journal?kn_response_format=sse", self.nonce),
+            Server::Nchan => format!("/sub/fan{}", self.nonce),
+        }
+    }
+
+    fn publish(&self, seq: usize) -> (String, String) {
+        match self.server {
+            Server::Kn => (
+                format!("/kn/bench/fan/{}/src", self.nonce),
+                format!("do_method=notify&kn_payload=fanev{seq}&kn_response_format=simple"),
+            ),
+            Server::Nchan => (format!("/pub/fan{}", self.nonce), format!("fanev{seq}")),
+        }
+    }
+
+    /// Makes subscriber `i` receive what is published (a route into its
+    /// journal; nothing for Nchan, whose subscribers are on the channel).
+    async fn attach(&self, client: &mut Client, i: usize) -> Result<(), String> {
+        if self.server == Server::Nchan {
+            return Ok(());
+        }
+        let n = &self.nonce;
+        let body = format!("do_method=route&kn_from=/bench/fan/{n}/src&kn_to=/bench/fan/{n}/{i}/kn_journal&kn_response_format=simple");
+        let (status, answer) = client.post(&format!("/kn/bench/fan/{n}/src"), &body).await?;
+        if status != 200 {
+            return Err(format!("creating route {i} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
+        }
+        Ok(())
+    }
+
+    /// Publishes probes until every one of the `n` subscribers has seen
+    /// one: they are all receiving then (an `EventSource` may be open
+    /// before its channel counts it). Probes are not counted as events.
+    async fn settle(&self, n: usize, events: &mut mpsc::UnboundedReceiver<Seen>) -> Result<(), String> {
+        let mut client = Client::connect(&self.addr).await?;
+        let mut probed = vec![false; n];
+        let mut left = n;
+        let end = Instant::now() + TIMEOUT;
+        while left > 0 {
+            let (path, body) = self.publish(PROBE);
+            client.post(&path, &body).await?;
+            let pause = tokio::time::sleep(Duration::from_millis(100));
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    seen = events.recv() => match seen {
+                        Some(Seen { subscriber, seq: PROBE, .. }) if !probed[subscriber] => {
+                            probed[subscriber] = true;
+                            left -= 1;
+                        }
+                        Some(_) => {}
+                        None => return Err("every subscriber closed".to_string()),
+                    },
+                    _ = &mut pause => break,
+                }
+                if left == 0 {
+                    break;
+                }
+            }
+            if Instant::now() > end {
+                return Err(format!("{left} of {n} subscribers saw no probe within {TIMEOUT:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An event a subscriber received.
+struct Seen {
+    subscriber: usize,
+    seq: usize,
+    at: Instant,
+}
+
+/// The sequence number of the probes of [`Run::settle`].
+const PROBE: usize = 999_999_999;
+
+/// One keep-alive HTTP/1.1 connection for requests with short answers.
+struct Client {
+    reader: BufReader<TcpStream>,
+    addr: String,
+}
+
+impl Client {
+    async fn connect(addr: &str) -> Result<Client, String> {
+        let stream = TcpStream::connect(addr).await.map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Client { reader: BufReader::new(stream), addr: addr.to_string() })
+    }
+
+    async fn post(&mut self, path: &str, body: &str) -> Result<(u16, Vec<u8>), String> {
+        self.request("POST", path, body, "Content-Type: application/x-www-form-urlencoded\r\n").await
+    }
+
+    async fn request(&mut self, method: &str, path: &str, body: &str, extra: &str) -> Result<(u16, Vec<u8>), String> {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        let io = |e: std::io::Error| format!("{method} {path}: {e}");
+        self.reader.get_mut().write_all(request.as_bytes()).await.map_err(io)?;
+        let (status, headers) = read_head(&mut self.reader).await.map_err(io)?;
+        let mut answer = Vec::new();
+        if let Some(length) = header(&headers, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+            answer.resize(length, 0);
+            self.reader.read_exact(&mut answer).await.map_err(io)?;
+        } else if header(&headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let mut line = String::new();
+                self.reader.read_line(&mut line).await.map_err(io)?;
+                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| format!("bad chunk size '{}'", line.trim()))?;
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).await.map_err(io)?;
+                if size == 0 {
+                    break;
+                }
+                answer.extend_from_slice(&chunk[..size]);
+            }
+        }
+        Ok((status, answer))
+    }
+}
+
+async fn read_head(reader: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<(String, String)>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await? == 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+    }
+    let status = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            return Ok((status, headers));
+        }
+        if let Some((name, value)) = l.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+    }
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// An open subscriber: its reader task reports each event's sequence
+/// number (and when it arrived) on `events`.
+async fn subscribe(run: &Run, i: usize, events: mpsc::UnboundedSender<Seen>) -> Result<(), String> {
+    let stream = TcpStream::connect(&run.addr).await.map_err(|e| format!("subscriber {i}: connecting: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let mut reader = BufReader::with_capacity(64 * 1024, stream);
+    let request = format!("GET {} HTTP/1.0\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", run.subscribe_path(i), run.addr);
+    let io = |e: std::io::Error| format!("subscriber {i}: {e}");
+    reader.get_mut().write_all(request.as_bytes()).await.map_err(io)?;
+    let (status, _) = read_head(&mut reader).await.map_err(io)?;
+    if status != 200 {
+        return Err(format!("subscriber {i}: answered {status}"));
+    }
+    if run.server == Server::Kn {
+        // Open once the tunnel's own `200 Watching topic` event is in.
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).await.map_err(io)? == 0 {
+                return Err(format!("subscriber {i}: closed before its status event"));
+            }
+            if line.starts_with(b"data:") {
+                break;
+            }
+        }
+    }
+    tokio::spawn(async move {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if !line.starts_with(b"data:") {
+                continue;
+            }
+            if let Some(seq) = marker(&line) {
+                if events.send(Seen { subscriber: i, seq, at: Instant::now() }).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The sequence number after `fanev` in a `data:` line.
+fn marker(line: &[u8]) -> Option<usize> {
+    let at = line.windows(5).position(|w| w == b"fanev")? + 5;
+    let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+}
+
+/// Opens `n` subscribers (`CONNECTING` at a time) and attaches each.
+async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver<Seen>, String> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..CONNECTING.min(n) {
+        let (run, tx, next) = (run.clone(), tx.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut client = Client::connect(&run.addr).await?;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<(), String>(());
+                }
+                subscribe(&run, i, tx.clone()).await?;
+                run.attach(&mut client, i).await?;
+            }
+        }));
+    }
+    for w in workers {
+        w.await.map_err(|e| e.to_string())??;
+    }
+    run.settle(n, &mut rx).await?;
+    Ok(rx)
+}
+
+async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
+    let mut events = open_subscribers(&run, n).await?;
+    let mut publisher = Client::connect(&run.addr).await?;
+    if let Some(path) = std::env::var_os("FANOUT_READY") {
+        // For a profiler: say when the subscribers are open, give it time.
+        let _ = std::fs::write(path, b"ready\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let start = Instant::now();
+    let publishing = tokio::spawn(async move {
+        for seq in 0..e {
+            let (path, body) = run.publish(seq);
+            let (status, answer) = publisher.post(&path, &body).await?;
+            if !(200..300).contains(&status) {
+                return Err(format!("publish {seq} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
+            }
+        }
+        Ok::<(), String>(())
+    });
+    let want = n * e;
+    let mut got = 0;
+    let end = start + TIMEOUT;
+    while got < want {
+        match tokio::time::timeout_at(end.into(), events.recv()).await {
+            Ok(Some(Seen { seq, .. })) if seq != PROBE => got += 1,
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("every subscriber closed after {got} of {want} deliveries")),
+            Err(_) => return Err(format!("only {got} of {want} deliveries within {TIMEOUT:?}")),
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    publishing.await.map_err(|e| e.to_string())??;
+    println!("fanout subscribers={n} events={e} deliveries={got} secs={secs:.3} per_sec={:.0}", got as f64 / secs);
+    Ok(())
+}
+
+async fn latency(run: Run, samples: usize) -> Result<(), String> {
+    const WARMUP: usize = 20;
+    let mut events = open_subscribers(&run, 1).await?;
+    let mut publisher = Client::connect(&run.addr).await?;
+    let mut times = Vec::with_capacity(samples);
+    for seq in 0..WARMUP + samples {
+        let (path, body) = run.publish(seq);
+        let sent = Instant::now();
+        let (status, _) = publisher.post(&path, &body).await?;
+        if !(200..300).contains(&status) {
+            return Err(format!("publish {seq} answered {status}"));
+        }
+        loop {
+            match tokio::time::timeout(TIMEOUT, events.recv()).await {
+                Ok(Some(Seen { seq: got, at, .. })) if got == seq => {
+                    if seq >= WARMUP {
+                        times.push(at.duration_since(sent).as_secs_f64() * 1000.0);
+                    }
+                    break;
+                }
+                Ok(Some(_)) => continue,
+                _ => return Err(format!("event {seq} did not arrive")),
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    println!("latency n={samples} p50={:.3} p90={:.3} p99={:.3} ms", at(0.5), at(0.9), at(0.99));
+    Ok(())
+}
+
+async fn hold(run: Run, n: usize) -> Result<(), String> {
+    let _events = open_subscribers(&run, n).await?;
+    println!("ready {n}");
+    let _ = tokio::task::spawn_blocking(|| std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())).await;
+    Ok(())
+}
+
+/// Room for 10,000 subscribers and more: the soft limit up to the hard one.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
+    let server = match args.first().map(String::as_str) {
+        Some("kn") => Server::Kn,
+        Some("nchan") => Server::Nchan,
+        _ => {
+            eprintln!("{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let Some(addr) = args.get(1).cloned() else {
+        eprintln!("{USAGE}");
+        return std::process::ExitCode::from(2);
+    };
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let run = Run { server, addr, nonce: format!("{:x}{:x}", nanos & 0xffff_ffff_ffff, std::process::id()) };
+    raise_open_file_limit();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fanout-load: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let (mode, a, b) = (args.get(2).cloned().unwrap_or_default(), number(3), number(4));
+    let result = runtime.block_on(async move {
+        match (mode.as_str(), a, b) {
+            ("fanout", Some(n), Some(e)) => fanout(run, n, e).await,
+            ("latency", Some(s), _) => latency(run, s).await,
+            ("hold", Some(n), _) => hold(run, n).await,
+            _ => Err(USAGE.to_string()),
+        }
+    });
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fanout-load: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

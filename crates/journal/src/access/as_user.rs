@@ -1,0 +1,149 @@
+//! [`AsUser`]: the store's request API, checked against the access rules
+//! for one [`Principal`].
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::event::Event;
+use crate::store::{Destination, PostReport, Route, RouteReport, Selected, Selection, Store, TunnelStart};
+use crate::topic::Topic;
+
+use super::{Operation, Principal, Rules, KN_ROUTE_CREATOR};
+
+/// The store as one user sees it: every call checks the access rules
+/// before it does anything, then calls the [`Store`] method of the same
+/// name. Servers answer requests through it; local tools use the
+/// [`Store`] itself.
+///
+/// ```
+/// use kn_journal::access::Principal;
+/// use kn_journal::{Config, ErrorKind, Event, Store, Topic};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let rules = dir.path().join("access.rules");
+/// std::fs::write(&rules, "allow all /who/{user}/** users\n").unwrap();
+/// let mut config = Config::new(dir.path().join("kn_events"));
+/// config.access_rules = Some(rules);
+/// let store = Store::open_with(config).unwrap();
+///
+/// let anna = Principal::user("anna");
+/// let own = Topic::parse("/who/anna/notes").unwrap();
+/// store.as_user(&anna).notify(&own, Event::from_pairs([("kn_payload", "hi")])).unwrap();
+/// let err = store.as_user(&Principal::user("bob")).notify(&own, Event::new()).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Forbidden);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct AsUser<'a> {
+    store: &'a Store,
+    who: &'a Principal,
+}
+
+impl Store {
+    /// This store as `who` may use it (see [`AsUser`]).
+    pub fn as_user<'a>(&'a self, who: &'a Principal) -> AsUser<'a> {
+        AsUser { store: self, who }
+    }
+}
+
+impl AsUser<'_> {
+    /// Who this is.
+    pub fn principal(&self) -> &Principal {
+        self.who
+    }
+
+    /// Whether this user may do `op` on `topic` (always, without a rules
+    /// file); see [`Rules::check`].
+    pub fn check(&self, op: Operation, topic: &Topic) -> Result<()> {
+        match self.store.access_rules()? {
+            Some(rules) => rules.check(self.who, op, topic),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Store::notify`], if this user may post to `topic`.
+    pub fn notify(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        self.check(Operation::Post, topic)?;
+        self.store.notify(topic, event)
+    }
+
+    /// [`Store::events`], if this user may read `topic`.
+    pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
+        self.check(Operation::Read, topic)?;
+        self.store.events(topic, selection)
+    }
+
+    /// [`Store::tunnel`], if this user may read `topic`.
+    pub fn tunnel(&self, topic: &Topic, selection: &Selection) -> Result<TunnelStart> {
+        self.check(Operation::Read, topic)?;
+        self.store.tunnel(topic, selection)
+    }
+
+    /// [`Store::route`], if this user may read `from` and route to `to`
+    /// (when it is a topic of this store), and, when the route replaces
+    /// someone else's of the same `kn_id`, may delete that one. The route
+    /// records its creator ([`KN_ROUTE_CREATOR`]; whatever the request
+    /// said there is dropped), so that each delivery checks the creator's
+    /// rights again.
+    pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        let params = self.may_route(from, to, params)?;
+        self.store.route(from, to, params)
+    }
+
+    /// [`Store::route_deferred`] (the population carried after the
+    /// server's reply), with the checks of [`AsUser::route`].
+    pub fn route_deferred(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
+        let params = self.may_route(from, to, params)?;
+        self.store.route_deferred(from, to, params)
+    }
+
+    /// The checks of [`AsUser::route`]: the route's elements, with its
+    /// creator recorded, when this user may make it.
+    fn may_route(&self, from: &Topic, to: &[u8], mut params: Event) -> Result<Event> {
+        params.remove(KN_ROUTE_CREATOR);
+        if let Some(name) = self.who.name() {
+            params.set(KN_ROUTE_CREATOR, name);
+        }
+        let Some(rules) = self.store.access_rules()? else { return Ok(params) };
+        rules.check(self.who, Operation::Read, from)?;
+        if let Ok(Destination::Local(topic)) = self.store.resolve(to) {
+            rules.check(self.who, Operation::Route, &topic)?;
+        }
+        if let Some(id) = params.id().filter(|id| !id.is_empty()) {
+            if let Some(existing) = self.store.routes(from)?.into_iter().find(|r| r.id() == id) {
+                self.may_remove(&rules, &existing)?;
+            }
+        }
+        Ok(params)
+    }
+
+    /// [`Store::delete_route`], if this user created the route, may
+    /// delete routes of `from`, or may route to the route's destination
+    /// (a topic of this store): a user can always stop what arrives in
+    /// topics of their own.
+    pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
+        if let Some(rules) = self.store.access_rules()? {
+            match self.store.all_routes(from)?.into_iter().find(|r| r.id() == id) {
+                Some(existing) => self.may_remove(&rules, &existing)?,
+                None => rules.check(self.who, Operation::Delete, from)?,
+            }
+        }
+        self.store.delete_route(from, id, expires)
+    }
+
+    /// Whether this user may delete or replace `route`.
+    fn may_remove(&self, rules: &Arc<Rules>, route: &Route) -> Result<()> {
+        if self.who.name().is_some() && Principal::creator_of(&route.event) == *self.who {
+            return Ok(());
+        }
+        let refused = match rules.check(self.who, Operation::Delete, &route.source) {
+            Ok(()) => return Ok(()),
+            Err(err) => err,
+        };
+        if let Ok(Destination::Local(to)) = self.store.resolve(route.destination()) {
+            if rules.check(self.who, Operation::Route, &to).is_ok() {
+                return Ok(());
+            }
+        }
+        Err(refused)
+    }
+}

@@ -1,0 +1,789 @@
+//! The forwarding outbox: how far each topic's events have been forwarded
+//! along its routes (`.forwarded`, FORMAT.md "Forwarding"), which routes lag
+//! behind (a transient failure waiting for its retry, a new route's
+//! initial population), and the drain that completes what is pending.
+//!
+//! A post stores its event first and forwards it after; the cursor in
+//! `.forwarded` moves past the event only once every route has it (or has
+//! been poisoned, or keeps it as a lagging route). Whoever forwards next
+//! on the topic (the next writer, [`Store::complete_forwarding`] from the
+//! sweep, `serve` or `kn`) first delivers what lies between the cursor and
+//! its own event: a notify killed at any point after its store loses no
+//! delivery. Redelivered copies are recognised: an ordinary destination
+//! suppresses the duplicate by `kn_id`, a journal is searched for the copy
+//! before it is appended again.
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::*;
+use crate::ids::now;
+use crate::log::{self, SharedPayload};
+use crate::remote::{self, RemoteFailure};
+use crate::stats::Counter;
+use crate::topic::Topic;
+
+use super::post::{Job, PostReport, SourceUrls, Write};
+use super::read::Selection;
+use super::routes::{ListedRoute, RouteList};
+use super::{Destination, Store};
+
+/// The name of a topic's forwarding state (cursor and lagging routes).
+pub(crate) const FORWARDED_FILE: &str = ".forwarded";
+
+/// The store's list of topics with lagging routes (one empty file per
+/// topic, named by the hex of the topic name), so that a background pass
+/// finds them without walking the tree.
+pub(crate) const OUTBOX_DIR: &str = ".outbox";
+
+/// `.forwarded` holds two slots of this size; a state is written whole
+/// into the slot its generation's parity names, so a write torn by a crash
+/// leaves the other slot (the previous state) readable.
+const SLOT_BYTES: u64 = 64 << 10;
+
+const MAGIC: &[u8; 4] = b"KNf1";
+
+/// How many events of one topic a drain reads back from the log at once;
+/// more pending than this (after a long outage) is completed over several
+/// drains, the oldest first.
+const BATCH: usize = 1000;
+
+/// How many of a journal's newest events are searched for a copy before a
+/// redelivery appends it (see [`Store::drain`]).
+const JOURNAL_DEDUP_WINDOW: usize = 1000;
+
+/// The longest wait between two retries, whatever `forward_backoff` and
+/// the attempts say.
+const MAX_BACKOFF_SECS: f64 = 3600.0;
+
+/// A route that has not yet received every event up to the cursor.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Lag {
+    pub(super) route_id: Vec<u8>,
+    /// The first event (seq) the route still needs.
+    pub(super) from: u64,
+    /// Failed attempts so far (0 for a population not yet tried).
+    pub(super) attempts: u32,
+    /// Not before this time (seconds since the epoch).
+    pub(super) next_at: f64,
+}
+
+/// A topic's forwarding state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct State {
+    generation: u64,
+    /// Every event up to this seq has been forwarded (except along the
+    /// lagging routes).
+    pub(super) cursor: u64,
+    pub(super) lagging: Vec<Lag>,
+}
+
+impl State {
+    fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&self.generation.to_le_bytes());
+        body.extend_from_slice(&self.cursor.to_le_bytes());
+        body.extend_from_slice(&(self.lagging.len() as u32).to_le_bytes());
+        for lag in &self.lagging {
+            body.extend_from_slice(&(lag.route_id.len() as u32).to_le_bytes());
+            body.extend_from_slice(&lag.route_id);
+            body.extend_from_slice(&lag.from.to_le_bytes());
+            body.extend_from_slice(&lag.attempts.to_le_bytes());
+            body.extend_from_slice(&lag.next_at.to_bits().to_le_bytes());
+        }
+        let mut out = Vec::with_capacity(body.len() + 12);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crate::record::crc32c(&[&body]).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn decode(slot: &[u8]) -> Option<State> {
+        let (head, rest) = slot.split_at_checked(12)?;
+        if &head[..4] != MAGIC {
+            return None;
+        }
+        let len = u32::from_le_bytes(head[4..8].try_into().ok()?) as usize;
+        let crc = u32::from_le_bytes(head[8..12].try_into().ok()?);
+        let body = rest.get(..len)?;
+        if crate::record::crc32c(&[body]) != crc {
+            return None;
+        }
+        let mut r = Reader(body);
+        let mut state = State { generation: r.u64()?, cursor: r.u64()?, lagging: Vec::new() };
+        for _ in 0..r.u32()? {
+            let n = r.u32()? as usize;
+            let route_id = r.take(n)?.to_vec();
+            state.lagging.push(Lag { route_id, from: r.u64()?, attempts: r.u32()?, next_at: f64::from_bits(r.u64()?) });
+        }
+        Some(state)
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (a, b) = self.0.split_at_checked(n)?;
+        self.0 = b;
+        Some(a)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// A topic's `.forwarded`, open and locked (`flock`, released on drop):
+/// one forwarder per topic at a time. Only the append locks of other
+/// topics are ever taken under it, never another topic's `.forwarded`
+/// (their forwarding is queued until this one is released), so it cannot
+/// deadlock.
+pub(super) struct Outbox {
+    file: File,
+    path: PathBuf,
+    /// The state read; `None` when the file was new or unreadable.
+    pub(super) state: Option<State>,
+}
+
+impl Outbox {
+    pub(super) fn lock(dir: &Path) -> Result<Outbox> {
+        let path = dir.join(FORWARDED_FILE);
+        let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open forwarding state", &path, e))?;
+        file.lock().map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+        let state = read_state(&file).map_err(|e| Error::io("cannot read forwarding state", &path, e))?;
+        Ok(Outbox { file, path, state })
+    }
+
+    pub(super) fn save(&mut self, state: &mut State) -> Result<()> {
+        state.generation = state.generation.wrapping_add(1);
+        let bytes = state.encode();
+        if bytes.len() as u64 > SLOT_BYTES {
+            return Err(Error::new(ErrorKind::TooLarge, format!("forwarding state of {} bytes does not fit {}", bytes.len(), self.path.display())));
+        }
+        let at = (state.generation % 2) * SLOT_BYTES;
+        self.file.write_all_at(&bytes, at).map_err(|e| Error::io("cannot write forwarding state", &self.path, e))?;
+        self.state = Some(state.clone());
+        Ok(())
+    }
+}
+
+fn read_state(file: &File) -> std::io::Result<Option<State>> {
+    let mut best: Option<State> = None;
+    for slot in 0..2u64 {
+        let mut buf = vec![0u8; 12];
+        if file.read_exact_at(&mut buf, slot * SLOT_BYTES).is_err() {
+            continue;
+        }
+        let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as u64;
+        if len > SLOT_BYTES - 12 {
+            continue;
+        }
+        buf.resize(12 + len as usize, 0);
+        if file.read_exact_at(&mut buf[12..], slot * SLOT_BYTES + 12).is_err() {
+            continue;
+        }
+        if let Some(state) = State::decode(&buf) {
+            if best.as_ref().is_none_or(|b| state.generation > b.generation) {
+                best = Some(state);
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// What became of one delivery along one route.
+pub(super) enum Delivery {
+    /// Delivered, filtered out, or a duplicate: nothing more to do.
+    Done,
+    /// Failed for now (a local I/O error, a full disk, a remote 5xx or no
+    /// answer): the route is kept and the event retried later.
+    Transient(Error),
+    /// Failed for good (PROTOCOL.md 4.1): the route is poisoned.
+    Permanent(Counter, Error),
+}
+
+/// The event a post forwards itself (already in memory).
+pub(super) struct Own<'a> {
+    pub(super) seq: u64,
+    pub(super) event: &'a Event,
+    pub(super) payload: Option<&'a Arc<SharedPayload>>,
+}
+
+impl Store {
+    /// Completes the pending forwarding of `topic`: the events stored but
+    /// not yet forwarded (their notify was killed, or could not read the
+    /// routes), the routes whose retry is due and new routes' initial
+    /// populations. For the sweep, `serve`'s background pass, `kn` and a
+    /// server right after a route's reply. Returns what it stored and
+    /// poisoned; a topic without routes costs a directory lookup.
+    pub fn complete_forwarding(&self, topic: &Topic) -> Result<PostReport> {
+        let mut report = PostReport::default();
+        let mut queue = VecDeque::new();
+        let result = self.complete_forwarding_into(topic, &mut report, &mut queue);
+        self.run_forwarding(queue, &mut report)?;
+        result.map(|_| report)
+    }
+
+    pub(super) fn complete_forwarding_into(&self, topic: &Topic, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        let dir = self.checked_dir(topic)?;
+        if !dir.join(FORWARDED_FILE).exists() {
+            return Ok(());
+        }
+        let routes = self.read_routes(topic, None)?;
+        self.drain(topic, None, &routes, report, queue)
+    }
+
+    /// Runs [`Store::complete_forwarding`] on every topic with lagging
+    /// routes (listed in `.outbox/`). `serve` calls it in the background;
+    /// returns how many topics it visited.
+    pub fn complete_lagging_forwarding(&self) -> Result<usize> {
+        let mut visited = 0;
+        for topic in self.outbox_topics()? {
+            visited += 1;
+            let _ = self.complete_forwarding(&topic);
+        }
+        Ok(visited)
+    }
+
+    /// How many deliveries are recorded as pending in the outbox (routes
+    /// waiting for a retry or for their initial population, counted by
+    /// the events each still needs, at most up to the topic's cursor): a
+    /// gauge for `kn stat` and `/metrics`. Events of a notify that was
+    /// killed are not counted until a writer sees them.
+    pub fn outbox_pending(&self) -> Result<u64> {
+        let mut pending = 0;
+        for topic in self.outbox_topics()? {
+            let path = self.dir(&topic).join(FORWARDED_FILE);
+            let Ok(file) = File::open(&path) else { continue };
+            let Some(state) = read_state(&file).map_err(|e| Error::io("cannot read forwarding state", &path, e))? else { continue };
+            pending += state.lagging.iter().map(|l| (state.cursor + 1).saturating_sub(l.from).max(1)).sum::<u64>();
+        }
+        Ok(pending)
+    }
+
+    fn outbox_topics(&self) -> Result<Vec<Topic>> {
+        let dir = self.config.root.join(OUTBOX_DIR);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("cannot list", &dir, e)),
+        };
+        let mut topics = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(bytes) = name.to_str().and_then(unhex) else { continue };
+            match Topic::parse_bytes(&bytes) {
+                Ok(topic) => topics.push(topic),
+                Err(_) => {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(topics)
+    }
+
+    /// Lists `topic` in `.outbox/` (it has lagging routes) or takes it off.
+    fn mark_outbox(&self, topic: &Topic, lagging: bool) {
+        let dir = self.config.root.join(OUTBOX_DIR);
+        let path = dir.join(hex(topic.as_str().as_bytes()));
+        if !lagging {
+            let _ = fs::remove_file(&path);
+            return;
+        }
+        if path.exists() {
+            return;
+        }
+        if !dir.is_dir() {
+            let _ = super::create_topic_dir(&dir);
+        }
+        let _ = log::open_shared(&path, false);
+    }
+
+    /// Whether the topic in `dir` has events not yet forwarded or lagging
+    /// routes; starts its state (nothing pending) when it has none. Reads
+    /// no route.
+    pub(super) fn forwarding_pending(&self, dir: &Path) -> Result<bool> {
+        let mut outbox = Outbox::lock(dir)?;
+        let end = log::cursor_at_end(dir)?.last_seq();
+        match outbox.state.clone() {
+            None => {
+                outbox.save(&mut State { cursor: end, ..State::default() })?;
+                Ok(false)
+            }
+            Some(state) => Ok(state.cursor < end || !state.lagging.is_empty()),
+        }
+    }
+
+    /// Records that route `route_id` of `from` is to carry the current
+    /// events from `first` on (its initial population) before anything
+    /// newer, then leaves them for [`Store::complete_forwarding`].
+    pub(super) fn record_population(&self, from: &Topic, route_id: &[u8], first: u64) -> Result<()> {
+        let dir = self.checked_dir(from)?;
+        let mut outbox = Outbox::lock(&dir)?;
+        let end = log::cursor_at_end(&dir)?.last_seq();
+        let mut state = outbox.state.clone().unwrap_or(State { cursor: end, ..State::default() });
+        state.lagging.retain(|l| l.route_id != route_id);
+        state.lagging.push(Lag { route_id: route_id.to_vec(), from: first, attempts: 0, next_at: 0.0 });
+        self.mark_outbox(from, true);
+        outbox.save(&mut state)
+    }
+
+    /// Forwards the pending events of `topic` along `routes` (the own
+    /// event of a post last), under the topic's `.forwarded` lock: every
+    /// event after the cursor to every active route that does not lag,
+    /// then the lagging routes whose retry is due. Local copies are
+    /// stored at once; their own forwarding is queued for after the lock
+    /// is released. Fails only with the own event's
+    /// [`ErrorKind::TooManyDeliveries`] or an I/O error of the state.
+    pub(super) fn drain(&self, topic: &Topic, own: Option<Own<'_>>, routes: &RouteList, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        let dir = self.dir(topic);
+        let mut outbox = Outbox::lock(&dir)?;
+        let t = now();
+        let end = match &own {
+            Some(own) => own.seq,
+            None => log::cursor_at_end(&dir)?.last_seq(),
+        };
+        let mut state = match outbox.state.clone() {
+            Some(state) => state,
+            // New (or unreadable): nothing before this post is pending.
+            None => State { cursor: end.saturating_sub(u64::from(own.is_some())), ..State::default() },
+        };
+        let before = state.clone();
+        let active: Vec<&ListedRoute> = routes.iter().filter(|r| r.route.is_active(t)).collect();
+        state.lagging.retain(|l| active.iter().any(|r| r.route.id() == l.route_id));
+        let urls = SourceUrls::of(self, topic);
+        let mut result = Ok(());
+        if active.is_empty() {
+            // Nothing to deliver, and nothing pending for routes made later.
+            state.cursor = state.cursor.max(end);
+        }
+        if state.cursor < end {
+            let mut pending = Vec::new();
+            if state.cursor + 1 < end {
+                pending = self.events_between(topic, state.cursor, end - u64::from(own.is_some()))?;
+            }
+            for (seq, mut event) in pending {
+                // Each recovered event has the budget its own post had:
+                // past `max_forwards` its forwarding stops there, as its
+                // post's would have.
+                let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
+                let mut own_report = PostReport::default();
+                let _ = self.deliver_all(topic, &urls, &active, &mut state, (seq, &event, payload.as_ref()), true, &mut own_report, queue);
+                report.writes.append(&mut own_report.writes);
+                report.poisoned.append(&mut own_report.poisoned);
+                state.cursor = seq;
+            }
+            if let Some(own) = own.filter(|o| o.seq > state.cursor) {
+                result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), false, report, queue);
+                state.cursor = own.seq;
+            } else if state.cursor < end {
+                state.cursor = end;
+            }
+        }
+        let mut cut = false;
+        self.catch_up(topic, &urls, &active, &mut state, t, report, queue, &mut cut);
+        if cut && result.is_ok() {
+            result = Err(Error::new(
+                ErrorKind::TooManyDeliveries,
+                format!("forwarding from '{topic}' took more than {} deliveries (KN_MAX_FORWARDS); stopped there", self.config.max_forwards),
+            ));
+        }
+        if state != before || outbox.state.is_none() {
+            let lagging = !state.lagging.is_empty();
+            let was_lagging = !before.lagging.is_empty();
+            if lagging != was_lagging || outbox.state.is_none() {
+                self.mark_outbox(topic, lagging);
+            }
+            outbox.save(&mut state)?;
+        }
+        result
+    }
+
+    /// The current (unexpired, not superseded) events of `topic` with a
+    /// seq in `(after, upto]`, oldest first, at most [`BATCH`].
+    fn events_between(&self, topic: &Topic, after: u64, upto: u64) -> Result<Vec<(u64, Event)>> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        let selection = Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::default() };
+        let selected = self.select_at_most(topic, &selection, false, usize::MAX)?;
+        let mut out = Vec::new();
+        for mut event in selected.events {
+            let seq = event.checkpoint().and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
+            if seq <= after || seq > upto {
+                continue;
+            }
+            event.remove(KN_ROUTE_CHECKPOINT);
+            out.push((seq, event));
+            if out.len() == BATCH {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Delivers one event of `source` along every active route that does
+    /// not lag; a transient failure makes the route lag from this event.
+    /// Fails with [`ErrorKind::TooManyDeliveries`] past `max_forwards`.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_all(
+        &self,
+        source: &Topic,
+        urls: &SourceUrls,
+        active: &[&ListedRoute],
+        state: &mut State,
+        (seq, event, payload): (u64, &Event, Option<&Arc<SharedPayload>>),
+        recovered: bool,
+        report: &mut PostReport,
+        queue: &mut VecDeque<Job>,
+    ) -> Result<()> {
+        for route in active {
+            if state.lagging.iter().any(|l| l.route_id == route.route.id()) {
+                continue; // it gets this event when it catches up
+            }
+            if report.deliveries >= self.config.max_forwards {
+                return Err(Error::new(
+                    ErrorKind::TooManyDeliveries,
+                    format!(
+                        "post to '{source}' caused more than {} deliveries (KN_MAX_FORWARDS); stopped there, the event itself was stored",
+                        self.config.max_forwards
+                    ),
+                ));
+            }
+            report.deliveries += 1;
+            match self.forward(urls, route, (event, payload), recovered, report, queue) {
+                Delivery::Done => {
+                    if recovered {
+                        let _ = self.count(Counter::DeliveriesRecovered, 1);
+                    }
+                }
+                Delivery::Transient(err) => {
+                    let _ = self.count(Counter::DeliveriesRetried, 1);
+                    if self.config.forward_retries == 0 {
+                        self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
+                        continue;
+                    }
+                    let next_at = now() + self.config.forward_backoff.as_secs_f64();
+                    state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
+                }
+                Delivery::Permanent(counter, err) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers to each lagging route whose time has come the events it
+    /// still needs (up to the cursor), in order; stops a route at its
+    /// first failure (a retry later, with a doubled wait, or poisoned
+    /// after `forward_retries` retries).
+    #[allow(clippy::too_many_arguments)]
+    fn catch_up(
+        &self,
+        source: &Topic,
+        urls: &SourceUrls,
+        active: &[&ListedRoute],
+        state: &mut State,
+        t: f64,
+        report: &mut PostReport,
+        queue: &mut VecDeque<Job>,
+        population_cut: &mut bool,
+    ) {
+        let mut i = 0;
+        while i < state.lagging.len() {
+            let lag = state.lagging[i].clone();
+            let Some(route) = active.iter().find(|r| r.route.id() == lag.route_id) else {
+                state.lagging.remove(i);
+                continue;
+            };
+            if lag.next_at > t {
+                i += 1;
+                continue;
+            }
+            let events = match self.events_between(source, lag.from.saturating_sub(1), state.cursor) {
+                Ok(events) => events,
+                Err(_) => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let complete = events.len() < BATCH;
+            let mut failed = None;
+            let mut cut = false;
+            let mut next = lag.from;
+            for (seq, mut event) in events {
+                if report.deliveries >= self.config.max_forwards {
+                    cut = true;
+                    break;
+                }
+                report.deliveries += 1;
+                let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
+                match self.forward(urls, route, (&event, payload.as_ref()), true, report, queue) {
+                    Delivery::Done => {
+                        next = seq + 1;
+                        if lag.attempts > 0 {
+                            let _ = self.count(Counter::DeliveriesRecovered, 1);
+                        }
+                    }
+                    other => {
+                        failed = Some(other);
+                        next = seq;
+                        break;
+                    }
+                }
+            }
+            let from = next;
+            match failed {
+                None if cut => {
+                    // A population cut off by max_forwards ends there.
+                    *population_cut = true;
+                    state.lagging.remove(i);
+                    continue;
+                }
+                None if complete => {
+                    state.lagging.remove(i);
+                    continue;
+                }
+                None => state.lagging[i].from = from,
+                Some(Delivery::Permanent(counter, err)) => {
+                    self.poison(source, &lag.route_id, counter, &err.to_string(), report);
+                    state.lagging.remove(i);
+                    continue;
+                }
+                Some(Delivery::Transient(err)) => {
+                    let _ = self.count(Counter::DeliveriesRetried, 1);
+                    let attempts = lag.attempts + 1;
+                    if attempts > self.config.forward_retries {
+                        let reason = format!("{err} (no answer after {} retries)", self.config.forward_retries);
+                        self.poison(source, &lag.route_id, unreachable_counter(&err), &reason, report);
+                        state.lagging.remove(i);
+                        continue;
+                    }
+                    let wait = self.config.forward_backoff.as_secs_f64() * 2f64.powi(attempts.min(30) as i32 - 1);
+                    state.lagging[i] = Lag { route_id: lag.route_id, from, attempts, next_at: now() + wait.min(MAX_BACKOFF_SECS) };
+                }
+                Some(Delivery::Done) => unreachable!("a delivery that was done is not a failure"),
+            }
+            i += 1;
+        }
+    }
+
+    /// PROTOCOL.md 4.1: filter, transform, hop-by-hop elements, then store
+    /// a local copy (its own forwarding queued) or make a remote delivery.
+    /// A `recovered` copy may have been delivered before: on a journal it
+    /// is searched for first.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward(
+        &self,
+        urls: &SourceUrls,
+        listed: &ListedRoute,
+        (event, shared): (&Event, Option<&Arc<SharedPayload>>),
+        recovered: bool,
+        report: &mut PostReport,
+        queue: &mut VecDeque<Job>,
+    ) -> Delivery {
+        let route = &listed.route;
+        // The route's creator must still have the right to read the source
+        // and post to the destination (docs/ACCESS.md). Unreadable rules
+        // deliver nothing now and keep the route for a retry.
+        match listed.may_deliver(self) {
+            Ok(None) => {}
+            Ok(Some(refused)) => return Delivery::Permanent(Counter::PoisonedOther, Error::new(ErrorKind::Forbidden, refused)),
+            Err(err) => return Delivery::Transient(err),
+        }
+        let route_id = route.id().to_vec();
+        let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
+        if !listed.passes(self, payload) {
+            return Delivery::Done;
+        }
+        let mut out = event.clone();
+        let mut shared = shared.cloned();
+        if let Some(spec) = route.event.get("kn_content_transform") {
+            let allowed = remote::parse_content_transform(spec).and_then(|(url, _)| self.config.outbound.check(url));
+            if allowed.is_err() {
+                return Delivery::Done;
+            }
+            match remote::content_transform(self.remote.as_ref(), spec, payload) {
+                Ok(payload) => {
+                    out.set(KN_PAYLOAD, payload);
+                    shared = None;
+                }
+                Err(_) => return Delivery::Done, // the event does not travel this route
+            }
+        }
+        out.strip_hop_by_hop();
+        let location = match route.event.get("kn_uri") {
+            Some(uri) => uri.to_vec(),
+            None => format!("{}/{}", urls.routes, String::from_utf8_lossy(&route_id)).into_bytes(),
+        };
+        out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id).set(KN_ROUTED_FROM, urls.topic.as_bytes());
+        match listed.destination(self) {
+            Ok(Destination::Local(topic)) => match self.store_copy(&topic, out, shared, recovered, report, queue) {
+                Ok(()) => Delivery::Done,
+                Err(err) => classify_local(err),
+            },
+            Ok(Destination::Remote(url)) => {
+                if let Some(shared) = &shared {
+                    out.set(KN_PAYLOAD, shared.bytes.clone());
+                }
+                if let Err(err) = self.config.outbound.check(&url) {
+                    return Delivery::Permanent(Counter::PoisonedOther, err);
+                }
+                match remote::deliver_to(self.remote.as_ref(), &url, &out) {
+                    Ok(()) => Delivery::Done,
+                    Err(RemoteFailure::Refused(err)) => Delivery::Permanent(Counter::PoisonedRefused, err),
+                    Err(RemoteFailure::Unusable(err)) => Delivery::Permanent(Counter::PoisonedBadName, err),
+                    Err(RemoteFailure::Unavailable(err)) => Delivery::Transient(err),
+                }
+            }
+            Err(reason) => Delivery::Permanent(Counter::PoisonedBadName, Error::new(ErrorKind::BadTopic, reason)),
+        }
+    }
+
+    /// Stores a forwarded copy in the local topic `dest` (created if
+    /// needed) and queues its own forwarding. A stale journal refuses it.
+    fn store_copy(&self, dest: &Topic, copy: Event, payload: Option<Arc<SharedPayload>>, recovered: bool, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
+            if log::failpoint(point) {
+                return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
+            }
+        }
+        let mut kept = self.take_kept(dest);
+        if dest.is_journal() && self.journal_stale(dest, &mut kept.1) {
+            self.put_kept(kept);
+            return Err(self.stale_error(dest));
+        }
+        let create = || -> Result<()> {
+            queue.extend(self.ensure_topic(dest, report)?);
+            Ok(())
+        };
+        let search = (recovered && dest.is_journal()).then_some(&copy);
+        let Some(stored) = self.append_event(dest, kept, &copy, payload.as_deref(), now(), create, search)? else { return Ok(()) };
+        report.writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
+        queue.push_back(Job::stored(dest.clone(), copy, payload, stored));
+        Ok(())
+    }
+
+    /// True when one of the newest events of the journal `dest` is `copy`
+    /// (every element the same but the checkpoint): a redelivery of a copy
+    /// already appended. Called under the journal's lock.
+    pub(super) fn journal_has_copy(&self, dest: &Topic, copy: &Event, payload: Option<&SharedPayload>) -> Result<bool> {
+        let mut whole;
+        let copy = match payload {
+            Some(payload) => {
+                whole = copy.clone();
+                whole.set(KN_PAYLOAD, payload.bytes.clone());
+                &whole
+            }
+            None => copy,
+        };
+        let selection = Selection { max_n: Some(JOURNAL_DEDUP_WINDOW), ..Selection::default() };
+        let recent = self.select_at_most(dest, &selection, true, JOURNAL_DEDUP_WINDOW)?;
+        Ok(recent.events.into_iter().any(|mut e| {
+            e.remove(KN_ROUTE_CHECKPOINT);
+            e == *copy
+        }))
+    }
+
+    /// Runs the forwarding of the copies a drain stored (each under its own
+    /// topic's lock, one at a time). Only `max_forwards` stops it.
+    pub(super) fn run_forwarding(&self, mut queue: VecDeque<Job>, report: &mut PostReport) -> Result<()> {
+        while let Some(job) = queue.pop_front() {
+            if let Err(err) = self.forward_stored(job, report, &mut queue) {
+                if err.kind() == ErrorKind::TooManyDeliveries {
+                    return Err(err);
+                }
+                // Anything else (the routes or the state could not be
+                // read) leaves the event pending in that topic's outbox:
+                // its next writer completes it.
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A local delivery's error: a stale journal, a bad name or a refusal is
+/// permanent; an I/O problem (EMFILE, EIO, a lock, a full disk) passes.
+fn classify_local(err: Error) -> Delivery {
+    match err.kind() {
+        ErrorKind::Expired => Delivery::Permanent(Counter::PoisonedStale, err),
+        ErrorKind::BadTopic => Delivery::Permanent(Counter::PoisonedBadName, err),
+        ErrorKind::Forbidden | ErrorKind::Unauthorized | ErrorKind::BadRequest | ErrorKind::ReservedTopic | ErrorKind::TooLarge => {
+            Delivery::Permanent(Counter::PoisonedOther, err)
+        }
+        ErrorKind::DiskFull | ErrorKind::Io | ErrorKind::Corrupt | ErrorKind::Remote | ErrorKind::TooManyDeliveries => {
+            Delivery::Transient(err)
+        }
+    }
+}
+
+/// The counter of a route poisoned after its retries: remote (no answer)
+/// or local (the fault never cleared).
+fn unreachable_counter(err: &Error) -> Counter {
+    if err.kind() == ErrorKind::Remote { Counter::PoisonedUnreachable } else { Counter::PoisonedOther }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_survives_encoding_and_a_damaged_slot_is_refused() {
+        let state = State {
+            generation: 7,
+            cursor: 42,
+            lagging: vec![Lag { route_id: b"r1".to_vec(), from: 40, attempts: 2, next_at: 1.5 }],
+        };
+        let bytes = state.encode();
+        assert_eq!(State::decode(&bytes), Some(state));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 1;
+            assert_eq!(State::decode(&bad), None, "byte {i} flipped");
+        }
+        assert_eq!(State::decode(&bytes[..bytes.len() - 1]), None);
+    }
+
+    #[test]
+    fn the_newer_slot_wins_and_a_torn_one_leaves_the_older() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut outbox = Outbox::lock(dir.path()).unwrap();
+        assert_eq!(outbox.state, None);
+        let mut state = State { cursor: 1, ..State::default() };
+        outbox.save(&mut state).unwrap();
+        state.cursor = 2;
+        outbox.save(&mut state).unwrap();
+        drop(outbox);
+        assert_eq!(Outbox::lock(dir.path()).unwrap().state.unwrap().cursor, 2);
+        // Tear the newer slot: the older state is read.
+        let f = fs::OpenOptions::new().write(true).open(dir.path().join(FORWARDED_FILE)).unwrap();
+        f.write_all_at(b"\xff\xff", (state.generation % 2) * SLOT_BYTES + 14).unwrap();
+        assert_eq!(Outbox::lock(dir.path()).unwrap().state.unwrap().cursor, 1);
+    }
+
+    #[test]
+    fn hex_names_round_trip() {
+        assert_eq!(unhex(&hex(b"/what/chat")).unwrap(), b"/what/chat");
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("abc"), None);
+    }
+}

@@ -1,0 +1,1234 @@
+//! Durable Streams (github.com/durable-streams, PROTOCOL.md v1.0) on the
+//! same store: append-only byte streams with opaque offsets, idempotent
+//! producers, TTLs, forks and closing, and the bridge to PubSub topics.
+//!
+//! Each stream is a log like a journal's (the `log` module: segments of
+//! checksummed records, torn tails repaired) in its own directory under
+//! [`STREAMS_DIR`] in the store root; a topic segment never starts with
+//! `.`, so no topic can collide with it. Its state (content type, TTL,
+//! closed, forks, producers) is replayed from its records; a producer's
+//! `(id, epoch, seq)` is written in the very record of the append it
+//! guards, under the stream's lock (FORMAT.md, "Streams").
+//!
+//! An offset is the checkpoint of the last record holding data, as 16 hex
+//! digits ([`offset`]). A fork copies its source's records up to the fork
+//! point, keeping their checkpoints, so offsets are shared as the protocol
+//! wants.
+//!
+//! ```
+//! use kn_journal::streams::{Append, Create, Start, Streams};
+//! use kn_journal::Store;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let streams = Streams::new(std::sync::Arc::new(Store::open(dir.path()).unwrap()));
+//! let created = streams.create("chat/1", &Create::new("text/plain")).unwrap();
+//! assert!(created.created);
+//! streams.append("chat/1", &Append::data(Some("text/plain"), b"hello ")).unwrap();
+//! streams.append("chat/1", &Append::data(Some("text/plain"), b"world")).unwrap();
+//! let chunk = streams.read("chat/1", Start::Beginning).unwrap();
+//! assert_eq!(chunk.body(), b"hello world");
+//! assert!(chunk.up_to_date);
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::event::Event;
+use crate::log::{self, LogCursor, SpaceGauge, TopicFiles, Writer};
+use crate::record::Record;
+use crate::store::Store;
+
+mod bridge;
+mod json;
+mod offset;
+mod state;
+mod time;
+
+pub use json::{essence, is_json};
+pub use offset::{offset, parse_offset, parse_start, Start};
+pub use time::parse_rfc3339;
+
+use state::{has_data, name, op, State};
+
+/// The directory of the store root holding the streams, one directory
+/// each, named by the `xxh3_128` of the stream's path in hex.
+pub const STREAMS_DIR: &str = ".streams";
+
+/// File whose modification time is a stream's last read or write, for a
+/// sliding `Stream-TTL`.
+const ACCESS_FILE: &str = ".access";
+
+/// Most read positions a process keeps per stream (see `Entry::marks`):
+/// the memory of a stream's cache entry stays bounded however long it is.
+const MAX_MARKS: usize = 1024;
+
+/// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
+/// the status the protocol names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamErrorKind {
+    /// Malformed request: header, offset, JSON, empty append (400).
+    BadRequest,
+    /// No such stream, or it expired (404).
+    NotFound,
+    /// The stream was deleted but its forks keep it (410).
+    Gone,
+    /// Configuration mismatch, content type mismatch, `Stream-Seq`
+    /// regression (409).
+    Conflict,
+    /// Append to a closed stream (409 with `Stream-Closed: true`).
+    Closed,
+    /// Stale producer epoch (403, with the current epoch).
+    StaleEpoch,
+    /// Producer sequence gap (409, with expected and received).
+    SequenceGap,
+    /// Body larger than `Config::stream_max_append_bytes` (413).
+    TooLarge,
+    /// A per-stream limit such as `Config::stream_max_producers` (429).
+    Limit,
+    /// Storage failure (500, or 507 when the disk is full).
+    Store(crate::ErrorKind),
+}
+
+/// Why the bridge refuses while access rules are in force.
+const BRIDGE_OFF: &str =
+    "streams are not bridged to topics while access rules are in force (KN_ACCESS_RULES): the stream front door does not know the user's rights on topics";
+
+/// A stream operation's failure, with what the protocol wants said.
+#[derive(Debug)]
+pub struct StreamError {
+    kind: StreamErrorKind,
+    message: String,
+    /// The tail offset (closed streams), or the current epoch (stale).
+    pub next_offset: Option<String>,
+    /// Stale epoch: the server's epoch; gap: (expected, received).
+    pub epoch: Option<u64>,
+    /// Sequence gap: the expected and the received sequence numbers.
+    pub gap: Option<(u64, u64)>,
+}
+
+impl StreamError {
+    /// An error of `kind`.
+    pub fn new(kind: StreamErrorKind, message: impl Into<String>) -> StreamError {
+        StreamError { kind, message: message.into(), next_offset: None, epoch: None, gap: None }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> StreamErrorKind {
+        self.kind
+    }
+
+    /// What went wrong, with which input.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+impl From<crate::Error> for StreamError {
+    fn from(e: crate::Error) -> StreamError {
+        StreamError::new(StreamErrorKind::Store(e.kind()), e.to_string())
+    }
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> StreamError {
+    crate::Error::io(what, path, e).into()
+}
+
+/// Result of stream operations.
+pub type StreamResult<T> = std::result::Result<T, StreamError>;
+
+/// A stream's metadata, as `HEAD` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// The stream's path (below `/v1/stream/`).
+    pub path: String,
+    /// The content type set at creation.
+    pub content_type: String,
+    /// The tail: checkpoint of the last data.
+    pub tail: u64,
+    /// Sliding time-to-live, seconds.
+    pub ttl: Option<u64>,
+    /// Absolute expiry (RFC 3339, as given).
+    pub expires_at: Option<String>,
+    /// Closed: no more appends.
+    pub closed: bool,
+    /// The PubSub topic the stream is bound to.
+    pub topic: Option<String>,
+    /// An id of this incarnation of the stream (for ETags).
+    pub id: String,
+}
+
+impl Info {
+    /// The tail as an offset token.
+    pub fn next_offset(&self) -> String {
+        offset(self.tail)
+    }
+
+    /// True in JSON mode.
+    pub fn is_json(&self) -> bool {
+        is_json(&self.content_type)
+    }
+}
+
+/// What a `PUT` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct Create {
+    /// Content type (default `application/octet-stream`).
+    pub content_type: Option<String>,
+    /// `Stream-TTL`, seconds.
+    pub ttl: Option<u64>,
+    /// `Stream-Expires-At`, RFC 3339.
+    pub expires_at: Option<String>,
+    /// `Stream-Closed: true`.
+    pub closed: bool,
+    /// The initial content.
+    pub body: Vec<u8>,
+    /// `Stream-Forked-From`: the source's path.
+    pub fork_from: Option<String>,
+    /// `Stream-Fork-Offset`.
+    pub fork_offset: Option<u64>,
+    /// `Stream-Fork-Sub-Offset`.
+    pub fork_sub_offset: u64,
+    /// The PubSub topic to bind the stream to (the bridge).
+    pub topic: Option<String>,
+}
+
+impl Create {
+    /// A plain stream of `content_type`.
+    pub fn new(content_type: &str) -> Create {
+        Create { content_type: Some(content_type.to_owned()), ..Create::default() }
+    }
+}
+
+/// The outcome of a create.
+#[derive(Clone, Debug)]
+pub struct Created {
+    /// False: it existed with the same configuration (idempotent).
+    pub created: bool,
+    /// The stream now.
+    pub info: Info,
+}
+
+/// An idempotent producer's headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Producer {
+    /// `Producer-Id`.
+    pub id: String,
+    /// `Producer-Epoch`.
+    pub epoch: u64,
+    /// `Producer-Seq`.
+    pub seq: u64,
+}
+
+/// What a `POST` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct Append<'a> {
+    /// The request's content type.
+    pub content_type: Option<&'a str>,
+    /// The bytes to append (may be empty only when closing).
+    pub body: &'a [u8],
+    /// `Stream-Closed: true`.
+    pub close: bool,
+    /// `Stream-Seq`.
+    pub stream_seq: Option<&'a [u8]>,
+    /// The idempotent producer, if any.
+    pub producer: Option<Producer>,
+}
+
+impl<'a> Append<'a> {
+    /// A plain append of `body`.
+    pub fn data(content_type: Option<&'a str>, body: &'a [u8]) -> Append<'a> {
+        Append { content_type, body, ..Append::default() }
+    }
+}
+
+/// The outcome of an append.
+#[derive(Clone, Debug)]
+pub struct Appended {
+    /// The stream after it.
+    pub info: Info,
+    /// False: nothing was written (a duplicate, or closing a closed
+    /// stream).
+    pub stored: bool,
+    /// The producer's epoch and highest accepted seq, to echo.
+    pub producer: Option<(u64, u64)>,
+    /// A failure posting the appended messages to the bound topic (the
+    /// append itself is stored).
+    pub bridge_error: Option<String>,
+}
+
+/// A catch-up read.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// The stream.
+    pub info: Info,
+    /// The offset the read started after.
+    pub start: u64,
+    /// The payloads of the records read, in order.
+    pub pieces: Vec<Vec<u8>>,
+    /// Where the next read starts.
+    pub next: u64,
+    /// The read reached the tail.
+    pub up_to_date: bool,
+}
+
+impl Chunk {
+    /// The response body: the bytes, or in JSON mode the array of the
+    /// messages.
+    pub fn body(&self) -> Vec<u8> {
+        if !self.info.is_json() {
+            return self.pieces.concat();
+        }
+        let mut out = Vec::with_capacity(self.pieces.iter().map(Vec::len).sum::<usize>() + self.pieces.len() + 2);
+        out.push(b'[');
+        for (i, p) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(p);
+        }
+        out.push(b']');
+        out
+    }
+
+    /// True when the stream is closed and this read reached its end (EOF).
+    pub fn closed(&self) -> bool {
+        self.info.closed && self.up_to_date
+    }
+}
+
+/// What a process knows of one stream between requests.
+#[derive(Default)]
+struct Entry {
+    dir: PathBuf,
+    /// Inode of the stream directory the state was read from (0: none).
+    ino: u64,
+    state: State,
+    cursor: Option<LogCursor>,
+    /// Cursors after batches of records, by the last checkpoint read, so
+    /// that a read from any offset starts near it.
+    marks: BTreeMap<u64, LogCursor>,
+    files: Option<TopicFiles>,
+    /// Where the bound topic was read up to.
+    topic_cursor: Option<LogCursor>,
+    /// The latest data records, `(seq, payload)`, at most
+    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
+    /// tail need no file read.
+    recent: std::collections::VecDeque<(u64, Vec<u8>)>,
+    recent_bytes: usize,
+    /// The highest checkpoint of data dropped from `recent` (0: none):
+    /// reads from at or after it are served from memory.
+    forgotten: u64,
+}
+
+impl Entry {
+    fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
+        self.recent.push_back((seq, payload.to_vec()));
+        self.recent_bytes += payload.len();
+        while self.recent_bytes > budget {
+            let Some((seq, p)) = self.recent.pop_front() else { break };
+            self.recent_bytes -= p.len();
+            self.forgotten = seq;
+        }
+    }
+}
+
+/// The streams of a store. One per process (it caches what it has read);
+/// cheap to share behind an `Arc`.
+pub struct Streams {
+    store: Arc<Store>,
+    dir: PathBuf,
+    entries: Mutex<HashMap<String, Arc<Mutex<Entry>>>>,
+    gauge: SpaceGauge,
+}
+
+impl fmt::Debug for Streams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streams").field("dir", &self.dir).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn dir_ino(dir: &Path) -> u64 {
+    fs::metadata(dir).map(|m| m.ino()).unwrap_or(0)
+}
+
+impl Streams {
+    /// The streams of `store`.
+    pub fn new(store: Arc<Store>) -> Streams {
+        let dir = store.config().root.join(STREAMS_DIR);
+        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default() }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn config(&self) -> &crate::Config {
+        self.store.config()
+    }
+
+    fn stream_dir(&self, path: &str) -> PathBuf {
+        self.dir.join(format!("{:032x}", xxhash_rust::xxh3::xxh3_128(path.as_bytes())))
+    }
+
+    fn check_path(&self, path: &str) -> StreamResult<()> {
+        let max = self.config().stream_max_path_bytes;
+        if path.is_empty() {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, "a stream path cannot be empty"));
+        }
+        if path.len() > max {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream path of {} bytes is longer than the limit of {max}", path.len())));
+        }
+        Ok(())
+    }
+
+    fn entry(&self, path: &str) -> Arc<Mutex<Entry>> {
+        let mut entries = lock(&self.entries);
+        if let Some(e) = entries.get(path) {
+            return e.clone();
+        }
+        if entries.len() >= self.config().stream_cache.max(1) {
+            // Forget idle streams (none is lost: all is in the log).
+            entries.retain(|_, e| Arc::strong_count(e) > 1);
+        }
+        let e = Arc::new(Mutex::new(Entry { dir: self.stream_dir(path), ..Entry::default() }));
+        if entries.len() < self.config().stream_cache.max(1) {
+            entries.insert(path.to_owned(), e.clone());
+        }
+        e
+    }
+
+    /// Brings `entry` up to date with the log (records written by any
+    /// process since it last looked).
+    fn refresh(&self, entry: &mut Entry) -> StreamResult<()> {
+        self.refresh_until(entry, None)
+    }
+
+    /// [`Streams::refresh`], stopping once the record `until` is read: a
+    /// writer knows the log's last checkpoint, and needs no further read
+    /// (nor the listing that finds nothing more).
+    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>) -> StreamResult<()> {
+        let ino = dir_ino(&entry.dir);
+        if ino != entry.ino {
+            let dir = std::mem::take(&mut entry.dir);
+            *entry = Entry { dir, ino, ..Entry::default() };
+        }
+        if ino == 0 {
+            return Ok(());
+        }
+        let mut cursor = entry.cursor.take().unwrap_or(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
+        loop {
+            if until.is_some_and(|last| cursor.last_seq >= last) {
+                break;
+            }
+            let records = log::read_new(&entry.dir, &mut cursor)?;
+            if records.is_empty() {
+                break;
+            }
+            for r in &records {
+                let tail = entry.state.tail;
+                entry.state.apply(r);
+                if entry.state.tail != tail {
+                    entry.remember(r.seq, r.event.payload(), self.config().stream_cache_bytes);
+                }
+            }
+            entry.marks.insert(cursor.last_seq, cursor.clone());
+            if entry.marks.len() > MAX_MARKS {
+                // Every other one: reads start at most twice as far back.
+                let mut i = 0;
+                entry.marks.retain(|_, _| {
+                    i += 1;
+                    i % 2 == 0
+                });
+            }
+        }
+        entry.cursor = Some(cursor);
+        Ok(())
+    }
+
+    /// Locks the stream for writing (creating its directory if `create`),
+    /// with `entry` brought up to date under the lock.
+    fn writer<'s>(&'s self, entry: &mut Entry, create: bool) -> StreamResult<Option<Writer<'s>>> {
+        for _ in 0..4 {
+            if create {
+                if !self.dir.is_dir() {
+                    match create_dir(&self.dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(io("cannot create", &self.dir, e)),
+                    }
+                }
+                match create_dir(&entry.dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io("cannot create stream directory", &entry.dir, e)),
+                }
+            }
+            let ino = dir_ino(&entry.dir);
+            if ino == 0 {
+                return Ok(None);
+            }
+            let kept = entry.files.take();
+            let w = match kept {
+                Some(files) => Writer::reopen(self.config(), false, files)?,
+                None => None,
+            };
+            let w = match w {
+                Some(w) => w,
+                None => match Writer::open(&entry.dir, self.config(), false) {
+                    Ok(w) => w,
+                    Err(e) if dir_ino(&entry.dir) != ino => {
+                        let _ = e;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            // Deleted (renamed away) while we waited for the lock?
+            if dir_ino(&entry.dir) != ino {
+                drop(w);
+                continue;
+            }
+            self.refresh_until(entry, Some(w.last_seq()))?;
+            return Ok(Some(w));
+        }
+        Err(StreamError::new(StreamErrorKind::Conflict, "the stream is being deleted and re-created; try again"))
+    }
+
+    fn release(entry: &mut Entry, w: Writer<'_>) {
+        entry.files = Some(w.release());
+    }
+
+    fn append_record(&self, w: &mut Writer<'_>, event: &Event) -> StreamResult<u64> {
+        match w.append(event, crate::ids::now() as u64, &self.gauge)? {
+            log::Appended::Stored(seq) => Ok(seq),
+            log::Appended::Duplicate => Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Io), "a stream record was taken for a duplicate")),
+        }
+    }
+
+    fn touch(&self, entry: &Entry) {
+        if entry.state.ttl.is_some() {
+            let path = entry.dir.join(ACCESS_FILE);
+            let _ = log::open_shared(&path, false).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        }
+    }
+
+    fn expired(&self, entry: &Entry) -> bool {
+        let now = time::now_ms();
+        if let Some(at) = entry.state.expires_at.as_deref().and_then(parse_rfc3339) {
+            if now >= at {
+                return true;
+            }
+        }
+        if let Some(ttl) = entry.state.ttl {
+            let last = fs::metadata(entry.dir.join(ACCESS_FILE))
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64);
+            if let Some(last) = last {
+                return now > last + (ttl as i64) * 1000;
+            }
+        }
+        false
+    }
+
+    fn info(entry: &Entry) -> Info {
+        let s = &entry.state;
+        Info {
+            path: s.path.clone(),
+            content_type: s.content_type.clone(),
+            tail: s.tail,
+            ttl: s.ttl,
+            expires_at: s.expires_at.clone(),
+            closed: s.closed,
+            topic: s.topic.clone(),
+            id: format!("{:x}", xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", s.path, s.created).as_bytes())),
+        }
+    }
+
+    /// Up to date and existing: `NotFound`, `Gone` (soft-deleted); an
+    /// expired stream is removed here and is `NotFound`.
+    fn live(&self, path: &str, entry: &mut Entry) -> StreamResult<()> {
+        self.refresh(entry)?;
+        if !entry.state.exists {
+            return Err(not_found(path));
+        }
+        if entry.state.soft_deleted {
+            return Err(StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")));
+        }
+        if self.expired(entry) {
+            self.remove(path, entry)?;
+            return Err(not_found(path));
+        }
+        Ok(())
+    }
+
+    // ----- create -------------------------------------------------------
+
+    /// Creates the stream at `path` (`PUT`): `created` false when it
+    /// exists with the same configuration; `Conflict` when it exists
+    /// otherwise (or was deleted and is kept for its forks).
+    pub fn create(&self, path: &str, req: &Create) -> StreamResult<Created> {
+        self.check_path(path)?;
+        if req.ttl.is_some() && req.expires_at.is_some() {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-TTL and Stream-Expires-At cannot both be given"));
+        }
+        if let Some(at) = &req.expires_at {
+            if parse_rfc3339(at).is_none() {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-Expires-At '{at}' is not an RFC 3339 timestamp")));
+            }
+        }
+        if req.body.len() > self.config().stream_max_append_bytes {
+            return Err(too_large(req.body.len(), self.config().stream_max_append_bytes));
+        }
+        let cell = self.entry(path);
+        let mut entry = lock(&cell);
+        self.refresh(&mut entry)?;
+        if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
+            self.remove(path, &mut entry)?;
+        }
+        if entry.state.exists {
+            return self.recreate(path, req, &entry);
+        }
+        // The fork's source, read before anything is written.
+        let source = match &req.fork_from {
+            Some(from) => Some(self.fork_source(from, req)?),
+            None => None,
+        };
+        let mut content_type = req.content_type.clone();
+        let (mut ttl, mut expires_at) = (req.ttl, req.expires_at.clone());
+        if let Some(src) = &source {
+            match &content_type {
+                Some(ct) if essence(ct) != essence(&src.info.content_type) => {
+                    return Err(StreamError::new(StreamErrorKind::Conflict, format!("content type '{ct}' differs from the source's '{}'", src.info.content_type)));
+                }
+                Some(_) => {}
+                None => content_type = Some(src.info.content_type.clone()),
+            }
+            if ttl.is_none() && expires_at.is_none() {
+                ttl = src.info.ttl;
+                expires_at = src.info.expires_at.clone();
+            }
+        }
+        let content_type = content_type.unwrap_or_else(|| "application/octet-stream".to_owned());
+        let initial = if is_json(&content_type) && !req.body.is_empty() {
+            json::messages(&req.body, true)?.join(",").into_bytes()
+        } else {
+            req.body.clone()
+        };
+        if let Some(topic) = &req.topic {
+            if !self.bridge_allowed() {
+                return Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Forbidden), BRIDGE_OFF));
+            }
+            crate::Topic::parse(topic).map_err(|e| StreamError::new(StreamErrorKind::BadRequest, e.to_string()))?;
+            if !is_json(&content_type) {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, "only application/json streams can be bound to a topic"));
+            }
+        }
+        let Some(mut w) = self.writer(&mut entry, true)? else { return Err(not_found(path)) };
+        if !entry.state.exists && entry.cursor.as_ref().is_some_and(|c| c.last_seq > 0) {
+            // Records without a create: a creation that crashed half-way
+            // (creators hold the lock throughout). Start afresh, so that
+            // a fork's copied checkpoints begin at 1.
+            drop(w);
+            self.remove(path, &mut entry)?;
+            w = match self.writer(&mut entry, true)? {
+                Some(w) => w,
+                None => return Err(not_found(path)),
+            };
+        }
+        if entry.state.exists {
+            // Another process created it while we looked.
+            Self::release(&mut entry, w);
+            return self.recreate(path, req, &entry);
+        }
+        let result = (|| {
+            if let Some(src) = &source {
+                for r in &src.records {
+                    self.append_record(&mut w, r)?;
+                }
+            }
+            let mut e = Event::new();
+            e.set(name::OP, op::CREATE);
+            e.set(name::PATH, path);
+            e.set(name::CONTENT_TYPE, content_type.as_str());
+            e.set(name::CREATED, format!("{}-{}", time::now_ms(), crate::fresh_id()));
+            if let Some(t) = ttl {
+                e.set(name::TTL, t.to_string());
+            }
+            if let Some(at) = &expires_at {
+                e.set(name::EXPIRES_AT, at.as_str());
+            }
+            if let Some(src) = &source {
+                e.set(name::FORK_FROM, src.info.path.as_str());
+                e.set(name::FORK_OFFSET, src.offset.to_string());
+                e.set(name::FORK_SUB, req.fork_sub_offset.to_string());
+            }
+            if let Some(topic) = &req.topic {
+                e.set(name::TOPIC, topic.as_str());
+                // Only what is notified from now on is imported.
+                let dir = crate::Topic::parse(topic).map(|t| t.dir(&self.config().root));
+                if let Ok(dir) = dir {
+                    let at = log::cursor_at_end(&dir).map(|c| c.last_seq).unwrap_or(0);
+                    e.set(name::TOPIC_SEQ, at.to_string());
+                }
+            }
+            if req.closed {
+                e.set(name::CLOSE, "true");
+            }
+            if !initial.is_empty() {
+                e.set(crate::event::KN_PAYLOAD, initial.clone());
+            }
+            self.append_record(&mut w, &e)?;
+            let _ = log::open_shared(&entry.dir.join(ACCESS_FILE), false);
+            self.refresh(&mut entry)
+        })();
+        Self::release(&mut entry, w);
+        if let Err(e) = result {
+            // Never leave half a stream: its create record is what makes
+            // it exist, so remove what was written before it.
+            if !entry.state.exists {
+                let _ = self.remove(path, &mut entry);
+            }
+            return Err(e);
+        }
+        if let Some(src) = &source {
+            self.count_fork(&src.info.path, op::FORK_ADDED)?;
+        }
+        Ok(Created { created: true, info: Self::info(&entry) })
+    }
+
+    /// `PUT` on an existing stream: the same configuration or a conflict.
+    fn recreate(&self, path: &str, req: &Create, entry: &Entry) -> StreamResult<Created> {
+        let s = &entry.state;
+        let conflict = |why: &str| Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{path}' exists with {why}")));
+        if s.soft_deleted {
+            return conflict("its forks still reading it (deleted)");
+        }
+        if let Some(ct) = &req.content_type {
+            if essence(ct) != essence(&s.content_type) {
+                return conflict(&format!("another content type ({})", s.content_type));
+            }
+        }
+        if req.fork_from.is_none() && (req.ttl != s.ttl || req.expires_at != s.expires_at) {
+            return conflict("another TTL or expiry");
+        }
+        if req.closed != s.closed {
+            return conflict(if s.closed { "closed" } else { "open" });
+        }
+        if req.fork_from.as_deref().map(source_path) != s.fork_from.as_deref() {
+            return conflict("another fork source");
+        }
+        if req.fork_from.is_some() && req.fork_offset.is_some() && req.fork_offset != s.fork_offset {
+            return conflict("another fork offset");
+        }
+        if req.fork_from.is_some() && req.fork_sub_offset != s.fork_sub {
+            return conflict("another fork sub-offset");
+        }
+        if req.topic.is_some() && req.topic != s.topic {
+            return conflict("another topic");
+        }
+        Ok(Created { created: false, info: Self::info(entry) })
+    }
+
+    // ----- append -------------------------------------------------------
+
+    /// Appends to the stream at `path` (`POST`), closing it with
+    /// `close`; checks the producer and `Stream-Seq` and writes their new
+    /// state in the same record.
+    pub fn append(&self, path: &str, req: &Append<'_>) -> StreamResult<Appended> {
+        self.check_path(path)?;
+        let max = self.config().stream_max_append_bytes;
+        if req.body.len() > max {
+            return Err(too_large(req.body.len(), max));
+        }
+        if req.body.is_empty() && !req.close {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, "an append needs a body (or Stream-Closed: true)"));
+        }
+        let cell = self.entry(path);
+        let mut entry = lock(&cell);
+        // The writer brings the state up to date under the lock: the
+        // checks of `live` are made there, with one read of the log.
+        let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
+        if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
+            drop(w);
+            self.remove(path, &mut entry)?;
+            return Err(not_found(path));
+        }
+        let result = self.append_locked(path, req, &mut entry, &mut w);
+        Self::release(&mut entry, w);
+        let (mut appended, posted) = result?;
+        self.touch(&entry);
+        let bound = entry.state.topic.clone();
+        drop(entry);
+        if let (Some(topic), Some((at, messages))) = (bound, posted) {
+            appended.bridge_error = if self.bridge_allowed() {
+                self.post_to_topic(path, &topic, at, &messages).err().map(|e| e.to_string())
+            } else {
+                Some(BRIDGE_OFF.to_owned())
+            };
+        }
+        Ok(appended)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn append_locked(&self, path: &str, req: &Append<'_>, entry: &mut Entry, w: &mut Writer<'_>) -> StreamResult<(Appended, Option<(u64, Vec<String>)>)> {
+        self.import_locked(entry, w)?;
+        let s = &entry.state;
+        if !s.exists || s.soft_deleted {
+            return Err(if s.exists { StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")) } else { not_found(path) });
+        }
+        let done = |entry: &Entry, stored: bool, producer| Appended { info: Self::info(entry), stored, producer, bridge_error: None };
+        if s.closed {
+            if let (Some(p), Some((id, epoch, seq))) = (&req.producer, &s.closed_by) {
+                if &p.id == id && p.epoch == *epoch && p.seq == *seq {
+                    return Ok((done(entry, false, Some((p.epoch, p.seq))), None));
+                }
+            }
+            if req.body.is_empty() && req.close {
+                return Ok((done(entry, false, None), None));
+            }
+            let mut e = StreamError::new(StreamErrorKind::Closed, format!("stream '{path}' is closed"));
+            e.next_offset = Some(offset(s.tail));
+            return Err(e);
+        }
+        if !req.body.is_empty() {
+            match req.content_type {
+                None => return Err(StreamError::new(StreamErrorKind::BadRequest, "an append needs a Content-Type")),
+                Some(ct) if essence(ct) != essence(&s.content_type) => {
+                    return Err(StreamError::new(StreamErrorKind::Conflict, format!("content type '{ct}' is not the stream's '{}'", s.content_type)));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(p) = &req.producer {
+            match s.producers.get(&p.id) {
+                Some(&(epoch, _)) if p.epoch < epoch => {
+                    let mut e = StreamError::new(StreamErrorKind::StaleEpoch, format!("producer '{}' epoch {} is stale (current {epoch})", p.id, p.epoch));
+                    e.epoch = Some(epoch);
+                    return Err(e);
+                }
+                Some(&(epoch, _)) if p.epoch > epoch && p.seq != 0 => {
+                    return Err(StreamError::new(StreamErrorKind::BadRequest, format!("a new epoch must start at sequence 0, not {}", p.seq)));
+                }
+                Some(&(epoch, last)) if p.epoch == epoch && p.seq <= last => {
+                    return Ok((done(entry, false, Some((epoch, last))), None));
+                }
+                Some(&(epoch, last)) if p.epoch == epoch && p.seq > last + 1 => {
+                    let mut e = StreamError::new(StreamErrorKind::SequenceGap, format!("producer '{}' sent sequence {} after {last}", p.id, p.seq));
+                    e.gap = Some((last + 1, p.seq));
+                    return Err(e);
+                }
+                None if p.seq != 0 => {
+                    let mut e = StreamError::new(StreamErrorKind::SequenceGap, format!("producer '{}' is new: its first sequence must be 0, not {}", p.id, p.seq));
+                    e.gap = Some((0, p.seq));
+                    return Err(e);
+                }
+                None if s.producers.len() >= self.config().stream_max_producers => {
+                    return Err(StreamError::new(StreamErrorKind::Limit, format!("stream '{path}' has the most producers allowed ({})", self.config().stream_max_producers)));
+                }
+                _ => {}
+            }
+        }
+        if let Some(seq) = req.stream_seq {
+            if s.stream_seq.as_deref().is_some_and(|last| seq <= last) {
+                return Err(StreamError::new(StreamErrorKind::Conflict, "Stream-Seq is not greater than the last one"));
+            }
+        }
+        let messages: Vec<String> = if s.content_type.is_empty() || !is_json(&s.content_type) || req.body.is_empty() {
+            Vec::new()
+        } else {
+            json::messages(req.body, false)?.into_iter().map(str::to_owned).collect()
+        };
+        let mut e = Event::new();
+        if req.body.is_empty() {
+            e.set(name::OP, op::CLOSE);
+        } else {
+            e.set(name::OP, op::APPEND);
+            if is_json(&s.content_type) {
+                e.set(crate::event::KN_PAYLOAD, messages.join(","));
+            } else {
+                e.set(crate::event::KN_PAYLOAD, req.body.to_vec());
+            }
+        }
+        if let Some(p) = &req.producer {
+            e.set(name::PRODUCER, p.id.as_str());
+            e.set(name::EPOCH, p.epoch.to_string());
+            e.set(name::SEQ, p.seq.to_string());
+        }
+        if let Some(seq) = req.stream_seq {
+            e.set(name::STREAM_SEQ, seq.to_vec());
+        }
+        if req.close {
+            e.set(name::CLOSE, "true");
+        }
+        let at = self.append_record(w, &e)?;
+        self.refresh_until(entry, Some(at))?;
+        let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
+        let posted = if messages.is_empty() { None } else { Some((at, messages)) };
+        Ok((done(entry, true, producer), posted))
+    }
+
+    // ----- read ---------------------------------------------------------
+
+    /// Metadata (`HEAD`); does not reset a sliding TTL.
+    pub fn head(&self, path: &str) -> StreamResult<Info> {
+        self.check_path(path)?;
+        let cell = self.entry(path);
+        let mut entry = lock(&cell);
+        self.live(path, &mut entry)?;
+        self.import(&mut entry)?;
+        Ok(Self::info(&entry))
+    }
+
+    /// Reads from `start` (catch-up), at most
+    /// `Config::stream_max_read_bytes` (at least one record); resets a
+    /// sliding TTL.
+    pub fn read(&self, path: &str, start: Start) -> StreamResult<Chunk> {
+        self.check_path(path)?;
+        let cell = self.entry(path);
+        let mut entry = lock(&cell);
+        self.live(path, &mut entry)?;
+        self.import(&mut entry)?;
+        self.touch(&entry);
+        let info = Self::info(&entry);
+        let from = match start {
+            Start::Beginning => 0,
+            Start::Now => info.tail,
+            Start::At(o) => o,
+        };
+        if from > info.tail {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
+        }
+        if from == info.tail {
+            return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
+        }
+        if from >= entry.forgotten {
+            // All of it is in memory.
+            let max = self.config().stream_max_read_bytes;
+            let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+            let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
+            for (seq, payload) in entry.recent.iter().skip(first) {
+                if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
+                    break;
+                }
+                bytes += payload.len();
+                next = *seq;
+                pieces.push(payload.clone());
+            }
+            let up_to_date = next >= info.tail;
+            return Ok(Chunk { start: from, next, pieces, up_to_date, info });
+        }
+        let mut cursor = match entry.marks.range(..=from).next_back() {
+            Some((_, c)) => c.clone(),
+            None => LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false },
+        };
+        drop(entry);
+        let dir = self.stream_dir(path);
+        let max = self.config().stream_max_read_bytes;
+        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+        'read: loop {
+            let records = log::read_new(&dir, &mut cursor)?;
+            if records.is_empty() {
+                break;
+            }
+            for r in records {
+                if r.seq > info.tail {
+                    break 'read;
+                }
+                if r.seq <= from || !has_data(&r) {
+                    continue;
+                }
+                let payload = r.event.payload();
+                if !pieces.is_empty() && bytes + payload.len() > max {
+                    break 'read;
+                }
+                bytes += payload.len();
+                next = r.seq;
+                pieces.push(payload.to_vec());
+            }
+        }
+        let up_to_date = next >= info.tail;
+        Ok(Chunk { start: from, next, pieces, up_to_date, info })
+    }
+
+    /// Directories whose changes may bring `path` new data: the stream's
+    /// and its bound topic's. Live reads wait on them
+    /// ([`Streams::watch`]).
+    pub fn watch(&self, path: &str) -> StreamResult<StreamWatch> {
+        let cell = self.entry(path);
+        let entry = lock(&cell);
+        let mut subs = vec![self.store.hub().subscribe(&entry.dir)];
+        if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
+            subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
+        }
+        Ok(StreamWatch { subs, poll: self.config().poll_interval })
+    }
+
+    // ----- delete -------------------------------------------------------
+
+    /// Deletes the stream (`DELETE`). With forks it is only marked
+    /// deleted (`410` from then on) until its last fork goes.
+    pub fn delete(&self, path: &str) -> StreamResult<()> {
+        self.check_path(path)?;
+        let cell = self.entry(path);
+        let mut entry = lock(&cell);
+        self.live(path, &mut entry)?;
+        let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
+        if entry.state.soft_deleted {
+            Self::release(&mut entry, w);
+            return Err(StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")));
+        }
+        if entry.state.forks > 0 {
+            let mut e = Event::new();
+            e.set(name::OP, op::DELETE);
+            let r = self.append_record(&mut w, &e);
+            Self::release(&mut entry, w);
+            r?;
+            return self.refresh(&mut entry);
+        }
+        drop(w);
+        let parent = entry.state.fork_from.clone();
+        self.remove(path, &mut entry)?;
+        drop(entry);
+        if let Some(parent) = parent {
+            self.count_fork(&parent, op::FORK_REMOVED)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the stream's directory: renamed away first (one atomic
+    /// step: readers see the whole stream or none), then deleted.
+    fn remove(&self, _path: &str, entry: &mut Entry) -> StreamResult<()> {
+        entry.files = None;
+        let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
+        match fs::rename(&entry.dir, &gone) {
+            Ok(()) => {
+                let _ = fs::remove_dir_all(&gone);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("cannot delete stream", &entry.dir, e)),
+        }
+        let dir = std::mem::take(&mut entry.dir);
+        *entry = Entry { dir, ..Entry::default() };
+        Ok(())
+    }
+
+    /// Counts a fork of `source` created or deleted; a deleted source
+    /// whose last fork went is removed, and so on up the chain.
+    fn count_fork(&self, source: &str, what: &[u8]) -> StreamResult<()> {
+        let cell = self.entry(source);
+        let mut entry = lock(&cell);
+        let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(()) };
+        if !entry.state.exists {
+            Self::release(&mut entry, w);
+            return Ok(());
+        }
+        let mut e = Event::new();
+        e.set(name::OP, what);
+        let r = self.append_record(&mut w, &e);
+        Self::release(&mut entry, w);
+        r?;
+        self.refresh(&mut entry)?;
+        if entry.state.soft_deleted && entry.state.forks == 0 {
+            let parent = entry.state.fork_from.clone();
+            self.remove(source, &mut entry)?;
+            drop(entry);
+            if let Some(parent) = parent {
+                return self.count_fork(&parent, op::FORK_REMOVED);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- forks --------------------------------------------------------
+
+    /// The records a fork of `from` starts with, as the fork will hold
+    /// them: every record up to the fork point, data as `inherit`,
+    /// anything else as `pad`, so that checkpoints stay equal.
+    fn fork_source(&self, from: &str, req: &Create) -> StreamResult<ForkSource> {
+        let from_path = source_path(from);
+        self.check_path(from_path)?;
+        let cell = self.entry(from_path);
+        let mut entry = lock(&cell);
+        match self.live(from_path, &mut entry) {
+            Err(e) if e.kind() == StreamErrorKind::Gone => {
+                return Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{from_path}' was deleted: it cannot be forked")))
+            }
+            r => r?,
+        }
+        let info = Self::info(&entry);
+        let at = req.fork_offset.unwrap_or(info.tail);
+        if at > info.tail {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("fork offset {} is beyond the source's tail {}", offset(at), info.next_offset())));
+        }
+        let json = info.is_json();
+        let mut sub = req.fork_sub_offset;
+        let mut records = Vec::new();
+        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
+        let mut fork_at = at;
+        'read: loop {
+            let batch = log::read_new(&entry.dir, &mut cursor)?;
+            if batch.is_empty() {
+                break;
+            }
+            for r in batch {
+                if r.seq <= at {
+                    records.push(inherited(&r, None));
+                    continue;
+                }
+                if sub == 0 || r.seq > info.tail {
+                    break 'read;
+                }
+                if !has_data(&r) {
+                    records.push(inherited(&r, None));
+                    continue;
+                }
+                let payload = r.event.payload();
+                let (part, used) = if json {
+                    let messages = json::split(payload);
+                    let n = (sub as usize).min(messages.len());
+                    (messages[..n].join(",").into_bytes(), n as u64)
+                } else {
+                    let n = (sub as usize).min(payload.len());
+                    (payload[..n].to_vec(), n as u64)
+                };
+                sub -= used;
+                records.push(inherited(&r, Some(part)));
+                fork_at = r.seq;
+            }
+        }
+        if sub > 0 {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-Fork-Sub-Offset is beyond the source's data"));
+        }
+        let _ = fork_at;
+        Ok(ForkSource { info, offset: at, records })
+    }
+
+    // ----- the bridge ---------------------------------------------------
+
+    /// Whether the bridge may carry events: only in a store without access
+    /// rules (docs/ACCESS.md). The stream front door knows no user's rights
+    /// on topics, so under rules (or a rules file that cannot be read) a
+    /// stream is never bound to a topic, a bound one imports nothing, and
+    /// its appends are not posted: nothing can be read or posted through a
+    /// stream that could not be directly.
+    fn bridge_allowed(&self) -> bool {
+        matches!(self.store().access_rules(), Ok(None))
+    }
+
+    /// Imports what was notified to the bound topic since the last import
+    /// (taking the lock only when there is something new).
+    fn import(&self, entry: &mut Entry) -> StreamResult<()> {
+        let Some(topic) = entry.state.topic.clone() else { return Ok(()) };
+        if !self.bridge_allowed() {
+            return Ok(());
+        }
+        if !self.topic_has_new(entry, &topic)? {
+            return Ok(());
+        }
+        let Some(mut w) = self.writer(entry, false)? else { return Ok(()) };
+        let r = self.import_locked(entry, &mut w);
+        Self::release(entry, w);
+        r
+    }
+}
+
+/// A fork's source as read for the copy.
+struct ForkSource {
+    info: Info,
+    offset: u64,
+    records: Vec<Event>,
+}
+
+fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
+    let mut e = Event::new();
+    match part {
+        Some(p) => {
+            e.set(name::OP, op::INHERIT);
+            e.set(crate::event::KN_PAYLOAD, p);
+        }
+        None if has_data(r) => {
+            e.set(name::OP, op::INHERIT);
+            e.set(crate::event::KN_PAYLOAD, r.event.payload().to_vec());
+        }
+        None => {
+            e.set(name::OP, op::PAD);
+        }
+    }
+    e
+}
+
+/// Creates a directory as topic directories are (setgid, group-writable
+/// whatever the umask), so that every user of the store's group can write.
+fn create_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::DirBuilder::new().mode(0o2775).create(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o2775))
+}
+
+/// The stream path named by `Stream-Forked-From`: a path below
+/// `/v1/stream/` or the URL path itself.
+fn source_path(from: &str) -> &str {
+    let p = from.trim_start_matches('/');
+    p.strip_prefix("v1/stream/").unwrap_or(p)
+}
+
+fn not_found(path: &str) -> StreamError {
+    StreamError::new(StreamErrorKind::NotFound, format!("no stream '{path}'"))
+}
+
+fn too_large(len: usize, max: usize) -> StreamError {
+    StreamError::new(StreamErrorKind::TooLarge, format!("a body of {len} bytes is larger than the limit of {max}"))
+}
+
+/// Wakeups for a live read: a change in the stream's directory or its
+/// bound topic's. Hints only: re-read after each.
+pub struct StreamWatch {
+    subs: Vec<crate::watch::Subscription>,
+    poll: std::time::Duration,
+}
+
+impl StreamWatch {
+    /// Listeners to await (each a `Future`); arm them before re-reading.
+    pub fn listen(&self) -> Vec<event_listener::EventListener> {
+        self.subs.iter().map(|s| s.listen()).collect()
+    }
+
+    /// How long to sleep between re-reads when a directory is not
+    /// watched (no change notification).
+    pub fn poll_interval(&self) -> std::time::Duration {
+        if self.subs.iter().all(|s| s.is_notified()) { std::time::Duration::from_secs(3600) } else { self.poll }
+    }
+
+    /// Blocks until a change or `timeout` (CGI processes).
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let listeners = self.listen();
+        // One listener is awaited; with a bound topic, poll the other.
+        let timeout = if listeners.len() > 1 { timeout.min(self.poll) } else { timeout.min(self.poll_interval()) };
+        match listeners.into_iter().next() {
+            Some(l) => {
+                crate::watch::Subscription::wait(l, timeout);
+            }
+            None => std::thread::sleep(timeout),
+        }
+    }
+}

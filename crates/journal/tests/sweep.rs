@@ -1,0 +1,401 @@
+//! The sweep (issue 11, "Lifecycle"): stale journals removed with their
+//! routes and announcement, empty topics pruned, bounded slices that
+//! resume, deletions that expire so compaction reclaims route churn, and a
+//! removed journal answering `Expired` to a process that kept its files.
+
+use std::path::Path;
+use std::time::Duration;
+
+mod common;
+use common::{ev, scratch, t};
+
+use kn_journal::{Config, Counter, ErrorKind, Selection, Store, Topic};
+
+const SERVER: &str = "http://test.example/kn";
+
+fn config(root: &Path) -> Config {
+    let mut c = Config::new(root);
+    c.reserve_bytes = 0;
+    c.server_url = Some(SERVER.to_string());
+    c
+}
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = scratch("kn-journal-sweep-");
+    let store = Store::open_with(config(dir.path())).unwrap();
+    (dir, store)
+}
+
+fn payloads(store: &Store, topic: &Topic) -> Vec<String> {
+    store.events(topic, &Selection::all()).unwrap().events.iter().map(|e| String::from_utf8_lossy(e.payload()).into_owned()).collect()
+}
+
+/// A browser's page load: a tunnel on its journal and a route into it.
+fn session(store: &Store, n: u32) -> Topic {
+    let journal = t(&format!("/who/u/s/{n}/kn_journal"));
+    store.tunnel(&journal, &Selection::default()).unwrap();
+    store.route(&t("/what/chat"), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("r{n}"))])).unwrap();
+    journal
+}
+
+#[test]
+fn stale_journal_is_removed_with_its_routes_announcement_and_empty_parents() {
+    let (dir, store) = open();
+    store.notify(&t("/what/chat"), ev(&[("kn_payload", "hello")])).unwrap();
+    let live = session(&store, 1);
+    let gone = session(&store, 2);
+    store.notify(&t("/what/chat"), ev(&[("kn_payload", "both")])).unwrap();
+    assert_eq!(payloads(&store, &gone), ["both"]);
+    assert!(dir.path().join("who/u/s/2/kn_journal/.sources").is_file());
+
+    // Within its grace a stale journal stays, and behaves as before.
+    store.expire(&gone).unwrap();
+    let report = store.sweep_all(None).unwrap();
+    assert_eq!(report.journals_removed, 0, "{report:?}");
+    assert!(store.is_stale(&gone));
+    assert_eq!(store.notify(&gone, ev(&[("kn_payload", "x")])).unwrap_err().kind(), ErrorKind::Expired);
+
+    let report = store.sweep_all(Some(Duration::ZERO)).unwrap();
+    assert_eq!(report.journals_removed, 1, "{report:?}");
+    assert_eq!(report.routes_removed, 1, "{report:?}");
+    assert!(report.bytes_reclaimed > 0);
+    // /who/u/s/2 was left empty: pruned in the same pass.
+    assert_eq!(report.topics_pruned, 1, "{report:?}");
+    assert!(!dir.path().join("who/u/s/2").exists());
+    assert!(dir.path().join("who/u/s/1/kn_journal/.heartbeat").exists());
+
+    // The route was deleted at its source, with an expiry.
+    let routes = store.routes(&t("/what/chat")).unwrap();
+    assert_eq!(routes.len(), 1);
+    assert_eq!(routes[0].id(), b"r1");
+    let all = store.all_routes(&t("/what/chat")).unwrap();
+    let r2 = all.iter().find(|r| r.id() == b"r2").unwrap();
+    assert!(r2.destination().is_empty());
+    assert!(r2.event.get("kn_expires").is_some());
+    // The announcement was withdrawn; the live session's stays.
+    assert_eq!(payloads(&store, &t("/who/u/s/kn_subtopics")), ["1"]);
+    assert!(!store.topics().unwrap().iter().any(|topic| topic.as_str().starts_with("/who/u/s/2")));
+
+    // Posting to the source reaches the live journal only.
+    store.notify(&t("/what/chat"), ev(&[("kn_payload", "after")])).unwrap();
+    assert_eq!(payloads(&store, &live), ["both", "after"]);
+    assert!(!dir.path().join("who/u/s/2").exists());
+    assert!(store.verify().unwrap().problems.is_empty());
+
+    let counters = store.counters().unwrap();
+    assert_eq!(counters.get(Counter::JournalsRemoved), 1);
+    assert_eq!(counters.get(Counter::RoutesRemoved), 1);
+    assert_eq!(counters.get(Counter::TopicsPruned), 1);
+    assert_eq!(counters.get(Counter::Sweeps), 2);
+    assert!(counters.get(Counter::BytesReclaimed) > 0);
+}
+
+#[test]
+fn a_fresh_journal_is_never_removed_even_with_no_grace() {
+    let (dir, store) = open();
+    let journal = session(&store, 1);
+    let report = store.sweep_all(Some(Duration::ZERO)).unwrap();
+    assert_eq!(report.journals_removed, 0, "{report:?}");
+    assert!(dir.path().join("who/u/s/1/kn_journal").is_dir());
+    assert!(!store.is_stale(&journal));
+}
+
+#[test]
+fn a_process_that_kept_a_removed_journal_gets_expired_and_creates_nothing() {
+    let (dir, poster) = open();
+    let journal = session(&poster, 1);
+    poster.notify(&journal, ev(&[("kn_payload", "kept")])).unwrap();
+    // Another process (another Store) removes it.
+    let sweeper = Store::open_with(config(dir.path())).unwrap();
+    sweeper.expire(&journal).unwrap();
+    assert_eq!(sweeper.sweep_all(Some(Duration::ZERO)).unwrap().journals_removed, 1);
+    let err = poster.notify(&journal, ev(&[("kn_payload", "late")])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Expired, "{err}");
+    assert!(!dir.path().join("who/u/s/1/kn_journal").exists());
+    // A post to the source poisons nothing: the route is gone.
+    let report = poster.notify(&t("/what/chat"), ev(&[("kn_payload", "x")])).unwrap();
+    assert!(report.poisoned.is_empty(), "{report:?}");
+    // A tunnel opens a whole new journal.
+    let start = poster.tunnel(&journal, &Selection::default()).unwrap();
+    assert!(start.initial.events.is_empty());
+    poster.notify(&journal, ev(&[("kn_payload", "new")])).unwrap();
+    assert_eq!(payloads(&poster, &journal), ["new"]);
+    assert!(poster.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn an_ordinary_topic_pruned_under_a_writer_that_kept_it_is_created_again() {
+    let (dir, poster) = open();
+    let topic = t("/a/b");
+    let mut e = ev(&[("kn_id", "e1"), ("kn_payload", "soon gone"), ("kn_expires", "+1")]);
+    poster.notify(&topic, e.clone()).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    let sweeper = Store::open_with(config(dir.path())).unwrap();
+    let report = sweeper.sweep_all(Some(Duration::ZERO)).unwrap();
+    assert_eq!(report.topics_pruned, 2, "{report:?}");
+    assert!(!dir.path().join("a").exists());
+    e.set("kn_payload", "back").set("kn_expires", "+100");
+    poster.notify(&topic, e).unwrap();
+    assert_eq!(payloads(&poster, &topic), ["back"]);
+    assert_eq!(payloads(&poster, &t("/a/kn_subtopics")), ["b"]);
+    assert_eq!(payloads(&poster, &t("/kn_subtopics")), ["a"]);
+    assert!(poster.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn topics_with_events_routes_or_subtopics_are_kept() {
+    let (dir, store) = open();
+    store.notify(&t("/events"), ev(&[("kn_payload", "x")])).unwrap();
+    store.route(&t("/routed"), b"/events", ev(&[])).unwrap();
+    store.notify(&t("/parent/child"), ev(&[("kn_payload", "x")])).unwrap();
+    let report = store.sweep_all(Some(Duration::ZERO)).unwrap();
+    assert_eq!(report.topics_pruned, 0, "{report:?}");
+    for name in ["events", "routed", "parent/child"] {
+        assert!(dir.path().join(name).is_dir(), "{name}");
+    }
+}
+
+#[test]
+fn sweep_slices_visit_at_most_their_budget_and_resume_across_stores() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.topic_grace = Duration::ZERO;
+    let store = Store::open_with(c.clone()).unwrap();
+    for i in 0..20 {
+        store.tunnel(&t(&format!("/t{i:02}")), &Selection::default()).unwrap();
+    }
+    let mut pruned = 0;
+    let mut slices = 0;
+    while pruned < 20 {
+        // A new Store each time: the queue lives in the store, not the process.
+        let report = Store::open_with(c.clone()).unwrap().sweep(3).unwrap();
+        assert!(report.ran);
+        assert!(report.visited <= 3, "{report:?}");
+        pruned += report.topics_pruned;
+        slices += 1;
+        assert!(slices < 40, "the sweep does not make progress");
+    }
+    assert!(slices >= 7, "{slices} slices for 21 directories at 3 per slice");
+    // The root keeps its kn_subtopics (the withdrawn announcements, until
+    // compaction reclaims them), and nothing else.
+    assert_eq!(store.topics().unwrap(), [t("/kn_subtopics")]);
+    assert!(payloads(&store, &t("/kn_subtopics")).is_empty());
+    assert!(store.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_slice_is_not_due_again_within_the_interval() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.sweep_interval = Duration::from_secs(3600);
+    let store = Store::open_with(c.clone()).unwrap();
+    assert!(store.sweep_due());
+    store.sweep(4).unwrap();
+    assert!(!store.sweep_due());
+    c.sweep_budget = 0;
+    c.sweep_interval = Duration::ZERO;
+    assert!(!Store::open_with(c).unwrap().sweep_due(), "budget 0 disables slices");
+}
+
+#[test]
+fn route_churn_on_one_topic_stays_bounded_by_live_routes() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.tombstone_ttl = Duration::ZERO;
+    c.expired_grace = Duration::ZERO;
+    c.segment_bytes = 4096;
+    let store = Store::open_with(c).unwrap();
+    let hot = t("/hot");
+    store.route(&hot, b"/keep", ev(&[("kn_id", "keep")])).unwrap();
+    for i in 0..3000 {
+        let id = format!("r{i}");
+        store.route(&hot, b"/dest", ev(&[("kn_id", &id)])).unwrap();
+        store.delete_route(&hot, id.as_bytes(), None).unwrap();
+    }
+    let stat = store.stat(&hot.routes()).unwrap();
+    // Without expiring deletions weighed against live routes this holds
+    // 6001 records; compaction keeps it near its trigger (1000).
+    assert!(stat.records < 2500, "{stat:?}");
+    assert_eq!(store.routes(&hot).unwrap().len(), 1);
+}
+
+#[test]
+fn leftovers_of_an_interrupted_removal_are_deleted() {
+    let (dir, store) = open();
+    store.notify(&t("/a"), ev(&[("kn_payload", "x")])).unwrap();
+    let aside = dir.path().join("a/.removing-1-2-3");
+    std::fs::create_dir(&aside).unwrap();
+    std::fs::write(aside.join(".seg-0000000000000001"), b"junk").unwrap();
+    // Not while it may still be being removed...
+    store.sweep_all(None).unwrap();
+    assert!(aside.exists());
+    // ...but once it was left unchanged for a minute.
+    let minute_ago = std::time::SystemTime::now() - Duration::from_secs(61);
+    std::fs::File::open(&aside).unwrap().set_modified(minute_ago).unwrap();
+    let report = store.sweep_all(None).unwrap();
+    assert!(!aside.exists());
+    assert_eq!(report.bytes_reclaimed, 4);
+}
+
+#[test]
+fn removing_a_journal_reclaims_its_blobs() {
+    let (dir, store) = open();
+    let journal = session(&store, 1);
+    let big = "x".repeat(100_000);
+    store.notify(&journal, ev(&[("kn_payload", &big)])).unwrap();
+    let blobs = || std::fs::read_dir(dir.path().join(".blobs")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(blobs(), 1);
+    store.expire(&journal).unwrap();
+    let report = store.sweep_all(Some(Duration::ZERO)).unwrap();
+    assert_eq!(report.journals_removed, 1);
+    assert_eq!(blobs(), 0);
+    assert!(report.bytes_reclaimed >= 100_000, "{report:?}");
+    assert!(store.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_deletion_without_kn_expires_expires_after_the_tombstone_ttl() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.tombstone_ttl = Duration::from_secs(42);
+    let store = Store::open_with(c).unwrap();
+    store.route(&t("/a"), b"/b", ev(&[("kn_id", "r1")])).unwrap();
+    store.delete_route(&t("/a"), b"r1", None).unwrap();
+    let r1 = store.all_routes(&t("/a")).unwrap().remove(0);
+    let at: f64 = r1.event.get_str("kn_expires").unwrap().parse().unwrap();
+    assert!((at - (kn_journal::now() + 42.0)).abs() < 3.0, "{at}");
+    // Watchers of kn_routes see it until then.
+    assert_eq!(payloads(&store, &t("/a/kn_routes")), [""]);
+}
+
+#[test]
+fn the_journal_grace_is_counted_from_when_the_heartbeat_went_stale() {
+    let (dir, store) = open();
+    let journal = session(&store, 1);
+    // A heartbeat 130 s old: stale for 30 s.
+    store.set_heartbeat(&journal, std::time::SystemTime::now() - Duration::from_secs(130)).unwrap();
+    assert_eq!(store.sweep_all(Some(Duration::from_secs(40))).unwrap().journals_removed, 0);
+    assert!(dir.path().join("who/u/s/1/kn_journal").is_dir());
+    assert_eq!(store.sweep_all(Some(Duration::from_secs(20))).unwrap().journals_removed, 1);
+    assert!(!dir.path().join("who/u/s/1/kn_journal").exists());
+}
+
+#[test]
+fn an_old_route_into_a_journal_that_does_not_exist_is_deleted_a_young_one_kept() {
+    let (_dir, store) = open();
+    let source = t("/quiet");
+    // Made long ago (an import, or a version without .sources) and now.
+    store.restore(&source.routes(), ev(&[("kn_id", "old"), ("kn_payload", &format!("{SERVER}/who/x/kn_journal")), ("kn_time_t", "1000")]), kn_journal::now()).unwrap();
+    store.route(&source, b"/who/y/kn_journal", ev(&[("kn_id", "young")])).unwrap();
+    let report = store.sweep_all(None).unwrap();
+    assert_eq!(report.routes_removed, 1, "{report:?}");
+    let active: Vec<Vec<u8>> = store.routes(&source).unwrap().iter().map(|r| r.id().to_vec()).collect();
+    assert_eq!(active, [b"young".to_vec()]);
+}
+
+#[test]
+fn routes_that_expire_by_themselves_are_compacted_away_too() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.expired_grace = Duration::ZERO;
+    c.segment_bytes = 4096;
+    let store = Store::open_with(c).unwrap();
+    let hot = t("/hot");
+    for i in 0..3000 {
+        // Expired at once: never replaced, never deleted.
+        store.route(&hot, b"/dest", ev(&[("kn_id", &format!("r{i}")), ("kn_expires", "+0")])).unwrap();
+    }
+    let stat = store.stat(&hot.routes()).unwrap();
+    assert!(stat.records < 2500, "{stat:?}");
+}
+
+
+/// Descriptors of this process open on deleted files below `dir`.
+fn deleted_open_files(dir: &Path) -> usize {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.starts_with(&dir) && p.ends_with(" (deleted)"))
+        .count()
+}
+
+#[test]
+fn a_sweep_slice_drops_the_files_a_process_kept_of_topics_another_removed() {
+    let (dir, server) = open();
+    let journal = session(&server, 1);
+    server.notify(&journal, ev(&[("kn_payload", "kept")])).unwrap();
+    let cron = Store::open_with(config(dir.path())).unwrap();
+    cron.expire(&journal).unwrap();
+    assert_eq!(cron.sweep_all(Some(Duration::ZERO)).unwrap().journals_removed, 1);
+    // The long-lived process still holds the deleted files open...
+    assert!(deleted_open_files(dir.path()) >= 3, "{}", deleted_open_files(dir.path()));
+    // ...until its next slice, which has nothing else to do.
+    server.sweep(1).unwrap();
+    assert_eq!(deleted_open_files(dir.path()), 0);
+}
+
+/// Run by `the_sweep_settings_come_from_the_environment` in a child
+/// process (the environment is the process's): does nothing otherwise.
+#[test]
+fn child_reads_the_sweep_settings() {
+    if std::env::var_os("KN_SWEEP_CHILD").is_none() {
+        return;
+    }
+    let c = Config::from_env().unwrap();
+    assert_eq!(c.journal_grace, Duration::from_secs(7));
+    assert_eq!(c.topic_grace, Duration::from_secs(8));
+    assert_eq!(c.tombstone_ttl, Duration::from_secs(9));
+    assert_eq!(c.sweep_budget, 10);
+    assert_eq!(c.sweep_interval, Duration::from_millis(11));
+    println!("KN_SWEEP_CHILD_OK");
+}
+
+#[test]
+fn the_sweep_settings_come_from_the_environment() {
+    let run = |vars: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args(["--exact", "child_reads_the_sweep_settings", "--nocapture"]).env("KN_SWEEP_CHILD", "1");
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (ok, stdout) = run(&[
+        ("KN_JOURNAL_GRACE", "7"),
+        ("KN_TOPIC_GRACE", "8"),
+        ("KN_TOMBSTONE_TTL", "9"),
+        ("KN_SWEEP_BUDGET", "10"),
+        ("KN_SWEEP_INTERVAL_MS", "11"),
+    ]);
+    assert!(ok && stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
+    // A malformed value is an error naming the variable.
+    let (ok, stdout) = run(&[("KN_JOURNAL_GRACE", "an hour")]);
+    assert!(!ok && !stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
+    assert!(stdout.contains("KN_JOURNAL_GRACE"), "{stdout}");
+}
+
+#[test]
+fn a_slice_cascades_up_from_removed_journals_without_walking_their_siblings_again() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    let store = Store::open_with(c).unwrap();
+    for n in 0..20 {
+        let journal = session(&store, n);
+        store.expire(&journal).unwrap();
+    }
+    // One slice with room for everything: the journals, then each session
+    // directory, then /who/u/s and above, each visited again only alone.
+    let report = store.sweep(1000).unwrap();
+    assert_eq!(report.journals_removed, 20, "{report:?}");
+    assert!(!dir.path().join("who").exists(), "{report:?}");
+    // /, /what, /who, /what/chat, /who/u, /who/u/s, 20 sessions, 20
+    // journals, then 20 session directories and /who/u/s, /who/u, /who
+    // and / again: 70 visits (not 20 more per removed sibling).
+    assert!(report.visited <= 75, "{report:?}");
+}
