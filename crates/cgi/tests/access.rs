@@ -185,6 +185,8 @@ fn matrix(s: &dyn Server) {
     // route from (read) and route to
     let (code, a) = ask(Some("anna"), "do_method=route&kn_from=/what/staff/x&kn_to=/who/anna/inbox&kn_id=r1&do_max_n=5");
     assert_eq!(code, 200, "{a:?}");
+    // The population follows the reply (issue 12): wait for it.
+    kn_test_support::wait_for(Duration::from_secs(20), || !events(s, "/who/anna/inbox").is_empty());
     assert_eq!(events(s, "/who/anna/inbox"), ["plan"]);
     let (code, a) = ask(Some("carl"), "do_method=route&kn_from=/what/staff/x&kn_to=/who/carl/inbox&kn_id=r2&do_max_n=5");
     assert_eq!(code, 403, "{a:?}");

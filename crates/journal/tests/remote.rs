@@ -41,10 +41,11 @@ fn serve(status: u16, body: &'static [u8]) -> (String, mpsc::Receiver<Seen>) {
     let (tx, rx) = mpsc::channel();
     let url = listen_once(move |mut stream| {
         let seen = read_request(&mut stream);
+        // Reported before the answer: the client's answer implies the report.
+        let _ = tx.send(seen);
         let head = format!("HTTP/1.1 {status} Whatever\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
         let _ = stream.write_all(head.as_bytes());
         let _ = stream.write_all(body);
-        let _ = tx.send(seen);
     });
     (url, rx)
 }

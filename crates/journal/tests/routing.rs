@@ -79,12 +79,14 @@ fn http_listener(answer: fn(&Seen) -> (u16, Vec<u8>)) -> (String, mpsc::Receiver
             let Ok(mut stream) = stream else { continue };
             let Some(seen) = read_request(&mut stream) else { continue };
             let (status, body) = answer(&seen);
-            let head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body);
+            // Reported before the answer goes out: once the client has its
+            // answer, the test finds the request in the channel.
             if tx.send(seen).is_err() {
                 return;
             }
+            let head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
         }
     });
     (url, rx)
@@ -389,7 +391,11 @@ fn a_remote_5xx_is_retried_forward_retries_times_then_poisoned_as_unreachable() 
             assert_poisoned(&store, "/a", "r1");
         }
     }
-    assert_eq!(rx.try_iter().count(), 3, "the first delivery and two retries");
+    // The listener's thread reports each request it answered; wait for
+    // the last report rather than race it.
+    let answered = (0..3).take_while(|_| rx.recv_timeout(Duration::from_secs(10)).is_ok()).count();
+    assert_eq!(answered, 3, "the first delivery and two retries");
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "no fourth attempt");
     let counters = store.counters().unwrap();
     assert_eq!(counters.get(kn_journal::Counter::DeliveriesRetried), 3);
     assert_eq!(counters.get(kn_journal::Counter::PoisonedUnreachable), 1);

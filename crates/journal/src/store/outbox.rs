@@ -367,20 +367,29 @@ impl Store {
             state.cursor = state.cursor.max(end);
         }
         if state.cursor < end {
-            let mut pending = Vec::new();
-            if state.cursor + 1 < end {
-                pending = self.events_between(topic, state.cursor, end - u64::from(own.is_some()))?;
-            }
-            for (seq, mut event) in pending {
-                // Each recovered event has the budget its own post had:
-                // past `max_forwards` its forwarding stops there, as its
-                // post's would have.
-                let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
-                let mut own_report = PostReport::default();
-                let _ = self.deliver_all(topic, &urls, &active, &mut state, (seq, &event, payload.as_ref()), true, &mut own_report, queue);
-                report.writes.append(&mut own_report.writes);
-                report.poisoned.append(&mut own_report.poisoned);
-                state.cursor = seq;
+            // Pending: what lies after the cursor, up to the post's own
+            // event (excluded) or, without one, up to the end; read back
+            // from the log [`BATCH`] events at a time, oldest first.
+            let upto = end - u64::from(own.is_some());
+            while state.cursor < upto {
+                let pending = self.events_between(topic, state.cursor, upto)?;
+                let complete = pending.len() < BATCH;
+                for (seq, mut event) in pending {
+                    // Each recovered event has the budget its own post had:
+                    // past `max_forwards` its forwarding stops there, as its
+                    // post's would have.
+                    let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
+                    let mut own_report = PostReport::default();
+                    let _ = self.deliver_all(topic, &urls, &active, &mut state, (seq, &event, payload.as_ref()), true, &mut own_report, queue);
+                    report.writes.append(&mut own_report.writes);
+                    report.poisoned.append(&mut own_report.poisoned);
+                    state.cursor = seq;
+                }
+                if complete {
+                    // The rest up to `upto` is not current (superseded,
+                    // expired): nothing to forward.
+                    state.cursor = state.cursor.max(upto);
+                }
             }
             if let Some(own) = own.filter(|o| o.seq > state.cursor) {
                 result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), false, report, queue);
