@@ -121,10 +121,11 @@ impl Exposition {
         page.gauge("kn_store_files", "Files in the store.", usage.files);
         page.gauge("kn_store_directories", "Directories in the store.", usage.directories);
         page.gauge("kn_store_bytes", "Bytes of the files in the store.", usage.bytes);
-        // TO FILL when the forwarding outbox (h/outbox) merges: the
-        // deliveries waiting in the outbox, e.g.
-        //     page.gauge("kn_outbox_pending", "Deliveries waiting in the outbox.", store.outbox_pending()?);
-        // (no figure is printed until that function exists).
+        page.gauge(
+            "kn_outbox_pending",
+            "Deliveries waiting in the forwarding outbox (routes behind on a retry or a population).",
+            store.outbox_pending()?,
+        );
         Ok(page)
     }
 

@@ -50,6 +50,26 @@ fn prometheus_prints_every_counter_and_the_store_size() {
     assert_eq!(sample(&text, "kn_poisoned_stale_total"), 4);
     assert_eq!(sample(&text, "kn_store_journals"), 2);
     assert!(sample(&text, "kn_store_files") > files, "{text}");
+    assert_eq!(sample(&text, "kn_outbox_pending"), 0);
+}
+
+#[test]
+fn prometheus_counts_the_deliveries_waiting_in_the_outbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = kn_journal::Config::new(dir.path());
+    config.outbound = kn_journal::OutboundPolicy::AllowAll;
+    let store = Store::open_with(config).unwrap();
+    // A port nothing listens on: the connection is refused, a transient
+    // failure, so the route is kept and the delivery waits for a retry.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let chat = Topic::parse("/what/chat").unwrap();
+    store.route(&chat, format!("http://{closed}/kn/what/far").as_bytes(), Event::from_pairs([("kn_id", "r1")])).unwrap();
+    store.notify(&chat, Event::from_pairs([("kn_payload", "hi")])).unwrap();
+    assert_eq!(store.outbox_pending().unwrap(), 1);
+    let text = ok(kn(dir.path(), &["stat", "--prometheus"]));
+    assert!(text.contains("# TYPE kn_outbox_pending gauge\n"), "{text}");
+    assert_eq!(sample(&text, "kn_outbox_pending"), 1);
+    assert_eq!(sample(&text, "kn_deliveries_retried_total"), 1);
 }
 
 #[test]
