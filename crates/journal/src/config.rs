@@ -73,7 +73,7 @@ impl std::str::FromStr for Shared {
 /// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
 /// | `changes_poll` | 10 ms: how often a process in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
-/// | `heartbeat_stale` | 100 s | — (protocol constant) |
+/// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
 /// | `remote_timeout` | 5 s | `KN_REMOTE_TIMEOUT_MS` |
@@ -141,7 +141,10 @@ pub struct Config {
     /// In shared mode, `.changes` is emptied (its generation bumped) by
     /// the writer that finds it larger than this.
     pub changes_bytes: u64,
-    /// A journal whose heartbeat is older than this is stale.
+    /// A journal whose heartbeat is older than this is stale (PROTOCOL.md:
+    /// 100 s). Tunnels refresh their journal's heartbeat every fifth of it
+    /// (at most every [`HEARTBEAT_EVERY`](crate::HEARTBEAT_EVERY)). Shorter
+    /// only to compress time in tests and benchmarks.
     pub heartbeat_stale: Duration,
     /// This server's own URL (`http://host/kn`); `None` means "from `.names`".
     pub server_url: Option<String>,
@@ -436,6 +439,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
+        }
+        if let Some(v) = var::<u64>("KN_HEARTBEAT_STALE_MS")? {
+            self.heartbeat_stale = Duration::from_millis(v.max(1));
         }
         if let Some(v) = var("KN_JOURNAL_GRACE")? {
             self.journal_grace = Duration::from_secs(v);

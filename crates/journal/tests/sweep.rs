@@ -350,6 +350,7 @@ fn child_reads_the_sweep_settings() {
     assert_eq!(c.tombstone_ttl, Duration::from_secs(9));
     assert_eq!(c.sweep_budget, 10);
     assert_eq!(c.sweep_interval, Duration::from_millis(11));
+    assert_eq!(c.heartbeat_stale, Duration::from_millis(12));
     println!("KN_SWEEP_CHILD_OK");
 }
 
@@ -370,6 +371,7 @@ fn the_sweep_settings_come_from_the_environment() {
         ("KN_TOMBSTONE_TTL", "9"),
         ("KN_SWEEP_BUDGET", "10"),
         ("KN_SWEEP_INTERVAL_MS", "11"),
+        ("KN_HEARTBEAT_STALE_MS", "12"),
     ]);
     assert!(ok && stdout.contains("KN_SWEEP_CHILD_OK"), "{stdout}");
     // A malformed value is an error naming the variable.
@@ -398,4 +400,26 @@ fn a_slice_cascades_up_from_removed_journals_without_walking_their_siblings_agai
     // journals, then 20 session directories and /who/u/s, /who/u, /who
     // and / again: 70 visits (not 20 more per removed sibling).
     assert!(report.visited <= 75, "{report:?}");
+}
+
+/// Compressed time (`KN_HEARTBEAT_STALE_MS`, for bench/soak): a journal
+/// goes stale after `heartbeat_stale`, and a tunnel that keeps reading
+/// refreshes its heartbeat every fifth of it, so it never does.
+#[test]
+fn a_shorter_staleness_is_kept_off_by_a_reading_tunnel() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path());
+    config.heartbeat_stale = Duration::from_millis(500);
+    let store = Store::open_with(config).unwrap();
+    let read = Topic::parse("/who/reader/kn_journal").unwrap();
+    let idle = Topic::parse("/who/idle/kn_journal").unwrap();
+    let mut tunnel = store.tunnel(&read, &Selection::default()).unwrap().tunnel;
+    drop(store.tunnel(&idle, &Selection::default()).unwrap());
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        tunnel.next(&store).unwrap();
+    }
+    // A second after the start: the idle one is stale, the read one not.
+    assert!(store.is_stale(&idle), "idle journal stale after heartbeat_stale");
+    assert!(!store.is_stale(&read), "the reading tunnel kept its journal fresh");
 }

@@ -232,7 +232,8 @@ pub struct Tunnel {
     poll: Duration,
 }
 
-/// Tunnels refresh their journal's heartbeat at least this often.
+/// Tunnels refresh their journal's heartbeat at least this often (and every
+/// fifth of `Config::heartbeat_stale` when that is shorter).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(20);
 
 impl Tunnel {
@@ -249,7 +250,7 @@ impl Tunnel {
     /// The events stored since the last call (never blocks), oldest first,
     /// unexpired, with checkpoints. Refreshes a journal's heartbeat when due.
     pub fn next(&mut self, store: &Store) -> Result<Vec<Event>> {
-        if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY {
+        if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY.min(store.config().heartbeat_stale / 5) {
             store.heartbeat(&self.topic)?;
             self.last_beat = Instant::now();
         }
