@@ -72,25 +72,11 @@ impl StreamRequest {
     }
 }
 
-/// Decodes `%XX` escapes (and `+` as a space in queries is not applied:
-/// offsets never contain one).
+/// Decodes `%XX` escapes (`+` is not a space: offsets never contain one);
+/// a `%` not followed by two hex digits stays as it is, and bytes that are
+/// not UTF-8 become U+FFFD.
 pub fn percent_decode(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 /// A complete response.
