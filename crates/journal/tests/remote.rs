@@ -508,8 +508,8 @@ fn strict_receiver() -> (String, mpsc::Receiver<String>) {
             }
             None => b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
         };
-        let _ = stream.write_all(reply);
         let _ = tx.send(head);
+        let _ = stream.write_all(reply);
     });
     (url, rx)
 }
@@ -568,10 +568,12 @@ where
                 Some(to) => format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
                 None => "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nend".to_string(),
             };
-            let _ = stream.write_all(reply.as_bytes());
+            // Report before answering, so the request is on record by the
+            // time the client has its reply.
             if tx.send(line).is_err() {
                 return;
             }
+            let _ = stream.write_all(reply.as_bytes());
         }
     });
     (base, rx)

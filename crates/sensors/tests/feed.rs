@@ -220,8 +220,9 @@ fn redirecting_server(to: impl Fn(&str) -> String + Send + 'static) -> (String, 
                 head.push(byte[0]);
             }
             let reply = format!("HTTP/1.1 302 Found\r\nLocation: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", to(&own));
-            let _ = stream.write_all(reply.as_bytes());
+            // Reported before answering: the client's reply implies the report.
             let _ = tx.send(String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string());
+            let _ = stream.write_all(reply.as_bytes());
         }
     });
     (base, rx)
