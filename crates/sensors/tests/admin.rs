@@ -310,5 +310,8 @@ fn gc_removes_a_stale_journal_with_its_route_and_stat_counts_it() {
     assert!(table.lines().any(|l| l == "sweeps 2"), "{table}");
     ok(kn(dir.path(), &["verify"]));
     let bad = kn(dir.path(), &["gc", "--grace", "soon"]);
-    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert_eq!(bad.status.code(), Some(64), "a bad command line, as --help says: {bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("soon"), "{bad:?}");
+    // --help is not an error.
+    assert_eq!(kn(dir.path(), &["--help"]).status.code(), Some(0));
 }

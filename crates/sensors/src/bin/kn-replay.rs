@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use kn_journal::{Config, Store, Topic};
 use kn_sensors::replay::{self, ReplayOptions};
-use kn_sensors::{exit, SensorError, SensorErrorKind};
+use kn_sensors::{exit, usage_error, SensorError, SensorErrorKind};
 
 /// Replay a journal: its events, ordered by kn_time_t, are re-posted to
 /// the topic each was routed from (kn_routed_from when it names a topic of
@@ -92,7 +92,10 @@ Examples:
   KN_REPLAY_PASSWORD=secret kn-replay --user anna --warp inf /who/anna/kn_journal";
 
 fn main() -> ExitCode {
-    exit("kn-replay", run(Cli::parse()))
+    match Cli::try_parse() {
+        Ok(cli) => exit("kn-replay", run(cli)),
+        Err(e) => usage_error(e),
+    }
 }
 
 fn run(cli: Cli) -> Result<(), SensorError> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use kn_journal::{Config, Exposition, Selection, Store, Topic};
 use kn_sensors::admin::{self, EventFormat};
-use kn_sensors::{legacy, SensorError, SensorErrorKind};
+use kn_sensors::{legacy, usage_error, SensorError, SensorErrorKind};
 
 /// Look after a knpubsub event store: list topics, print events and
 /// routes, follow a topic live, show figures, compact, verify and repair,
@@ -218,7 +218,10 @@ Examples:
   */10 * * * * kn --root /var/lib/kn_events gc";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
