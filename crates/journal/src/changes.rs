@@ -45,16 +45,16 @@ pub(crate) struct ChangeLog {
 impl ChangeLog {
     /// Appends an entry naming `topic` (which was just appended to) under
     /// the file's lock, emptying the file first when it is larger than
-    /// `max_bytes`. A failure only delays the wake-up of other hosts'
-    /// readers to their poll interval: the post itself is stored.
-    pub(crate) fn append(&self, root: &Path, topic: &Topic, max_bytes: u64) -> std::io::Result<()> {
+    /// `config.changes_bytes`. A failure only delays the wake-up of other
+    /// hosts' readers to their poll interval: the post itself is stored.
+    pub(crate) fn append(&self, config: &crate::Config, topic: &Topic) -> std::io::Result<()> {
         let mut slot = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            *slot = Some(crate::log::open_shared(&root.join(CHANGES_FILE), false)?);
+            *slot = Some(crate::log::open_shared(&config.root.join(CHANGES_FILE), false)?);
         }
         let Some(file) = slot.as_ref() else { return Ok(()) };
-        file.lock()?;
-        let written = append_locked(file, topic, max_bytes);
+        crate::shared::lock(file, crate::shared::LockKind::Exclusive, config)?;
+        let written = append_locked(file, topic, config.changes_bytes);
         let _ = file.unlock();
         if written.is_err() {
             *slot = None;
@@ -327,7 +327,8 @@ mod tests {
         let hub = Arc::new(Hub::new());
         let sub = hub.subscribe(&dir);
         let log = ChangeLog::default();
-        log.append(root.path(), &topic, 1 << 20).unwrap();
+        let mut config = crate::Config::new(root.path());
+        log.append(&config, &topic).unwrap();
         spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5), 1 << 20);
         // Written as another process would.
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
@@ -339,11 +340,12 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(1));
         // An entry of this process is skipped (inotify wakes for those).
         let listener = sub.listen();
-        log.append(root.path(), &topic, 1 << 20).unwrap();
+        log.append(&config, &topic).unwrap();
         assert!(!crate::watch::Subscription::wait(listener, Duration::from_millis(200)));
         // Emptied by a writer finding it too large: everyone re-reads.
         let listener = sub.listen();
-        log.append(root.path(), &Topic::parse("/x").unwrap(), 16).unwrap();
+        config.changes_bytes = 16;
+        log.append(&config, &Topic::parse("/x").unwrap()).unwrap();
         assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "no wake-up on rotation");
         let len = std::fs::metadata(root.path().join(CHANGES_FILE)).unwrap().len();
         assert_eq!(len, HEADER + format!("\n{} /x\n", writer_id()).len() as u64);
@@ -367,7 +369,7 @@ mod tests {
         let topic = Topic::parse("/what/chat").unwrap();
         let dir = topic.dir(root.path());
         std::fs::create_dir_all(&dir).unwrap();
-        ChangeLog::default().append(root.path(), &Topic::parse("/x").unwrap(), 1 << 20).unwrap();
+        ChangeLog::default().append(&crate::Config::new(root.path()), &Topic::parse("/x").unwrap()).unwrap();
         let hubs: Vec<Arc<Hub>> = (0..2).map(|_| Arc::new(Hub::new())).collect();
         let subs: Vec<_> = hubs.iter().map(|h| h.subscribe(&dir)).collect();
         for hub in &hubs {

@@ -73,6 +73,7 @@ impl std::str::FromStr for Shared {
 /// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
 /// | `changes_poll` | 10 ms: how often a process in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
+/// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
@@ -141,6 +142,12 @@ pub struct Config {
     /// In shared mode, `.changes` is emptied (its generation bumped) by
     /// the writer that finds it larger than this.
     pub changes_bytes: u64,
+    /// In shared mode, the longest a process waits for a lock on the
+    /// volume (a topic's `.lock`, `.changes`, `.forwarded`, `.stats`,
+    /// the store's `.lock`) before the operation fails with an error
+    /// naming the file. It never waits in the kernel there (see
+    /// `shared::lock`); a local store waits in the kernel, unbounded.
+    pub lock_wait: Duration,
     /// A journal whose heartbeat is older than this is stale (PROTOCOL.md:
     /// 100 s). Tunnels refresh their journal's heartbeat every fifth of it
     /// (at most every [`HEARTBEAT_EVERY`](crate::HEARTBEAT_EVERY)). Shorter
@@ -291,6 +298,7 @@ impl Config {
             shared: Shared::Auto,
             changes_poll: Duration::from_millis(10),
             changes_bytes: 1 << 20,
+            lock_wait: Duration::from_secs(30),
             server_url: None,
             outbound: OutboundPolicy::DenyAll,
             remote_timeout: crate::http::DEFAULT_TIMEOUT,
@@ -378,6 +386,9 @@ impl Config {
         }
         if let Some(v) = var::<u64>("KN_CHANGES_BYTES")? {
             self.changes_bytes = v.max(4096);
+        }
+        if let Some(v) = var::<u64>("KN_LOCK_WAIT_MS")? {
+            self.lock_wait = Duration::from_millis(v);
         }
         if let Ok(v) = std::env::var("KN_SERVER_URL") {
             self.server_url = Some(v);
