@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::shared::drop_cached_pages;
@@ -295,22 +295,73 @@ impl Poller {
     }
 }
 
+/// How much longer than `changes_poll` a process that reads the host's
+/// relay sleeps between reads when nothing rings it: inotify on the relay
+/// (a local file) wakes it at once; the timer only takes over the host's
+/// lead when its leader has exited, and covers a missed notification.
+const RELAY_FALLBACK: u32 = 10;
+
 /// Starts this process's poller of `root`'s change log, which wakes the
 /// readers `hub` knows for every topic named by another process, until
 /// the hub is dropped. One process per host (the holder of the host's
-/// lock) reads the volume's `.changes` and copies what it reads to the
-/// host's relay; the others read the relay, a local file.
+/// lock) reads the volume's `.changes` every `every` and copies what it
+/// reads to the host's relay; the others read the relay, a local file,
+/// when inotify says it changed.
 pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_bytes: u64) {
     let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
     let mut poller = Poller::new(root.clone(), max_bytes);
-    let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || loop {
-        std::thread::sleep(every);
-        let Some(hub) = hub.upgrade() else { return };
-        poller.tick(&hub);
+    let bell = Arc::new(Bell::default());
+    let watcher = watch_relay(&relay_paths(&root).1, bell.clone());
+    let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || {
+        let _watcher = watcher;
+        loop {
+            // The first tick at once: it may take the host's lead.
+            let Some(strong) = hub.upgrade() else { return };
+            poller.tick(&strong);
+            drop(strong);
+            let follows = !poller.leader && poller.relay.is_some() && poller.lock.is_some() && _watcher.is_some();
+            bell.wait(if follows { every * RELAY_FALLBACK } else { every });
+        }
     });
     if let Err(e) = spawned {
         eprintln!("kn-journal: cannot start the cross-host change poller of {}: {e}", root.join(CHANGES_FILE).display());
     }
+}
+
+/// What rings a poller awake before its timer: a write to the host's
+/// relay.
+#[derive(Default)]
+struct Bell {
+    rung: Mutex<bool>,
+    ring: std::sync::Condvar,
+}
+
+impl Bell {
+    fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.ring.notify_all();
+    }
+
+    /// Waits until rung or `timeout` passed, and unrings.
+    fn wait(&self, timeout: Duration) {
+        let rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut rung, _) = self.ring.wait_timeout_while(rung, timeout, |r| !*r).unwrap_or_else(|p| p.into_inner());
+        *rung = false;
+    }
+}
+
+/// An inotify watch of the relay file that rings `bell` at every change;
+/// `None` when it cannot be had (then the poller reads on its timer).
+fn watch_relay(relay: &Path, bell: Arc<Bell>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if res.is_ok_and(|e| matches!(e.kind, notify::EventKind::Modify(_))) {
+            bell.ring();
+        }
+    })
+    .ok()?;
+    watcher.watch(relay, notify::RecursiveMode::NonRecursive).ok()?;
+    Some(watcher)
 }
 
 /// One poll of a change log: wakes the readers of the topics named since
@@ -465,17 +516,22 @@ mod tests {
         ChangeLog::default().append(&crate::Config::new(root.path()), &Topic::parse("/x").unwrap()).unwrap();
         let hubs: Vec<Arc<Hub>> = (0..2).map(|_| Arc::new(Hub::new())).collect();
         let subs: Vec<_> = hubs.iter().map(|h| h.subscribe(&dir)).collect();
+        // The relay's reader is rung by inotify: it wakes long before its
+        // own timer (ten polls, 2 s here) would.
+        let every = Duration::from_millis(200);
         for hub in &hubs {
-            spawn_poller(root.path(), Arc::downgrade(hub), Duration::from_millis(5), 1 << 20);
+            spawn_poller(root.path(), Arc::downgrade(hub), every, 1 << 20);
         }
-        thread::sleep(Duration::from_millis(100)); // a leader is chosen
+        thread::sleep(every * 3); // a leader is chosen
         let listeners: Vec<_> = subs.iter().map(|s| s.listen()).collect();
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
         let end = f.metadata().unwrap().len();
+        let t = Instant::now();
         f.write_all_at(b"\nother /what/chat\n", end).unwrap();
         for listener in listeners {
             assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "a poller missed the entry");
         }
+        assert!(t.elapsed() < every * 5, "the relay's reader waited for its timer: {:?}", t.elapsed());
         let relayed = std::fs::read(relay_paths(root.path()).1).unwrap();
         assert!(relayed.ends_with(b"\nother /what/chat\n"), "{:?}", String::from_utf8_lossy(&relayed));
         drop(subs);

@@ -71,7 +71,7 @@ impl std::str::FromStr for Shared {
 /// | `expired_grace` | 1 hour | `KN_EXPIRED_GRACE` (seconds) |
 /// | `poll_interval` | 250 ms | `KN_POLL_MS` |
 /// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
-/// | `changes_poll` | 10 ms: how often a process in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
+/// | `changes_poll` | 5 ms: how often one process per host in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
 /// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
@@ -135,9 +135,10 @@ pub struct Config {
     /// [`Shared`]. [`Store::open_with`](crate::Store::open_with) resolves
     /// `Auto` to `On` or `Off`.
     pub shared: Shared,
-    /// In shared mode, how often one thread per process reads the store's
-    /// `.changes` to wake its tunnels for appends made on other hosts (the
-    /// longest extra delay of a cross-host wake-up).
+    /// In shared mode, how often the one process per host that reads the
+    /// store's `.changes` (the host's other processes are woken by it
+    /// through a local relay) reads it, to wake tunnels for appends made
+    /// on other hosts: the longest extra delay of a cross-host wake-up.
     pub changes_poll: Duration,
     /// In shared mode, `.changes` is emptied (its generation bumped) by
     /// the writer that finds it larger than this.
@@ -296,7 +297,7 @@ impl Config {
             poll_interval: Duration::from_millis(250),
             heartbeat_stale: Duration::from_secs(100),
             shared: Shared::Auto,
-            changes_poll: Duration::from_millis(10),
+            changes_poll: Duration::from_millis(5),
             changes_bytes: 1 << 20,
             lock_wait: Duration::from_secs(30),
             server_url: None,
