@@ -306,57 +306,48 @@ const RELAY_FALLBACK: u32 = 10;
 /// the hub is dropped. One process per host (the holder of the host's
 /// lock) reads the volume's `.changes` every `every` and copies what it
 /// reads to the host's relay; the others read the relay, a local file,
-/// when inotify says it changed.
+/// as soon as inotify says it changed (in the notifier's thread: one
+/// thread wake-up less on the way to a tunnel).
 pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_bytes: u64) {
     let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut poller = Poller::new(root.clone(), max_bytes);
-    let bell = Arc::new(Bell::default());
-    let watcher = watch_relay(&relay_paths(&root).1, bell.clone());
+    let poller = Arc::new(Mutex::new(Poller::new(root.clone(), max_bytes)));
+    let rung = (hub.clone(), poller.clone());
+    let watcher = watch_relay(&relay_paths(&root).1, move || {
+        let Some(hub) = rung.0.upgrade() else { return };
+        let mut poller = rung.1.lock().unwrap_or_else(|p| p.into_inner());
+        if !poller.leader {
+            poller.tick(&hub);
+        }
+    });
     let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || {
-        let _watcher = watcher;
+        let watcher = watcher;
         loop {
             // The first tick at once: it may take the host's lead.
-            let Some(strong) = hub.upgrade() else { return };
-            poller.tick(&strong);
-            drop(strong);
-            let follows = !poller.leader && poller.relay.is_some() && poller.lock.is_some() && _watcher.is_some();
-            bell.wait(if follows { every * RELAY_FALLBACK } else { every });
+            let follows = {
+                let Some(hub) = hub.upgrade() else { break };
+                let mut poller = poller.lock().unwrap_or_else(|p| p.into_inner());
+                poller.tick(&hub);
+                !poller.leader && poller.relay.is_some() && poller.lock.is_some() && watcher.is_some()
+            };
+            std::thread::sleep(if follows { every * RELAY_FALLBACK } else { every });
         }
+        // Stops the notifier (which may be waiting for the poller) after
+        // every lock is released.
+        drop(watcher);
     });
     if let Err(e) = spawned {
         eprintln!("kn-journal: cannot start the cross-host change poller of {}: {e}", root.join(CHANGES_FILE).display());
     }
 }
 
-/// What rings a poller awake before its timer: a write to the host's
-/// relay.
-#[derive(Default)]
-struct Bell {
-    rung: Mutex<bool>,
-    ring: std::sync::Condvar,
-}
-
-impl Bell {
-    fn ring(&self) {
-        *self.rung.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.ring.notify_all();
-    }
-
-    /// Waits until rung or `timeout` passed, and unrings.
-    fn wait(&self, timeout: Duration) {
-        let rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut rung, _) = self.ring.wait_timeout_while(rung, timeout, |r| !*r).unwrap_or_else(|p| p.into_inner());
-        *rung = false;
-    }
-}
-
-/// An inotify watch of the relay file that rings `bell` at every change;
-/// `None` when it cannot be had (then the poller reads on its timer).
-fn watch_relay(relay: &Path, bell: Arc<Bell>) -> Option<notify::RecommendedWatcher> {
+/// An inotify watch of the relay file that calls `changed` at every
+/// change; `None` when it cannot be had (then the poller reads on its
+/// timer).
+fn watch_relay(relay: &Path, changed: impl Fn() + Send + 'static) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if res.is_ok_and(|e| matches!(e.kind, notify::EventKind::Modify(_))) {
-            bell.ring();
+            changed();
         }
     })
     .ok()?;
