@@ -31,8 +31,9 @@
 //! Needs root, `ip` (iproute2), `glusterd`/`gluster` (glusterfs-server)
 //! and `mount.glusterfs` (glusterfs-client) with /dev/fuse; without them
 //! it skips (and fails under CI=true). Sizes: `KN_GLUSTER_POSTS` (posts
-//! per host in item 2): 200 by default, which keeps the file near two
-//! minutes on a loaded 2-core machine; the full size is
+//! per host in item 2): 200 by default, which keeps the three tests near
+//! three minutes on a 2-core machine shared with builds (3.7-4.4 minutes
+//! at load average 18-38); the full size is
 //! `bench/gluster-bench.sh` (`KN_GLUSTER_POSTS=5000`). Figures:
 //! docs/SCALE-OUT.md.
 
@@ -876,7 +877,7 @@ fn default_volume_options_break_and_the_doctor_says_so() {
     assert!(selftest.contains("FAIL: ") && selftest.contains("performance.write-behind is on (needs off)"), "{selftest}");
     let cross = latencies(&a, &b, "/lat/cross", 5);
     eprintln!("defaults: latency notify A -> tunnel B: p50 {:?} p99 {:?}", percentile(&cross, 0.5), percentile(&cross, 0.99));
-    let n = posts_per_host().min(150);
+    let n = posts_per_host().min(100);
     let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
     journal_reader.expect_watching("jr", String::new);
     let drained = Arc::new(AtomicBool::new(false));
