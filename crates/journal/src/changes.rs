@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::shared::drop_cached_pages;
@@ -36,26 +36,62 @@ fn writer_id() -> &'static str {
     ID.get_or_init(|| crate::ids::random_bytes::<8>().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The appending side, kept by a store: its open `.changes`.
+/// The appending side, kept by a store: its open `.changes`, and the
+/// entries its threads queued for it.
+///
+/// Appends are group-committed: a thread queues its entry, then takes the
+/// writer's turn; whoever has the turn writes every queued entry with one
+/// lock of the file and one `pwrite`, and a thread whose entry someone
+/// else wrote meanwhile returns at once. On a volume each lock, size and
+/// write of `.changes` is a round trip to the bricks, and the file is
+/// store-wide: batching keeps it from serialising every post of a host.
 #[derive(Default)]
 pub(crate) struct ChangeLog {
-    file: Mutex<Option<File>>,
+    queue: Mutex<Queue>,
+    /// The writer's turn, with the open file.
+    file: Mutex<Option<Open>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    entries: Vec<u8>,
+    /// The number of entries ever queued, and of those written (or
+    /// given up with a failed write: they are only hints).
+    queued: u64,
+    done: u64,
+}
+
+struct Open {
+    file: File,
+    /// The header was read valid through this descriptor: a valid
+    /// header is only ever replaced by a valid one (a new generation),
+    /// so while the file is at least a header long it need not be read
+    /// again before an append.
+    header_seen: bool,
 }
 
 impl ChangeLog {
     /// Appends an entry naming `topic` (which was just appended to) under
     /// the file's lock, emptying the file first when it is larger than
-    /// `max_bytes`. A failure only delays the wake-up of other hosts'
-    /// readers to their poll interval: the post itself is stored.
-    pub(crate) fn append(&self, root: &Path, topic: &Topic, max_bytes: u64) -> std::io::Result<()> {
+    /// `config.changes_bytes`. A failure only delays the wake-up of other
+    /// hosts' readers to their poll interval: the post itself is stored.
+    pub(crate) fn append(&self, config: &crate::Config, topic: &Topic) -> std::io::Result<()> {
+        let ticket = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.entries.extend_from_slice(format!("\n{} {}\n", writer_id(), topic.as_str()).as_bytes());
+            queue.queued += 1;
+            queue.queued
+        };
         let mut slot = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(crate::log::open_shared(&root.join(CHANGES_FILE), false)?);
-        }
-        let Some(file) = slot.as_ref() else { return Ok(()) };
-        file.lock()?;
-        let written = append_locked(file, topic, max_bytes);
-        let _ = file.unlock();
+        let (entries, last) = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if queue.done >= ticket {
+                return Ok(()); // written by the thread that had the turn
+            }
+            (std::mem::take(&mut queue.entries), queue.queued)
+        };
+        let written = write_batch(&mut slot, config, &entries);
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).done = last;
         if written.is_err() {
             *slot = None;
         }
@@ -63,21 +99,37 @@ impl ChangeLog {
     }
 }
 
-fn append_locked(file: &File, topic: &Topic, max_bytes: u64) -> std::io::Result<()> {
-    let entry = format!("\n{} {}\n", writer_id(), topic.as_str());
-    append_entries(file, entry.as_bytes(), max_bytes, false)
+/// Writes `entries` to `.changes` under its lock, opening it first if
+/// need be.
+fn write_batch(slot: &mut Option<Open>, config: &crate::Config, entries: &[u8]) -> std::io::Result<()> {
+    if slot.is_none() {
+        let file = crate::log::open_shared(&config.root.join(CHANGES_FILE), false)?;
+        *slot = Some(Open { file, header_seen: false });
+    }
+    let Some(open) = slot.as_mut() else { return Ok(()) };
+    crate::shared::lock(&open.file, crate::shared::LockKind::Exclusive, config)?;
+    let written = append_entries(&open.file, entries, config.changes_bytes, false, &mut open.header_seen);
+    let _ = open.file.unlock();
+    written
 }
 
 /// Appends `entries` (whole entries) to a change log whose writers are
 /// excluded by the caller, first emptying it under a new generation when
-/// it is larger than `max_bytes` or when `renew` asks.
-fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool) -> std::io::Result<()> {
-    drop_cached_pages(file);
+/// it is larger than `max_bytes` or when `renew` asks. `header_seen`
+/// says the header was read valid through `file` before (then it is not
+/// read again unless the file is to be emptied), and is set once it is.
+fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool, header_seen: &mut bool) -> std::io::Result<()> {
     let size = linked_size(file)?;
+    let emptying = size > max_bytes || renew;
     let mut header = [0u8; HEADER as usize];
-    let valid = size >= HEADER && file.read_exact_at(&mut header, 0).is_ok() && &header[..8] == MAGIC;
+    let valid = if size >= HEADER && *header_seen && !emptying {
+        true
+    } else {
+        drop_cached_pages(file);
+        size >= HEADER && file.read_exact_at(&mut header, 0).is_ok() && &header[..8] == MAGIC
+    };
     let mut end = size;
-    if !valid || size > max_bytes || renew {
+    if !valid || emptying {
         // The new generation is written before the entries are cut: a
         // crash in between leaves old entries under a new generation,
         // which only wake readers needlessly.
@@ -89,6 +141,7 @@ fn append_entries(file: &File, entries: &[u8], max_bytes: u64, renew: bool) -> s
         file.set_len(HEADER)?;
         end = HEADER;
     }
+    *header_seen = true;
     file.write_all_at(entries, end)
 }
 
@@ -111,8 +164,14 @@ struct Position {
 
 /// Reads the header and size of `.changes`: (generation, size).
 fn header_of(file: &File) -> std::io::Result<(Option<u64>, u64)> {
-    drop_cached_pages(file);
     let size = linked_size(file)?;
+    header_at(file, size)
+}
+
+/// Reads the header of `.changes`, whose size is `size`: (generation,
+/// size).
+fn header_at(file: &File, size: u64) -> std::io::Result<(Option<u64>, u64)> {
+    drop_cached_pages(file);
     let mut header = [0u8; HEADER as usize];
     if size < HEADER || file.read_exact_at(&mut header, 0).is_err() || &header[..8] != MAGIC {
         return Ok((None, size));
@@ -190,7 +249,7 @@ impl Poller {
                     // every process of the host re-read once.
                     self.leader = true;
                     self.start_on_changes();
-                    let renewed = self.relay.as_ref().map(|r| append_entries(r, b"", self.max_bytes, true));
+                    let renewed = self.relay.as_ref().map(|r| append_entries(r, b"", self.max_bytes, true, &mut false));
                     if !matches!(renewed, Some(Ok(()))) {
                         self.relay = None;
                     }
@@ -212,7 +271,7 @@ impl Poller {
                 return;
             }
             if self.leader && !entries.is_empty() {
-                let relayed = self.relay.as_ref().map(|r| append_entries(r, &entries, self.max_bytes, false));
+                let relayed = self.relay.as_ref().map(|r| append_entries(r, &entries, self.max_bytes, false, &mut false));
                 if !matches!(relayed, Some(Ok(()))) {
                     // Without its relay the host's other processes would
                     // hear nothing: hand the lead over.
@@ -236,28 +295,77 @@ impl Poller {
     }
 }
 
+/// How much longer than `changes_poll` a process that reads the host's
+/// relay sleeps between reads when nothing rings it: inotify on the relay
+/// (a local file) wakes it at once; the timer only takes over the host's
+/// lead when its leader has exited, and covers a missed notification.
+const RELAY_FALLBACK: u32 = 10;
+
 /// Starts this process's poller of `root`'s change log, which wakes the
 /// readers `hub` knows for every topic named by another process, until
 /// the hub is dropped. One process per host (the holder of the host's
-/// lock) reads the volume's `.changes` and copies what it reads to the
-/// host's relay; the others read the relay, a local file.
+/// lock) reads the volume's `.changes` every `every` and copies what it
+/// reads to the host's relay; the others read the relay, a local file,
+/// as soon as inotify says it changed (in the notifier's thread: one
+/// thread wake-up less on the way to a tunnel).
 pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_bytes: u64) {
     let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut poller = Poller::new(root.clone(), max_bytes);
-    let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || loop {
-        std::thread::sleep(every);
-        let Some(hub) = hub.upgrade() else { return };
-        poller.tick(&hub);
+    let poller = Arc::new(Mutex::new(Poller::new(root.clone(), max_bytes)));
+    let rung = (hub.clone(), poller.clone());
+    let watcher = watch_relay(&relay_paths(&root).1, move || {
+        let Some(hub) = rung.0.upgrade() else { return };
+        let mut poller = rung.1.lock().unwrap_or_else(|p| p.into_inner());
+        if !poller.leader {
+            poller.tick(&hub);
+        }
+    });
+    let spawned = std::thread::Builder::new().name("kn-changes".into()).spawn(move || {
+        let watcher = watcher;
+        loop {
+            // The first tick at once: it may take the host's lead.
+            let follows = {
+                let Some(hub) = hub.upgrade() else { break };
+                let mut poller = poller.lock().unwrap_or_else(|p| p.into_inner());
+                poller.tick(&hub);
+                !poller.leader && poller.relay.is_some() && poller.lock.is_some() && watcher.is_some()
+            };
+            std::thread::sleep(if follows { every * RELAY_FALLBACK } else { every });
+        }
+        // Stops the notifier (which may be waiting for the poller) after
+        // every lock is released.
+        drop(watcher);
     });
     if let Err(e) = spawned {
         eprintln!("kn-journal: cannot start the cross-host change poller of {}: {e}", root.join(CHANGES_FILE).display());
     }
 }
 
+/// An inotify watch of the relay file that calls `changed` at every
+/// change; `None` when it cannot be had (then the poller reads on its
+/// timer).
+fn watch_relay(relay: &Path, changed: impl Fn() + Send + 'static) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if res.is_ok_and(|e| matches!(e.kind, notify::EventKind::Modify(_))) {
+            changed();
+        }
+    })
+    .ok()?;
+    watcher.watch(relay, notify::RecursiveMode::NonRecursive).ok()?;
+    Some(watcher)
+}
+
 /// One poll of a change log: wakes the readers of the topics named since
 /// `at`, and adds the whole entries read to `relay`.
 fn poll(file: &File, root: &Path, hub: &Hub, at: &mut Position, relay: &mut Vec<u8>) -> std::io::Result<()> {
-    let (generation, size) = header_of(file)?;
+    let size = linked_size(file)?;
+    if at.generation.is_some() && size == at.offset {
+        // Nothing new: one `fstat`, the whole cost of an idle poll. (A
+        // file emptied and grown back to the very same size since is
+        // seen at its next append, by its new generation.)
+        return Ok(());
+    }
+    let (generation, size) = header_at(file, size)?;
     if generation.is_none() {
         return Ok(()); // nothing written yet, or being created
     }
@@ -327,7 +435,8 @@ mod tests {
         let hub = Arc::new(Hub::new());
         let sub = hub.subscribe(&dir);
         let log = ChangeLog::default();
-        log.append(root.path(), &topic, 1 << 20).unwrap();
+        let mut config = crate::Config::new(root.path());
+        log.append(&config, &topic).unwrap();
         spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5), 1 << 20);
         // Written as another process would.
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
@@ -339,16 +448,44 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(1));
         // An entry of this process is skipped (inotify wakes for those).
         let listener = sub.listen();
-        log.append(root.path(), &topic, 1 << 20).unwrap();
+        log.append(&config, &topic).unwrap();
         assert!(!crate::watch::Subscription::wait(listener, Duration::from_millis(200)));
         // Emptied by a writer finding it too large: everyone re-reads.
         let listener = sub.listen();
-        log.append(root.path(), &Topic::parse("/x").unwrap(), 16).unwrap();
+        config.changes_bytes = 16;
+        log.append(&config, &Topic::parse("/x").unwrap()).unwrap();
         assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "no wake-up on rotation");
         let len = std::fs::metadata(root.path().join(CHANGES_FILE)).unwrap().len();
         assert_eq!(len, HEADER + format!("\n{} /x\n", writer_id()).len() as u64);
         drop(hub);
         remove_relay(root.path());
+    }
+
+    /// Threads appending at once share writes (group commit), and every
+    /// entry lands exactly once, whole.
+    #[test]
+    fn concurrent_appends_land_once_each_and_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let config = crate::Config::new(root.path());
+        let log = ChangeLog::default();
+        thread::scope(|s| {
+            for t in 0..8 {
+                let (log, config) = (&log, &config);
+                s.spawn(move || {
+                    for i in 0..50 {
+                        log.append(config, &Topic::parse(&format!("/t{t}/n{i}")).unwrap()).unwrap();
+                    }
+                });
+            }
+        });
+        let bytes = std::fs::read(root.path().join(CHANGES_FILE)).unwrap();
+        assert_eq!(&bytes[..8], MAGIC);
+        let text = String::from_utf8(bytes[HEADER as usize..].to_vec()).unwrap();
+        let mut topics: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).map(|l| l.split_once(' ').unwrap().1).collect();
+        topics.sort();
+        let mut want: Vec<String> = (0..8).flat_map(|t| (0..50).map(move |i| format!("/t{t}/n{i}"))).collect();
+        want.sort();
+        assert_eq!(topics, want);
     }
 
     fn remove_relay(root: &Path) {
@@ -367,20 +504,25 @@ mod tests {
         let topic = Topic::parse("/what/chat").unwrap();
         let dir = topic.dir(root.path());
         std::fs::create_dir_all(&dir).unwrap();
-        ChangeLog::default().append(root.path(), &Topic::parse("/x").unwrap(), 1 << 20).unwrap();
+        ChangeLog::default().append(&crate::Config::new(root.path()), &Topic::parse("/x").unwrap()).unwrap();
         let hubs: Vec<Arc<Hub>> = (0..2).map(|_| Arc::new(Hub::new())).collect();
         let subs: Vec<_> = hubs.iter().map(|h| h.subscribe(&dir)).collect();
+        // The relay's reader is rung by inotify: it wakes long before its
+        // own timer (ten polls, 2 s here) would.
+        let every = Duration::from_millis(200);
         for hub in &hubs {
-            spawn_poller(root.path(), Arc::downgrade(hub), Duration::from_millis(5), 1 << 20);
+            spawn_poller(root.path(), Arc::downgrade(hub), every, 1 << 20);
         }
-        thread::sleep(Duration::from_millis(100)); // a leader is chosen
+        thread::sleep(every * 3); // a leader is chosen
         let listeners: Vec<_> = subs.iter().map(|s| s.listen()).collect();
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
         let end = f.metadata().unwrap().len();
+        let t = Instant::now();
         f.write_all_at(b"\nother /what/chat\n", end).unwrap();
         for listener in listeners {
             assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "a poller missed the entry");
         }
+        assert!(t.elapsed() < every * 5, "the relay's reader waited for its timer: {:?}", t.elapsed());
         let relayed = std::fs::read(relay_paths(root.path()).1).unwrap();
         assert!(relayed.ends_with(b"\nother /what/chat\n"), "{:?}", String::from_utf8_lossy(&relayed));
         drop(subs);

@@ -71,8 +71,9 @@ impl std::str::FromStr for Shared {
 /// | `expired_grace` | 1 hour | `KN_EXPIRED_GRACE` (seconds) |
 /// | `poll_interval` | 250 ms | `KN_POLL_MS` |
 /// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
-/// | `changes_poll` | 10 ms: how often a process in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
+/// | `changes_poll` | 5 ms: how often one process per host in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
+/// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
 /// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
@@ -134,13 +135,20 @@ pub struct Config {
     /// [`Shared`]. [`Store::open_with`](crate::Store::open_with) resolves
     /// `Auto` to `On` or `Off`.
     pub shared: Shared,
-    /// In shared mode, how often one thread per process reads the store's
-    /// `.changes` to wake its tunnels for appends made on other hosts (the
-    /// longest extra delay of a cross-host wake-up).
+    /// In shared mode, how often the one process per host that reads the
+    /// store's `.changes` (the host's other processes are woken by it
+    /// through a local relay) reads it, to wake tunnels for appends made
+    /// on other hosts: the longest extra delay of a cross-host wake-up.
     pub changes_poll: Duration,
     /// In shared mode, `.changes` is emptied (its generation bumped) by
     /// the writer that finds it larger than this.
     pub changes_bytes: u64,
+    /// In shared mode, the longest a process waits for a lock on the
+    /// volume (a topic's `.lock`, `.changes`, `.forwarded`, `.stats`,
+    /// the store's `.lock`) before the operation fails with an error
+    /// naming the file. It never waits in the kernel there (see
+    /// `shared::lock`); a local store waits in the kernel, unbounded.
+    pub lock_wait: Duration,
     /// A journal whose heartbeat is older than this is stale (PROTOCOL.md:
     /// 100 s). Tunnels refresh their journal's heartbeat every fifth of it
     /// (at most every [`HEARTBEAT_EVERY`](crate::HEARTBEAT_EVERY)). Shorter
@@ -289,8 +297,9 @@ impl Config {
             poll_interval: Duration::from_millis(250),
             heartbeat_stale: Duration::from_secs(100),
             shared: Shared::Auto,
-            changes_poll: Duration::from_millis(10),
+            changes_poll: Duration::from_millis(5),
             changes_bytes: 1 << 20,
+            lock_wait: Duration::from_secs(30),
             server_url: None,
             outbound: OutboundPolicy::DenyAll,
             remote_timeout: crate::http::DEFAULT_TIMEOUT,
@@ -378,6 +387,9 @@ impl Config {
         }
         if let Some(v) = var::<u64>("KN_CHANGES_BYTES")? {
             self.changes_bytes = v.max(4096);
+        }
+        if let Some(v) = var::<u64>("KN_LOCK_WAIT_MS")? {
+            self.lock_wait = Duration::from_millis(v);
         }
         if let Ok(v) = std::env::var("KN_SERVER_URL") {
             self.server_url = Some(v);

@@ -319,6 +319,70 @@ pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
     format!("{}{place}: {mode} (KN_SHARED={setting})", fs.name)
 }
 
+/// Which `flock` [`lock`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// `LOCK_EX`: writers.
+    Exclusive,
+    /// `LOCK_SH`: readers that exclude writers (`.stats`).
+    Shared,
+}
+
+/// The first pause between two tries of a lock in shared mode; it
+/// doubles up to [`LOCK_PAUSE_MAX`].
+const LOCK_PAUSE_MIN: Duration = Duration::from_micros(200);
+const LOCK_PAUSE_MAX: Duration = Duration::from_millis(4);
+
+/// Takes `file`'s `flock` (`kind`). On a local store it waits in the
+/// kernel, as it always has. In shared mode it never does: it tries
+/// (`LOCK_NB`), sleeping between tries (0.2 ms doubling to 4 ms), and
+/// fails with `TimedOut` after `config.lock_wait` (`KN_LOCK_WAIT_MS`).
+///
+/// Why never a blocking lock on the volume: GlusterFS 10's FUSE client
+/// deadlocks when a process is killed while two or more of its threads
+/// wait in a blocking lock (FUSE `SETLKW`). The kernel sends the client
+/// an interrupt for each; the client's interrupt handler asks every
+/// brick to clear the blocked lock (an `fgetxattr`), while the lock's
+/// own answer, granted meanwhile, waits in the client's network thread
+/// for that handler to finish. With two such waits both of the client's
+/// network threads (`client.event-threads` 2) are asleep, nobody reads
+/// the bricks' answers, and the mount hangs for good: the killed
+/// process stays in `D` state, and 42 s later (`network.ping-timeout`)
+/// the client drops all its bricks ("Transport endpoint is not
+/// connected"). Seen in statedumps and `gdb` backtraces of the client
+/// (docs/SCALE-OUT.md). A non-blocking lock has no interrupt handler, so
+/// its answer never waits.
+pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config) -> std::io::Result<()> {
+    if config.shared != Shared::On {
+        return match kind {
+            LockKind::Exclusive => file.lock(),
+            LockKind::Shared => file.lock_shared(),
+        };
+    }
+    let started = std::time::Instant::now();
+    let mut pause = LOCK_PAUSE_MIN;
+    loop {
+        let tried = match kind {
+            LockKind::Exclusive => file.try_lock(),
+            LockKind::Shared => file.try_lock_shared(),
+        };
+        match tried {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+        }
+        let waited = started.elapsed();
+        if waited >= config.lock_wait {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("still locked by another process after {} ms (KN_LOCK_WAIT_MS)", waited.as_millis()),
+            ));
+        }
+        std::thread::sleep(pause.min(config.lock_wait - waited));
+        pause = (pause * 2).min(LOCK_PAUSE_MAX);
+    }
+}
+
 /// Drops this host's cached pages of `file`, so that the next read asks
 /// the file server: a FUSE or NFS client may keep pages that another host
 /// has since rewritten (the `.head` is rewritten in place), and a lock
@@ -376,5 +440,41 @@ mod tests {
         assert!(!resolve(Shared::Auto, 0xEF53));
         assert!(resolve(Shared::On, 0xEF53));
         assert!(!resolve(Shared::Off, FUSE_SUPER_MAGIC));
+    }
+
+    /// In shared mode a lock is tried, never waited for in the kernel:
+    /// it is had once its holder lets go within `lock_wait`, and after
+    /// `lock_wait` the caller gets an error naming the setting.
+    #[test]
+    fn a_shared_lock_waits_at_most_lock_wait_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".lock");
+        let holder = std::fs::File::create(&path).unwrap();
+        let waiter = std::fs::File::open(&path).unwrap();
+        let mut config = crate::Config::new(dir.path());
+        config.shared = Shared::On;
+        config.lock_wait = Duration::from_millis(150);
+        holder.lock().unwrap();
+        let t = std::time::Instant::now();
+        let e = lock(&waiter, LockKind::Shared, &config).unwrap_err();
+        assert!(t.elapsed() >= config.lock_wait, "gave up after {:?}", t.elapsed());
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("KN_LOCK_WAIT_MS"), "{e}");
+        // At the boundary: no wait at all fails at once while it is held.
+        config.lock_wait = Duration::ZERO;
+        assert_eq!(lock(&waiter, LockKind::Exclusive, &config).unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        // Released within the wait: had.
+        config.lock_wait = Duration::from_secs(5);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                holder.unlock().unwrap();
+            });
+            lock(&waiter, LockKind::Exclusive, &config).unwrap();
+        });
+        assert!(holder.try_lock().is_err(), "the waiter holds it now");
+        waiter.unlock().unwrap();
+        config.lock_wait = Duration::ZERO;
+        lock(&waiter, LockKind::Exclusive, &config).unwrap();
     }
 }

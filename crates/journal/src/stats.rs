@@ -13,7 +13,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::log::open_shared;
@@ -128,14 +127,14 @@ impl Counters {
     }
 }
 
-/// Adds `n` to `counter` in the `.stats` of the store at `root`.
-pub(crate) fn add(root: &Path, counter: Counter, n: u64) -> Result<()> {
+/// Adds `n` to `counter` in the `.stats` of the store `config` describes.
+pub(crate) fn add(config: &crate::Config, counter: Counter, n: u64) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    let path = root.join(STATS_FILE);
+    let path = config.root.join(STATS_FILE);
     let f = open_shared(&path, false).map_err(|e| Error::io("cannot open counters", &path, e))?;
-    f.lock().map_err(|e| Error::io("cannot lock counters", &path, e))?;
+    crate::shared::lock(&f, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock counters", &path, e))?;
     let result = (|| {
         let at = 8 * counter as u64;
         let value = read_slot(&f, at)?.wrapping_add(n);
@@ -145,16 +144,16 @@ pub(crate) fn add(root: &Path, counter: Counter, n: u64) -> Result<()> {
     result.map_err(|e| Error::io("cannot update counters", &path, e))
 }
 
-/// Reads every counter of the store at `root` (zeros where `.stats` is
-/// missing or short).
-pub(crate) fn read(root: &Path) -> Result<Counters> {
-    let path = root.join(STATS_FILE);
+/// Reads every counter of the store `config` describes (zeros where
+/// `.stats` is missing or short).
+pub(crate) fn read(config: &crate::Config) -> Result<Counters> {
+    let path = config.root.join(STATS_FILE);
     let f = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Counters::default()),
         Err(e) => return Err(Error::io("cannot open counters", &path, e)),
     };
-    f.lock_shared().map_err(|e| Error::io("cannot lock counters", &path, e))?;
+    crate::shared::lock(&f, crate::shared::LockKind::Shared, config).map_err(|e| Error::io("cannot lock counters", &path, e))?;
     let mut counters = Counters::default();
     let result = Counter::ALL.iter().try_for_each(|&c| {
         counters.values[c as usize] = read_slot(&f, 8 * c as u64)?;
@@ -185,11 +184,12 @@ mod tests {
     #[test]
     fn counts_add_up_and_missing_file_reads_zero() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()).unwrap(), Counters::default());
-        add(dir.path(), Counter::PoisonedStale, 2).unwrap();
-        add(dir.path(), Counter::PoisonedStale, 3).unwrap();
-        add(dir.path(), Counter::Sweeps, 1).unwrap();
-        let c = read(dir.path()).unwrap();
+        let config = crate::Config::new(dir.path());
+        assert_eq!(read(&config).unwrap(), Counters::default());
+        add(&config, Counter::PoisonedStale, 2).unwrap();
+        add(&config, Counter::PoisonedStale, 3).unwrap();
+        add(&config, Counter::Sweeps, 1).unwrap();
+        let c = read(&config).unwrap();
         assert_eq!(c.get(Counter::PoisonedStale), 5);
         assert_eq!(c.get(Counter::Sweeps), 1);
         assert_eq!(c.get(Counter::JournalsRemoved), 0);
@@ -198,15 +198,16 @@ mod tests {
     #[test]
     fn threads_lose_no_increment() {
         let dir = tempfile::tempdir().unwrap();
+        let config = crate::Config::new(dir.path());
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..100 {
-                        add(dir.path(), Counter::DeliveriesRetried, 1).unwrap();
+                        add(&config, Counter::DeliveriesRetried, 1).unwrap();
                     }
                 });
             }
         });
-        assert_eq!(read(dir.path()).unwrap().get(Counter::DeliveriesRetried), 400);
+        assert_eq!(read(&config).unwrap().get(Counter::DeliveriesRetried), 400);
     }
 }

@@ -88,7 +88,7 @@ impl<'c> Writer<'c> {
     pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
-        lock.lock().map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
+        crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
         // The sweep removes a topic under its lock, unlinking `.lock` first
         // (FORMAT.md, "Removal"): a writer that waited for it writes nowhere.
         if super::compact::unlinked(&lock) {
@@ -143,7 +143,7 @@ impl<'c> Writer<'c> {
     /// Locks with kept files; `None` (files closed, lock released) when the
     /// head was replaced or the active segment changed: open afresh.
     pub(super) fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        if let Err(e) = files.lock.lock() {
+        if let Err(e) = crate::shared::lock(&files.lock, crate::shared::LockKind::Exclusive, config) {
             return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
         }
         if config.shared == crate::config::Shared::On {

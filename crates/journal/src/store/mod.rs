@@ -248,7 +248,7 @@ impl Store {
     /// it they re-read at their poll interval).
     pub(super) fn changed(&self, topic: &Topic) {
         if self.is_shared() {
-            let _ = self.changes.append(&self.config.root, topic, self.config.changes_bytes);
+            let _ = self.changes.append(&self.config, topic);
         }
     }
 
@@ -268,12 +268,12 @@ impl Store {
     /// in `.stats`, shared by every process). For rare events only: a
     /// removal, a retry, a poisoning.
     pub fn count(&self, counter: crate::Counter, n: u64) -> Result<()> {
-        crate::stats::add(&self.config.root, counter, n)
+        crate::stats::add(&self.config, counter, n)
     }
 
     /// Every counter of the store, as every process has added to it.
     pub fn counters(&self) -> Result<crate::Counters> {
-        crate::stats::read(&self.config.root)
+        crate::stats::read(&self.config)
     }
 
     /// This server's URL: the configured one, else the first name in
@@ -372,7 +372,7 @@ impl Store {
     fn change_names(&self, change: impl FnOnce(&mut Vec<String>) -> bool) -> Result<bool> {
         let lock_path = self.config.root.join(log::LOCK_FILE);
         let lock = log::open_shared(&lock_path, false).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
-        lock.lock().map_err(|e| Error::io("cannot lock", &lock_path, e))?;
+        crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, &self.config).map_err(|e| Error::io("cannot lock", &lock_path, e))?;
         let mut names = read_names(&self.config.root)?;
         let changed = change(&mut names);
         if changed {

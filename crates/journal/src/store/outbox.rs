@@ -155,10 +155,10 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    pub(super) fn lock(dir: &Path) -> Result<Outbox> {
+    pub(super) fn lock(dir: &Path, config: &crate::Config) -> Result<Outbox> {
         let path = dir.join(FORWARDED_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open forwarding state", &path, e))?;
-        file.lock().map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
         let state = read_state(&file).map_err(|e| Error::io("cannot read forwarding state", &path, e))?;
         Ok(Outbox { file, path, state })
     }
@@ -312,7 +312,7 @@ impl Store {
     /// routes; starts its state (nothing pending) when it has none. Reads
     /// no route.
     pub(super) fn forwarding_pending(&self, dir: &Path) -> Result<bool> {
-        let mut outbox = Outbox::lock(dir)?;
+        let mut outbox = Outbox::lock(dir, &self.config)?;
         let end = log::cursor_at_end(dir)?.last_seq();
         match outbox.state.clone() {
             None => {
@@ -328,7 +328,7 @@ impl Store {
     /// newer, then leaves them for [`Store::complete_forwarding`].
     pub(super) fn record_population(&self, from: &Topic, route_id: &[u8], first: u64) -> Result<()> {
         let dir = self.checked_dir(from)?;
-        let mut outbox = Outbox::lock(&dir)?;
+        let mut outbox = Outbox::lock(&dir, &self.config)?;
         let end = log::cursor_at_end(&dir)?.last_seq();
         let mut state = outbox.state.clone().unwrap_or(State { cursor: end, ..State::default() });
         state.lagging.retain(|l| l.route_id != route_id);
@@ -346,7 +346,7 @@ impl Store {
     /// [`ErrorKind::TooManyDeliveries`] or an I/O error of the state.
     pub(super) fn drain(&self, topic: &Topic, own: Option<Own<'_>>, routes: &RouteList, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
         let dir = self.dir(topic);
-        let mut outbox = Outbox::lock(&dir)?;
+        let mut outbox = Outbox::lock(&dir, &self.config)?;
         let t = now();
         let end = match &own {
             Some(own) => own.seq,
@@ -775,18 +775,18 @@ mod tests {
     #[test]
     fn the_newer_slot_wins_and_a_torn_one_leaves_the_older() {
         let dir = tempfile::tempdir().unwrap();
-        let mut outbox = Outbox::lock(dir.path()).unwrap();
+        let mut outbox = Outbox::lock(dir.path(), &crate::Config::new(dir.path())).unwrap();
         assert_eq!(outbox.state, None);
         let mut state = State { cursor: 1, ..State::default() };
         outbox.save(&mut state).unwrap();
         state.cursor = 2;
         outbox.save(&mut state).unwrap();
         drop(outbox);
-        assert_eq!(Outbox::lock(dir.path()).unwrap().state.unwrap().cursor, 2);
+        assert_eq!(Outbox::lock(dir.path(), &crate::Config::new(dir.path())).unwrap().state.unwrap().cursor, 2);
         // Tear the newer slot: the older state is read.
         let f = fs::OpenOptions::new().write(true).open(dir.path().join(FORWARDED_FILE)).unwrap();
         f.write_all_at(b"\xff\xff", (state.generation % 2) * SLOT_BYTES + 14).unwrap();
-        assert_eq!(Outbox::lock(dir.path()).unwrap().state.unwrap().cursor, 1);
+        assert_eq!(Outbox::lock(dir.path(), &crate::Config::new(dir.path())).unwrap().state.unwrap().cursor, 1);
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl Store {
         if !self.removable_journal(&dir, grace) {
             return Ok(false);
         }
-        let Some(lock) = lock_topic(&dir)? else { return Ok(false) };
+        let Some(lock) = lock_topic(&dir, &self.config)? else { return Ok(false) };
         // Again under the lock: a tunnel refreshes the heartbeat under it.
         if !self.removable_journal(&dir, grace) || has_child_dirs(&dir) {
             return Ok(false);
@@ -277,10 +277,10 @@ impl Store {
         if !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
         }
-        let Some(lock) = lock_topic(&dir)? else { return Ok(false) };
+        let Some(lock) = lock_topic(&dir, &self.config)? else { return Ok(false) };
         let mut inner = Vec::new();
         for reserved in [ROUTES_SEGMENT, SUBTOPICS_SEGMENT] {
-            if let Some(l) = lock_topic(&dir.join(reserved))? {
+            if let Some(l) = lock_topic(&dir.join(reserved), &self.config)? {
                 inner.push((reserved, l));
             }
         }
@@ -434,7 +434,7 @@ impl Store {
     /// Called with no other lock held: the lock is released on return.
     pub(super) fn index_route_source(&self, journal: &Topic, source: &Topic) -> Result<()> {
         let dir = self.dir(journal);
-        let Some(_lock) = lock_topic(&dir)? else { return Ok(()) };
+        let Some(_lock) = lock_topic(&dir, &self.config)? else { return Ok(()) };
         if read_sources(&dir).contains(source) {
             return Ok(());
         }
@@ -449,7 +449,7 @@ impl Store {
     /// `parent` was removed (the caller starts again from the root).
     pub(super) fn lock_for_child(&self, parent: &Topic) -> Result<File> {
         let dir = self.dir(parent);
-        lock_topic(&dir)?.ok_or_else(|| log::removed(&dir))
+        lock_topic(&dir, &self.config)?.ok_or_else(|| log::removed(&dir))
     }
 
     /// Refreshes the heartbeat of the journal a tunnel opens, under the
@@ -459,7 +459,7 @@ impl Store {
     pub(super) fn revive(&self, journal: &Topic, report: &mut PostReport) -> Result<()> {
         for _ in 0..5 {
             let dir = self.checked_dir(journal)?;
-            if let Some(_lock) = lock_topic(&dir)? {
+            if let Some(_lock) = lock_topic(&dir, &self.config)? {
                 return self.heartbeat(journal);
             }
             let jobs = self.ensure_topic(journal, report)?;
@@ -506,14 +506,14 @@ impl Store {
 /// Opens and locks the `.lock` of the topic directory `dir`; `None` when
 /// the directory does not exist or was removed while waiting (its `.lock`
 /// unlinked).
-fn lock_topic(dir: &Path) -> Result<Option<File>> {
+fn lock_topic(dir: &Path, config: &crate::Config) -> Result<Option<File>> {
     let path = dir.join(log::LOCK_FILE);
     let file = match log::open_shared(&path, false) {
         Ok(f) => f,
         Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => return Ok(None),
         Err(e) => return Err(Error::io("cannot open lock file", &path, e)),
     };
-    file.lock().map_err(|e| Error::io("cannot lock topic", &path, e))?;
+    crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock topic", &path, e))?;
     if log::unlinked(&file) {
         return Ok(None);
     }
