@@ -256,13 +256,26 @@ fn resync(bytes: &[u8], start: usize, last: u64) -> Option<usize> {
 }
 
 /// Visits records newest first until `visit` returns false. Costs the
-/// records visited plus at most one segment read in full.
+/// records visited plus at most one segment read in full (and one `open`
+/// of each segment).
+///
+/// The records visited are one consistent view of the log, whatever a
+/// compaction does meanwhile: every record compaction drops is superseded
+/// by a newer one, and the segments are opened oldest first (see
+/// [`open_oldest_first`]), so a record missing from a segment opened after
+/// its compaction has its newer record in a segment opened later still.
+/// Reading newest first straight from the names instead would miss both
+/// when a compaction drops an old record for a newer one appended after the
+/// newest segment was read.
 pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
-    let segments = list_segments(dir)?;
+    let segments = open_oldest_first(dir)?;
+    let newest = segments.len();
     let mut floor = u64::MAX;
-    for (i, &first) in segments.iter().enumerate().rev() {
-        let mode = if i + 1 == segments.len() { Mode::Tail } else { Mode::Whole };
-        let Some(scan) = scan_segment(&dir.join(segment_name(first)), 0, first.saturating_sub(1), mode)? else { continue };
+    for (i, (first, mut file)) in segments.into_iter().enumerate().rev() {
+        let mode = if i + 1 == newest { Mode::Tail } else { Mode::Whole };
+        let path = dir.join(segment_name(first));
+        let (ino, size) = stat_fd(&file).map(|s| (s.ino, Some(s.size))).unwrap_or((0, None));
+        let scan = scan_read(&mut file, &path, 0, first.saturating_sub(1), mode, ino, size)?;
         for (_, r) in scan.records.into_iter().rev() {
             if r.seq >= floor {
                 continue;
@@ -274,6 +287,45 @@ pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) 
         }
     }
     Ok(())
+}
+
+/// How many times [`open_oldest_first`] starts again when a segment
+/// vanished between its listing and its opening.
+const OPEN_ATTEMPTS: usize = 64;
+
+/// Opens every segment of `dir`, oldest first, then any that a roll added
+/// meanwhile, until a listing shows nothing newer than the last one opened.
+/// An open descriptor keeps the file as it was when opened, even when a
+/// compaction renames a rewritten file over it. A segment gone between the
+/// listing and its opening (merged into an older one by a compaction, or
+/// deleted by retention) starts the whole opening again: the older
+/// segments opened before may lack what it held.
+fn open_oldest_first(dir: &Path) -> Result<Vec<(u64, File)>> {
+    'attempt: for _ in 0..OPEN_ATTEMPTS {
+        let mut opened: Vec<(u64, File)> = Vec::new();
+        let mut listed = list_segments(dir)?;
+        loop {
+            let last = opened.last().map(|&(first, _)| first);
+            for first in listed.into_iter().filter(|&f| last.is_none_or(|l| f > l)) {
+                let path = dir.join(segment_name(first));
+                match File::open(&path) {
+                    Ok(file) => opened.push((first, file)),
+                    Err(e) if e.kind() == IoKind::NotFound => continue 'attempt,
+                    Err(e) => return Err(Error::io("cannot open segment", &path, e)),
+                }
+            }
+            listed = list_segments(dir)?;
+            let last = opened.last().map(|&(first, _)| first);
+            if listed.last().copied() <= last {
+                return Ok(opened);
+            }
+        }
+    }
+    Err(Error::io(
+        "segments kept vanishing while opening them to read",
+        dir,
+        std::io::Error::new(IoKind::Interrupted, format!("{OPEN_ATTEMPTS} attempts")),
+    ))
 }
 
 /// A reader's position in a topic's log: just after record `last_seq`,
