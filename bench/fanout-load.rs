@@ -4,7 +4,13 @@
 //! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
+//! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID", stop when stdin closes
 //! ```
+//!
+//! `apache` starts kn-test-support's private Apache 2.4 (`mpm_event`,
+//! `mod_cgid`) with the binary `CGI` as `/kn` on the store `STORE`, sized
+//! for [`APACHE_TUNNELS`] tunnels (each an Apache worker thread and a CGI
+//! process); the other modes then drive it as `kn` on its port.
 //!
 //! Both servers are driven the way their own clients use them:
 //!
@@ -35,7 +41,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N)";
+const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N), or fanout-load apache CGI STORE";
 
 /// How long the whole fan-out, or one round trip, may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -362,6 +368,36 @@ async fn hold(run: Run, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Tunnels (and so CGI processes) the Apache of `apache` is sized for.
+const APACHE_TUNNELS: usize = 2_000;
+
+/// Runs pubsub.cgi under a private Apache until stdin closes.
+fn apache(cgi: &str, store: &str) -> Result<(), String> {
+    let store = std::path::Path::new(store);
+    std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
+    // Every tunnel holds a worker thread: room for them all, and for the
+    // publisher and the route requests beside them.
+    let threads = 64;
+    let servers = APACHE_TUNNELS.div_ceil(threads) + 2;
+    let conf = format!(
+        "ServerLimit {servers}
+ThreadsPerChild {threads}
+ThreadLimit {threads}
+MaxRequestWorkers {}
+MaxSpareThreads {}
+ListenBacklog 4096
+LogLevel warn
+",
+        servers * threads,
+        servers * threads
+    );
+    let server = kn_test_support::Apache::start(std::path::Path::new(cgi), store, &conf);
+    println!("apache port={} pid={}", server.port(), server.pid());
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    drop(server);
+    Ok(())
+}
+
 /// Room for 10,000 subscribers and more: the soft limit up to the hard one.
 fn raise_open_file_limit() {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -377,7 +413,21 @@ fn raise_open_file_limit() {
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
+    raise_open_file_limit();
     let server = match args.first().map(String::as_str) {
+        Some("apache") => {
+            let (Some(cgi), Some(store)) = (args.get(1), args.get(2)) else {
+                eprintln!("{USAGE}");
+                return std::process::ExitCode::from(2);
+            };
+            return match apache(cgi, store) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fanout-load: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         Some("kn") => Server::Kn,
         Some("nchan") => Server::Nchan,
         _ => {
@@ -391,7 +441,6 @@ fn main() -> std::process::ExitCode {
     };
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let run = Run { server, addr, nonce: format!("{:x}{:x}", nanos & 0xffff_ffff_ffff, std::process::id()) };
-    raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -78,8 +78,38 @@ fn eio() -> std::io::Error {
 }
 
 fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
-    match OpenOptions::new().read(true).write(true).open(path) {
+    match without_atime(OpenOptions::new().read(true).write(true), path) {
         Err(e) if create && e.kind() == IoKind::NotFound => open_shared(path, false),
+        other => other,
+    }
+}
+
+/// Opens `path` for reading only, as [`without_atime`] does.
+pub(crate) fn open_read(path: &Path) -> std::io::Result<File> {
+    without_atime(OpenOptions::new().read(true), path)
+}
+
+/// Set once the kernel refused `O_NOATIME` (the files belong to another
+/// user and this process may not bypass that): later opens do not ask.
+static NOATIME_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens `path` with `options` and `O_NOATIME`, so that reading a
+/// segment or a `.head` written since its last read does not write its
+/// inode (with `relatime`, every read after a write updates the access
+/// time: a tunnel's read of each delivery and a writer's read of the
+/// head of each append did). Nothing in the store uses access times.
+/// Where the kernel refuses the flag (`EPERM`: another user's file), it
+/// opens without it, and stops asking.
+fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+    use std::sync::atomic::Ordering;
+    if NOATIME_REFUSED.load(Ordering::Relaxed) {
+        return options.open(path);
+    }
+    match options.clone().custom_flags(libc::O_NOATIME).open(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            NOATIME_REFUSED.store(true, Ordering::Relaxed);
+            options.open(path)
+        }
         other => other,
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 /// Reads the records of a segment starting at byte `from` (see
 /// [`scan_file`] for `floor` and `mode`). `None` when the file is gone.
 pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<Scan>> {
-    let mut file = match File::open(path) {
+    let mut file = match super::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
