@@ -21,9 +21,18 @@ use std::time::Duration;
 use event_listener::{Event as Signal, EventListener, Listener};
 use inotify::{EventMask, Inotify, WatchMask, Watches};
 
-/// Per watched directory: subscribers, their wakeup signal, and whether
-/// the directory is really watched (else subscribers poll).
-type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
+/// Per watched directory: subscribers, their wakeup signal, whether the
+/// directory is really watched (else subscribers poll), and how many
+/// segments the notifier saw appear in it (see [`Subscription::segments_created`]).
+type Topics = Arc<Mutex<HashMap<PathBuf, Readers>>>;
+
+/// The readers of one directory.
+struct Readers {
+    count: usize,
+    signal: Arc<Signal>,
+    watched: bool,
+    created: Arc<AtomicU64>,
+}
 
 /// The watched directories by watch descriptor, for the notifier's thread.
 type Watched = Arc<Mutex<HashMap<i32, PathBuf>>>;
@@ -132,7 +141,15 @@ fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topic
 /// process not seen yet.
 fn overflowed(topics: &Topics, own: &Own) {
     own.lock().map(|own| own.values().for_each(|n| n.store(0, Ordering::SeqCst))).ok();
-    topics.lock().map(|map| map.values().for_each(|(_, signal, _)| { signal.notify(usize::MAX); })).ok();
+    topics
+        .lock()
+        .map(|map| {
+            map.values().for_each(|r| {
+                r.created.fetch_add(1, Ordering::SeqCst);
+                r.signal.notify(usize::MAX);
+            })
+        })
+        .ok();
 }
 
 /// A change of the file `name` in the watched `dir`; `written` for a
@@ -144,11 +161,17 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
         return;
     }
     let Ok(map) = topics.lock() else { return };
-    let Some((_, signal, _)) = map.get(dir) else { return };
-    if written && takes_own_write(own, dir) {
-        return;
+    let Some(readers) = map.get(dir) else { return };
+    if written {
+        if takes_own_write(own, dir) {
+            return;
+        }
+    } else {
+        // A segment created, renamed into place or removed: counted
+        // before the wakeup, see `Subscription::segments_created`.
+        readers.created.fetch_add(1, Ordering::SeqCst);
     }
-    signal.notify(usize::MAX);
+    readers.signal.notify(usize::MAX);
 }
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
@@ -182,41 +205,48 @@ impl Hub {
         let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let dir = absolute.as_path();
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
-        let (first, signal) = {
+        let (first, signal, created) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| (0, Arc::new(Signal::new()), false));
-            entry.0 += 1;
-            (entry.0 == 1, entry.1.clone())
+            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| Readers {
+                count: 0,
+                signal: Arc::new(Signal::new()),
+                watched: false,
+                created: Arc::default(),
+            });
+            entry.count += 1;
+            (entry.count == 1, entry.signal.clone(), entry.created.clone())
         };
         let watching = match watcher.as_mut() {
             Some(w) if first => {
                 let ok = w.watch(dir);
                 let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(entry) = map.get_mut(dir) {
-                    entry.2 = ok;
+                    entry.watched = ok;
                 }
                 ok
             }
-            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.2).unwrap_or(false)).unwrap_or(false),
+            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.watched).unwrap_or(false)).unwrap_or(false),
             None => false,
         };
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, created }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
     /// notifier would: for appends seen elsewhere (`changes.rs`).
     pub(crate) fn wake(&self, dir: &Path) {
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, signal, _)) = map.get(dir) {
-            signal.notify(usize::MAX);
+        if let Some(readers) = map.get(dir) {
+            readers.created.fetch_add(1, Ordering::SeqCst);
+            readers.signal.notify(usize::MAX);
         }
     }
 
     /// Wakes every reader of this process.
     pub(crate) fn wake_all(&self) {
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        map.values().for_each(|(_, signal, _)| {
-            signal.notify(usize::MAX);
+        map.values().for_each(|r| {
+            r.created.fetch_add(1, Ordering::SeqCst);
+            r.signal.notify(usize::MAX);
         });
     }
 
@@ -242,9 +272,10 @@ impl Hub {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
         let map = self.topics.lock().ok()?;
-        let (_, signal, watched) = map.get(dir)?;
+        let readers = map.get(dir)?;
+        let signal = &readers.signal;
         let mut pending = None;
-        if *watched {
+        if readers.watched {
             let mut own = self.own.lock().ok()?;
             let count = match own.get(dir) {
                 Some(count) => count.clone(),
@@ -287,8 +318,8 @@ impl Hub {
         let last = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
             let Some(entry) = map.get_mut(dir) else { return };
-            entry.0 -= 1;
-            let last = entry.0 == 0;
+            entry.count -= 1;
+            let last = entry.count == 0;
             if last {
                 map.remove(dir);
                 self.own.lock().map(|mut own| own.remove(dir)).ok();
@@ -364,6 +395,7 @@ pub(crate) struct Subscription {
     dir: PathBuf,
     signal: Arc<Signal>,
     watching: bool,
+    created: Arc<AtomicU64>,
 }
 
 impl Subscription {
@@ -381,6 +413,19 @@ impl Subscription {
     /// False when change notification is unavailable and readers poll.
     pub(crate) fn is_notified(&self) -> bool {
         self.watching
+    }
+
+    /// How many times a segment of the directory was seen created,
+    /// renamed into place or removed (and every wakeup of lost events or
+    /// of another host's changes counts too); `None` without change
+    /// notification. Counted before the wakeup that goes with it, so a
+    /// reader that armed [`Subscription::listen`], then reads this, then
+    /// finds the log read to its end, knows: if the count is the one it
+    /// had when it last found no segment after its own, no segment has
+    /// appeared since whose wakeup it will not get. Its read then need
+    /// not look for the next segment by name (a path lookup per read).
+    pub(crate) fn segments_created(&self) -> Option<u64> {
+        self.watching.then(|| self.created.load(Ordering::SeqCst))
     }
 }
 

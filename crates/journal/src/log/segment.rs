@@ -325,7 +325,13 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
 
 /// Reads the records after `cursor` and advances it. Cheap when nothing is
 /// new: one `stat`, one `read` and, at the end of a segment, one listing.
-pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+///
+/// With `no_new_segment`, the caller knows that no segment can have
+/// appeared in `dir` since it last found none after the cursor's (the
+/// change notifier says so, see `Subscription::segments_created`): then a
+/// read that reaches the end of its segment is caught up without looking
+/// for the next segment by name.
+pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, no_new_segment: bool) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     cursor.caught_up = false;
     loop {
@@ -344,7 +350,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 cursor.offset = scan.end;
                 if !out.is_empty() {
                     // Report what we have; the rest comes on the next call.
-                    cursor.caught_up = scan.whole && !dir.join(segment_name(cursor.last_seq + 1)).exists();
+                    cursor.caught_up = scan.whole && (no_new_segment || !dir.join(segment_name(cursor.last_seq + 1)).exists());
                     return Ok(out);
                 }
                 // At the end of this segment, or at a frame not written

@@ -204,6 +204,7 @@ impl Store {
             dir,
             cursor,
             subscription,
+            no_segment_after: None,
             last_beat: Instant::now(),
             poll: self.config.poll_interval,
         };
@@ -228,6 +229,9 @@ pub struct Tunnel {
     pub(super) dir: PathBuf,
     cursor: LogCursor,
     subscription: Subscription,
+    /// The notifier's count of segments created when a read last found
+    /// no segment after the cursor's (see `Subscription::segments_created`).
+    no_segment_after: Option<u64>,
     last_beat: Instant,
     poll: Duration,
 }
@@ -255,7 +259,14 @@ impl Tunnel {
             self.last_beat = Instant::now();
         }
         let t = now();
-        let records = log::read_new(&self.dir, &mut self.cursor)?;
+        // No segment appeared since the last read found none after the
+        // cursor's, or its wakeup is still to come: no need to look.
+        let created = self.subscription.segments_created();
+        let known = created.is_some() && created == self.no_segment_after;
+        let records = log::read_new_hinted(&self.dir, &mut self.cursor, known)?;
+        if self.cursor.caught_up() {
+            self.no_segment_after = created;
+        }
         Ok(records.into_iter().filter(|r| !r.event.is_expired(t)).map(with_checkpoint).collect())
     }
 
