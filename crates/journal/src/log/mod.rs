@@ -100,7 +100,7 @@ static NOATIME_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// head of each append did). Nothing in the store uses access times.
 /// Where the kernel refuses the flag (`EPERM`: another user's file), it
 /// opens without it, and stops asking.
-fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+pub(super) fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
     use std::sync::atomic::Ordering;
     if NOATIME_REFUSED.load(Ordering::Relaxed) {
         return options.open(path);
@@ -120,13 +120,14 @@ fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File
 pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).append(append);
-    match options.open(path) {
+    match without_atime(&mut options, path) {
         Err(e) if e.kind() == IoKind::NotFound => {
+            // A file this process creates is its own: `O_NOATIME` is allowed.
             let mut create = options.clone();
-            match create.create_new(true).mode(FILE_MODE).open(path) {
+            match create.create_new(true).mode(FILE_MODE).custom_flags(libc::O_NOATIME).open(path) {
                 Ok(f) => group_writable(&f).map(|_| f),
                 // Another process created it first: it set the mode.
-                Err(e) if e.kind() == IoKind::AlreadyExists => options.open(path),
+                Err(e) if e.kind() == IoKind::AlreadyExists => without_atime(&mut options, path),
                 Err(e) => Err(e),
             }
         }
