@@ -205,6 +205,7 @@ impl Store {
             cursor,
             subscription,
             no_segment_after: None,
+            kept: None,
             last_beat: Instant::now(),
             poll: self.config.poll_interval,
         };
@@ -232,6 +233,9 @@ pub struct Tunnel {
     /// The notifier's count of segments created when a read last found
     /// no segment after the cursor's (see `Subscription::segments_created`).
     no_segment_after: Option<u64>,
+    /// The segment being read, kept open between reads when the process
+    /// has room for it (see `log::KeptSegment`).
+    kept: Option<log::KeptSegment>,
     last_beat: Instant,
     poll: Duration,
 }
@@ -263,7 +267,10 @@ impl Tunnel {
         // cursor's, or its wakeup is still to come: no need to look.
         let created = self.subscription.segments_created();
         let known = created.is_some() && created == self.no_segment_after;
-        let records = log::read_new_hinted(&self.dir, &mut self.cursor, known)?;
+        // Tunnels keep their segment open, up to half as many as the
+        // topic file sets kept for posts (`Config::open_topics`).
+        let hints = log::ReadHints { no_new_segment: known, kept: &mut self.kept, keep_at_most: store.config().open_topics / 2 };
+        let records = log::read_new_hinted(&self.dir, &mut self.cursor, hints)?;
         if self.cursor.caught_up() {
             self.no_segment_after = created;
         }
