@@ -268,8 +268,11 @@ impl Tunnel {
         let created = self.subscription.segments_created();
         let known = created.is_some() && created == self.no_segment_after;
         // Tunnels keep their segment open, up to half as many as the
-        // topic file sets kept for posts (`Config::open_topics`).
-        let hints = log::ReadHints { no_new_segment: known, kept: &mut self.kept, keep_at_most: store.config().open_topics / 2 };
+        // topic file sets kept for posts (`Config::open_topics`); not in
+        // shared mode, where only a fresh open is sure to see another
+        // host's compaction (FORMAT.md, "Shared mode").
+        let keep_at_most = if store.is_shared() { 0 } else { store.config().open_topics / 2 };
+        let hints = log::ReadHints { no_new_segment: known, kept: &mut self.kept, keep_at_most };
         let records = log::read_new_hinted(&self.dir, &mut self.cursor, hints)?;
         if self.cursor.caught_up() {
             self.no_segment_after = created;
