@@ -376,20 +376,17 @@ fn apache(cgi: &str, store: &str) -> Result<(), String> {
     let store = std::path::Path::new(store);
     std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
     // Every tunnel holds a worker thread: room for them all, and for the
-    // publisher and the route requests beside them.
+    // publisher and the route requests beside them. The client's
+    // keep-alive connections (the publisher's, each route maker's) last
+    // the whole run: no cap on their requests, no closing while the CGI
+    // tunnels start.
     let threads = 64;
     let servers = APACHE_TUNNELS.div_ceil(threads) + 2;
+    let workers = servers * threads;
     let conf = format!(
-        "ServerLimit {servers}
-ThreadsPerChild {threads}
-ThreadLimit {threads}
-MaxRequestWorkers {}
-MaxSpareThreads {}
-ListenBacklog 4096
-LogLevel warn
-",
-        servers * threads,
-        servers * threads
+        "ServerLimit {servers}\nThreadsPerChild {threads}\nThreadLimit {threads}\n\
+         MaxRequestWorkers {workers}\nMaxSpareThreads {workers}\nListenBacklog 4096\n\
+         MaxKeepAliveRequests 0\nKeepAliveTimeout 120\nLogLevel warn\n"
     );
     let server = kn_test_support::Apache::start(std::path::Path::new(cgi), store, &conf);
     println!("apache port={} pid={}", server.port(), server.pid());
