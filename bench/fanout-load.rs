@@ -160,15 +160,32 @@ impl Client {
         self.request("POST", path, body, "Content-Type: application/x-www-form-urlencoded\r\n").await
     }
 
+    /// One request; on a connection the server closed while it was idle
+    /// (Apache's event MPM does so when its workers are busy with
+    /// tunnels), once more on a new one: the request never reached it.
     async fn request(&mut self, method: &str, path: &str, body: &str, extra: &str) -> Result<(u16, Vec<u8>), String> {
+        match self.request_once(method, path, body, extra).await {
+            Err(Closed::Idle) => {
+                *self = Client::connect(&self.addr).await?;
+                self.request_once(method, path, body, extra).await.map_err(Closed::into_message)
+            }
+            other => other.map_err(Closed::into_message),
+        }
+    }
+
+    async fn request_once(&mut self, method: &str, path: &str, body: &str, extra: &str) -> Result<(u16, Vec<u8>), Closed> {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             self.addr,
             body.len()
         );
-        let io = |e: std::io::Error| format!("{method} {path}: {e}");
-        self.reader.get_mut().write_all(request.as_bytes()).await.map_err(io)?;
-        let (status, headers) = read_head(&mut self.reader).await.map_err(io)?;
+        let idle = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => Closed::Idle,
+            _ => Closed::Failed(format!("{method} {path}: {e}")),
+        };
+        self.reader.get_mut().write_all(request.as_bytes()).await.map_err(idle)?;
+        let (status, headers) = read_head(&mut self.reader).await.map_err(idle)?;
+        let io = |e: std::io::Error| Closed::Failed(format!("{method} {path}: {e}"));
         let mut answer = Vec::new();
         if let Some(length) = header(&headers, "content-length").and_then(|v| v.parse::<usize>().ok()) {
             answer.resize(length, 0);
@@ -177,7 +194,7 @@ impl Client {
             loop {
                 let mut line = String::new();
                 self.reader.read_line(&mut line).await.map_err(io)?;
-                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| format!("bad chunk size '{}'", line.trim()))?;
+                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| Closed::Failed(format!("bad chunk size '{}'", line.trim())))?;
                 let mut chunk = vec![0; size + 2];
                 self.reader.read_exact(&mut chunk).await.map_err(io)?;
                 if size == 0 {
@@ -187,6 +204,23 @@ impl Client {
             }
         }
         Ok((status, answer))
+    }
+}
+
+/// Why a request got no answer.
+enum Closed {
+    /// The connection was closed before any of the answer came.
+    Idle,
+    /// Anything else.
+    Failed(String),
+}
+
+impl Closed {
+    fn into_message(self) -> String {
+        match self {
+            Closed::Idle => "connection closed".to_string(),
+            Closed::Failed(message) => message,
+        }
     }
 }
 
