@@ -4,7 +4,13 @@
 //! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
+//! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID", stop when stdin closes
 //! ```
+//!
+//! `apache` starts kn-test-support's private Apache 2.4 (`mpm_event`,
+//! `mod_cgid`) with the binary `CGI` as `/kn` on the store `STORE`, sized
+//! for [`APACHE_TUNNELS`] tunnels (each an Apache worker thread and a CGI
+//! process); the other modes then drive it as `kn` on its port.
 //!
 //! Both servers are driven the way their own clients use them:
 //!
@@ -35,7 +41,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N)";
+const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N), or fanout-load apache CGI STORE";
 
 /// How long the whole fan-out, or one round trip, may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -154,15 +160,32 @@ impl Client {
         self.request("POST", path, body, "Content-Type: application/x-www-form-urlencoded\r\n").await
     }
 
+    /// One request; on a connection the server closed while it was idle
+    /// (Apache's event MPM does so when its workers are busy with
+    /// tunnels), once more on a new one: the request never reached it.
     async fn request(&mut self, method: &str, path: &str, body: &str, extra: &str) -> Result<(u16, Vec<u8>), String> {
+        match self.request_once(method, path, body, extra).await {
+            Err(Closed::Idle) => {
+                *self = Client::connect(&self.addr).await?;
+                self.request_once(method, path, body, extra).await.map_err(Closed::into_message)
+            }
+            other => other.map_err(Closed::into_message),
+        }
+    }
+
+    async fn request_once(&mut self, method: &str, path: &str, body: &str, extra: &str) -> Result<(u16, Vec<u8>), Closed> {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             self.addr,
             body.len()
         );
-        let io = |e: std::io::Error| format!("{method} {path}: {e}");
-        self.reader.get_mut().write_all(request.as_bytes()).await.map_err(io)?;
-        let (status, headers) = read_head(&mut self.reader).await.map_err(io)?;
+        let idle = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => Closed::Idle,
+            _ => Closed::Failed(format!("{method} {path}: {e}")),
+        };
+        self.reader.get_mut().write_all(request.as_bytes()).await.map_err(idle)?;
+        let (status, headers) = read_head(&mut self.reader).await.map_err(idle)?;
+        let io = |e: std::io::Error| Closed::Failed(format!("{method} {path}: {e}"));
         let mut answer = Vec::new();
         if let Some(length) = header(&headers, "content-length").and_then(|v| v.parse::<usize>().ok()) {
             answer.resize(length, 0);
@@ -171,7 +194,7 @@ impl Client {
             loop {
                 let mut line = String::new();
                 self.reader.read_line(&mut line).await.map_err(io)?;
-                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| format!("bad chunk size '{}'", line.trim()))?;
+                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| Closed::Failed(format!("bad chunk size '{}'", line.trim())))?;
                 let mut chunk = vec![0; size + 2];
                 self.reader.read_exact(&mut chunk).await.map_err(io)?;
                 if size == 0 {
@@ -181,6 +204,23 @@ impl Client {
             }
         }
         Ok((status, answer))
+    }
+}
+
+/// Why a request got no answer.
+enum Closed {
+    /// The connection was closed before any of the answer came.
+    Idle,
+    /// Anything else.
+    Failed(String),
+}
+
+impl Closed {
+    fn into_message(self) -> String {
+        match self {
+            Closed::Idle => "connection closed".to_string(),
+            Closed::Failed(message) => message,
+        }
     }
 }
 
@@ -362,6 +402,33 @@ async fn hold(run: Run, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Tunnels (and so CGI processes) the Apache of `apache` is sized for.
+const APACHE_TUNNELS: usize = 2_000;
+
+/// Runs pubsub.cgi under a private Apache until stdin closes.
+fn apache(cgi: &str, store: &str) -> Result<(), String> {
+    let store = std::path::Path::new(store);
+    std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
+    // Every tunnel holds a worker thread: room for them all, and for the
+    // publisher and the route requests beside them. The client's
+    // keep-alive connections (the publisher's, each route maker's) last
+    // the whole run: no cap on their requests, no closing while the CGI
+    // tunnels start.
+    let threads = 64;
+    let servers = APACHE_TUNNELS.div_ceil(threads) + 2;
+    let workers = servers * threads;
+    let conf = format!(
+        "ServerLimit {servers}\nThreadsPerChild {threads}\nThreadLimit {threads}\n\
+         MaxRequestWorkers {workers}\nMaxSpareThreads {workers}\nListenBacklog 4096\n\
+         MaxKeepAliveRequests 0\nKeepAliveTimeout 120\nLogLevel warn\n"
+    );
+    let server = kn_test_support::Apache::start(std::path::Path::new(cgi), store, &conf);
+    println!("apache port={} pid={}", server.port(), server.pid());
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    drop(server);
+    Ok(())
+}
+
 /// Room for 10,000 subscribers and more: the soft limit up to the hard one.
 fn raise_open_file_limit() {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -377,7 +444,21 @@ fn raise_open_file_limit() {
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
+    raise_open_file_limit();
     let server = match args.first().map(String::as_str) {
+        Some("apache") => {
+            let (Some(cgi), Some(store)) = (args.get(1), args.get(2)) else {
+                eprintln!("{USAGE}");
+                return std::process::ExitCode::from(2);
+            };
+            return match apache(cgi, store) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fanout-load: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         Some("kn") => Server::Kn,
         Some("nchan") => Server::Nchan,
         _ => {
@@ -391,7 +472,6 @@ fn main() -> std::process::ExitCode {
     };
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let run = Run { server, addr, nonce: format!("{:x}{:x}", nanos & 0xffff_ffff_ffff, std::process::id()) };
-    raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {

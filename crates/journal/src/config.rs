@@ -208,7 +208,9 @@ pub struct Config {
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it. The default ([`default_open_topics`])
     /// follows the descriptor limit, so that a server fanning out to
-    /// thousands of journals keeps them all open where it may.
+    /// thousands of journals keeps them all open where it may. Tunnels
+    /// keep the segment they read open too, up to half this many in a
+    /// process (one descriptor each; none in shared mode).
     pub open_topics: usize,
     /// Most replays (`kn-replay`, started by `do_method=replay` or by
     /// hand) running at once on this store, across processes: each holds

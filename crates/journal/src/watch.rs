@@ -1,26 +1,184 @@
 //! Waking readers when a topic is appended to: directly when this process
-//! appended ([`Hub::appending`]), through one inotify (via the `notify` crate)
-//! per process, shared by every waiting reader, when another process did,
-//! with polling as the fallback where change notification does not work.
+//! appended ([`Hub::appending`]), through one inotify per process, shared
+//! by every waiting reader, when another process did, with polling as the
+//! fallback where change notification does not work.
+//!
+//! The inotify is the `inotify` crate's, read by a thread of the hub's own
+//! and asked only for the changes that can mean an append (`IN_MODIFY`,
+//! `IN_CREATE`, `IN_DELETE`, `IN_MOVED_FROM`, `IN_MOVED_TO`): not the
+//! `IN_OPEN` of every tunnel's read, nor the `IN_ATTRIB` of heartbeats,
+//! which a general-purpose watcher (the `notify` crate, before) asks for
+//! and this process would only read and throw away, one per delivery.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use event_listener::{Event as Signal, EventListener, Listener};
-use notify::{RecursiveMode, Watcher};
+use inotify::{EventMask, Inotify, WatchMask, Watches};
 
-/// Per watched directory: subscribers, their wakeup signal, and whether
-/// the directory is really watched (else subscribers poll).
-type Topics = Arc<Mutex<HashMap<PathBuf, (usize, Arc<Signal>, bool)>>>;
+/// Per watched directory: subscribers, their wakeup signal, whether the
+/// directory is really watched (else subscribers poll), and how many
+/// segments the notifier saw appear in it (see [`Subscription::segments_created`]).
+type Topics = Arc<Mutex<HashMap<PathBuf, Readers>>>;
+
+/// The readers of one directory.
+struct Readers {
+    count: usize,
+    signal: Arc<Signal>,
+    watched: bool,
+    created: Arc<AtomicU64>,
+}
+
+/// The watched directories by watch descriptor, for the notifier's thread.
+type Watched = Arc<Mutex<HashMap<i32, PathBuf>>>;
+
+/// The changes of a topic directory that can mean an append.
+const MASK: WatchMask = WatchMask::MODIFY
+    .union(WatchMask::CREATE)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::MOVED_TO);
+
+/// The process's inotify: adds and removes watches; its thread reads the
+/// events and stops when this is dropped.
+struct Watcher {
+    watches: Watches,
+    /// The descriptor of each watched directory.
+    by_dir: HashMap<PathBuf, inotify::WatchDescriptor>,
+    watched: Watched,
+    /// The write end of the pipe whose closing stops the thread.
+    _stop: OwnedFd,
+}
+
+impl Watcher {
+    fn start(topics: Topics, own: Own) -> std::io::Result<Watcher> {
+        let inotify = Inotify::init()?;
+        let watches = inotify.watches();
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned here only.
+        let (stop_read, stop_write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
+        };
+        let watched: Watched = Arc::default();
+        let read_watched = watched.clone();
+        std::thread::Builder::new()
+            .name("kn-notifier".into())
+            .spawn(move || notifier(inotify, stop_read, read_watched, topics, own))?;
+        Ok(Watcher { watches, by_dir: HashMap::new(), watched, _stop: stop_write })
+    }
+
+    fn watch(&mut self, dir: &Path) -> bool {
+        match self.watches.add(dir, MASK) {
+            Ok(wd) => {
+                self.watched.lock().unwrap_or_else(|p| p.into_inner()).insert(wd.get_watch_descriptor_id(), dir.to_path_buf());
+                self.by_dir.insert(dir.to_path_buf(), wd);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn unwatch(&mut self, dir: &Path) {
+        if let Some(wd) = self.by_dir.remove(dir) {
+            self.watched.lock().unwrap_or_else(|p| p.into_inner()).remove(&wd.get_watch_descriptor_id());
+            // Fails only when the directory is gone (the watch went with it).
+            let _ = self.watches.remove(wd);
+        }
+    }
+}
+
+/// The notifier's thread: reads the inotify's events until the hub's
+/// stop pipe closes, and wakes the readers of each directory an append
+/// may have changed.
+fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topics, own: Own) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: inotify.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: poll reads and writes only the two structs given.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if fds[1].revents != 0 {
+            return; // the hub is gone
+        }
+        let events = match inotify.read_events(&mut buffer) {
+            Ok(events) => events,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        };
+        let Ok(dirs) = watched.lock() else { return };
+        for event in events {
+            if event.mask.contains(EventMask::Q_OVERFLOW) {
+                // Events were lost (the kernel's queue overflowed): wake
+                // everyone, and count no change as this process's.
+                overflowed(&topics, &own);
+                continue;
+            }
+            let (Some(dir), Some(name)) = (dirs.get(&event.wd.get_watch_descriptor_id()), event.name) else { continue };
+            changed(&topics, &own, dir, name, event.mask.contains(EventMask::MODIFY));
+        }
+    }
+}
+
+/// Wakes every reader after lost events, and forgets the writes of this
+/// process not seen yet.
+fn overflowed(topics: &Topics, own: &Own) {
+    own.lock().map(|own| own.values().for_each(|n| n.store(0, Ordering::SeqCst))).ok();
+    topics
+        .lock()
+        .map(|map| {
+            map.values().for_each(|r| {
+                r.created.fetch_add(1, Ordering::SeqCst);
+                r.signal.notify(usize::MAX);
+            })
+        })
+        .ok();
+}
+
+/// A change of the file `name` in the watched `dir`; `written` for a
+/// change of its content (`IN_MODIFY`).
+fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) {
+    // Only appends matter: segment files. Heartbeats and the writer's
+    // head would only cause idle wakeups.
+    if !crate::log::is_segment_file(name) {
+        return;
+    }
+    let Ok(map) = topics.lock() else { return };
+    let Some(readers) = map.get(dir) else { return };
+    if written {
+        if takes_own_write(own, dir) {
+            return;
+        }
+    } else {
+        // A segment created, renamed into place or removed: counted
+        // before the wakeup, see `Subscription::segments_created`.
+        readers.created.fetch_add(1, Ordering::SeqCst);
+    }
+    readers.signal.notify(usize::MAX);
+}
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
 /// store on the first wait.
 pub(crate) struct Hub {
     topics: Topics,
-    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    watcher: Mutex<Option<Watcher>>,
     /// Per watched directory, the appends of this process whose change
     /// events the notifier has not seen yet (see [`Hub::appending`]).
     own: Own,
@@ -31,93 +189,64 @@ type Own = Arc<Mutex<HashMap<PathBuf, Arc<AtomicU64>>>>;
 impl Hub {
     pub(crate) fn new() -> Hub {
         let topics: Topics = Arc::default();
-        let seen = topics.clone();
         let own: Own = Arc::default();
-        let appended = own.clone();
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let Ok(event) = res else { return };
-            if event.need_rescan() {
-                // Events were lost (the kernel's queue overflowed): wake
-                // everyone, and count no change as this process's.
-                appended.lock().map(|own| own.values().for_each(|n| n.store(0, Ordering::SeqCst))).ok();
-                seen.lock().map(|map| map.values().for_each(|(_, signal, _)| { signal.notify(usize::MAX); })).ok();
-                return;
-            }
-            // Readers open and close segments too: counting those as
-            // appends would wake every waiting reader, whose re-read opens
-            // the segment again, and so on forever (a busy loop).
-            if matches!(event.kind, notify::EventKind::Access(_) | notify::EventKind::Modify(notify::event::ModifyKind::Metadata(_))) {
-                return;
-            }
-            let Ok(map) = seen.lock() else { return };
-            for path in &event.paths {
-                // Only appends matter: segment files. Heartbeats and the
-                // writer's head would only cause idle wakeups.
-                let is_segment = path.file_name().map(crate::log::is_segment_file).unwrap_or(false);
-                if !is_segment {
-                    continue;
-                }
-                let Some((dir, (_, signal, _))) = path.parent().and_then(|dir| map.get_key_value(dir)) else { continue };
-                let written = matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Data(_) | notify::event::ModifyKind::Any));
-                if written && takes_own_write(&appended, dir) {
-                    continue;
-                }
-                signal.notify(usize::MAX);
-            }
-        })
-        .ok();
+        let watcher = Watcher::start(topics.clone(), own.clone()).ok();
         Hub { topics, watcher: Mutex::new(watcher), own }
     }
 
     /// Starts delivering wakeups for appends in `dir`.
     ///
-    /// Lock order: `watcher`, then `topics`, never the other way round, and
-    /// `topics` is never held while calling into the watcher: the
-    /// notifier's thread takes `topics` in its callback, and `watch` /
-    /// `unwatch` wait for that thread.
+    /// Lock order: `watcher`, then `topics`, never the other way round;
+    /// the notifier's thread takes the watched directories, then
+    /// `topics`, then `own`.
     pub(crate) fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
-        // The notifier reports absolute paths (it joins a relative one to
-        // the current directory), so a relative `dir` (the default root is
-        // `./kn_events`) would never match them: key and watch by the
-        // absolute path.
+        // Key and watch by the absolute path, as `appending` looks it up
+        // (the default root is the relative `./kn_events`).
         let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let dir = absolute.as_path();
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
-        let (first, signal) = {
+        let (first, signal, created) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| (0, Arc::new(Signal::new()), false));
-            entry.0 += 1;
-            (entry.0 == 1, entry.1.clone())
+            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| Readers {
+                count: 0,
+                signal: Arc::new(Signal::new()),
+                watched: false,
+                created: Arc::default(),
+            });
+            entry.count += 1;
+            (entry.count == 1, entry.signal.clone(), entry.created.clone())
         };
         let watching = match watcher.as_mut() {
             Some(w) if first => {
-                let ok = w.watch(dir, RecursiveMode::NonRecursive).is_ok();
+                let ok = w.watch(dir);
                 let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(entry) = map.get_mut(dir) {
-                    entry.2 = ok;
+                    entry.watched = ok;
                 }
                 ok
             }
-            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.2).unwrap_or(false)).unwrap_or(false),
+            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.watched).unwrap_or(false)).unwrap_or(false),
             None => false,
         };
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching }
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, created }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
     /// notifier would: for appends seen elsewhere (`changes.rs`).
     pub(crate) fn wake(&self, dir: &Path) {
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, signal, _)) = map.get(dir) {
-            signal.notify(usize::MAX);
+        if let Some(readers) = map.get(dir) {
+            readers.created.fetch_add(1, Ordering::SeqCst);
+            readers.signal.notify(usize::MAX);
         }
     }
 
     /// Wakes every reader of this process.
     pub(crate) fn wake_all(&self) {
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        map.values().for_each(|(_, signal, _)| {
-            signal.notify(usize::MAX);
+        map.values().for_each(|r| {
+            r.created.fetch_add(1, Ordering::SeqCst);
+            r.signal.notify(usize::MAX);
         });
     }
 
@@ -143,9 +272,10 @@ impl Hub {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
         let map = self.topics.lock().ok()?;
-        let (_, signal, watched) = map.get(dir)?;
+        let readers = map.get(dir)?;
+        let signal = &readers.signal;
         let mut pending = None;
-        if *watched {
+        if readers.watched {
             let mut own = self.own.lock().ok()?;
             let count = match own.get(dir) {
                 Some(count) => count.clone(),
@@ -188,8 +318,8 @@ impl Hub {
         let last = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
             let Some(entry) = map.get_mut(dir) else { return };
-            entry.0 -= 1;
-            let last = entry.0 == 0;
+            entry.count -= 1;
+            let last = entry.count == 0;
             if last {
                 map.remove(dir);
                 self.own.lock().map(|mut own| own.remove(dir)).ok();
@@ -198,7 +328,7 @@ impl Hub {
         };
         if last {
             if let Some(w) = watcher.as_mut() {
-                let _ = w.unwatch(dir);
+                w.unwatch(dir);
             }
         }
     }
@@ -265,6 +395,7 @@ pub(crate) struct Subscription {
     dir: PathBuf,
     signal: Arc<Signal>,
     watching: bool,
+    created: Arc<AtomicU64>,
 }
 
 impl Subscription {
@@ -282,6 +413,19 @@ impl Subscription {
     /// False when change notification is unavailable and readers poll.
     pub(crate) fn is_notified(&self) -> bool {
         self.watching
+    }
+
+    /// How many times a segment of the directory was seen created,
+    /// renamed into place or removed (and every wakeup of lost events or
+    /// of another host's changes counts too); `None` without change
+    /// notification. Counted before the wakeup that goes with it, so a
+    /// reader that armed [`Subscription::listen`], then reads this, then
+    /// finds the log read to its end, knows: if the count is the one it
+    /// had when it last found no segment after its own, no segment has
+    /// appeared since whose wakeup it will not get. Its read then need
+    /// not look for the next segment by name (a path lookup per read).
+    pub(crate) fn segments_created(&self) -> Option<u64> {
+        self.watching.then(|| self.created.load(Ordering::SeqCst))
     }
 }
 

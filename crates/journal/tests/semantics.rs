@@ -605,6 +605,60 @@ fn own_appends_woken_directly_never_hide_another_writers_appends() {
     }
 }
 
+/// A tunnel that has read to the end of its segment waits for the next
+/// wakeup without looking for a newer segment by name as long as its
+/// notifier saw no segment appear (see `Subscription::segments_created`).
+/// Followed the way `pubsub-cgi serve` follows it (arm, read, wait only
+/// when caught up) across segment rolls made by its own store and by
+/// another one (as good as another process), every event must come with
+/// a wakeup: polling is set to a minute and each wait to 10 s.
+#[test]
+fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
+    use event_listener::Listener as _;
+    let dir = scratch("kn-journal-test-");
+    let root = dir.path().join("kn_events");
+    let mut c = config(&root);
+    c.poll_interval = Duration::from_secs(60);
+    c.segment_bytes = 4096;
+    let own = Arc::new(Store::open_with(c.clone()).unwrap());
+    let other = Arc::new(Store::open_with(c).unwrap());
+    let j = live_journal(&own, "/who/rolls/kn_journal");
+    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
+    const N: usize = 120;
+    let (writer_own, writer_other, topic) = (own.clone(), other.clone(), j.clone());
+    let writer = thread::spawn(move || {
+        let pad = "x".repeat(900);
+        for i in 0..N {
+            // Several events per segment, each store rolling some of them.
+            let store = if (i / 3) % 2 == 0 { &writer_own } else { &writer_other };
+            store.notify(&topic, ev(&[("kn_payload", &format!("{i}")), ("pad", &pad)])).unwrap();
+            if i % 4 == 0 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < N {
+        let listener = start.tunnel.listen();
+        let got = start.tunnel.next(&own).unwrap();
+        let read_something = !got.is_empty();
+        seen.extend(got);
+        if read_something && !start.tunnel.caught_up() {
+            continue;
+        }
+        if seen.len() == N {
+            break;
+        }
+        let woken = listener.wait_timeout(Duration::from_secs(10)).is_some();
+        assert!(woken, "no wakeup within 10 s after {} of {N} events: an event was left behind", seen.len());
+    }
+    writer.join().unwrap();
+    assert_eq!(payloads(&seen), (0..N).map(|i| i.to_string()).collect::<Vec<_>>());
+    let segments = fs::read_dir(root.join("who/rolls/kn_journal")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(".seg-")).count();
+    assert!(segments > 10, "the journal should have rolled many times: {segments} segments");
+}
+
 #[test]
 fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     let dir = scratch("kn-journal-test-");

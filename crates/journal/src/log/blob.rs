@@ -313,9 +313,14 @@ pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) 
     segment::read_backwards(dir, |mut r| if resolve(dir, &mut r) { visit(r) } else { true })
 }
 
-/// [`segment::read_new`] with payloads resolved.
+/// [`segment::read_new_hinted`] (without a hint) with payloads resolved.
 pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
-    let mut records = segment::read_new(dir, cursor)?;
+    read_new_hinted(dir, cursor, segment::ReadHints { no_new_segment: false, kept: &mut None, keep_at_most: 0 })
+}
+
+/// [`segment::read_new_hinted`] with payloads resolved.
+pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, hints: segment::ReadHints<'_>) -> Result<Vec<Record>> {
+    let mut records = segment::read_new_hinted(dir, cursor, hints)?;
     records.retain_mut(|r| resolve(dir, r));
     Ok(records)
 }

@@ -206,7 +206,8 @@ pub(super) fn write_head_file(dir: &Path, head: &Head, entries: &[(u64, u64)]) -
         let _ = old.write_all_at(&[0u8; 8], 0);
     }
     let write = || -> std::io::Result<HeadFile> {
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE).open(&tmp)?;
+        // Read at every append: without access times (`without_atime`).
+        let f = super::without_atime(OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(FILE_MODE), &tmp)?;
         group_writable(&f)?;
         // Page by page: the page cache then holds the file in small folios.
         // One large write would make large folios, and every later small

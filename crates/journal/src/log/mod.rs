@@ -38,8 +38,8 @@ pub use compact::CompactReport;
 pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
-pub(crate) use blob::{orphan_blobs, read_backwards, read_new, sweep as sweep_blobs, SharedPayload};
-pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, segment_name, Stop};
+pub(crate) use blob::{orphan_blobs, read_backwards, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
+pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, segment_name, KeptSegment, ReadHints, Stop};
 pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};
 
@@ -78,8 +78,38 @@ fn eio() -> std::io::Error {
 }
 
 fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
-    match OpenOptions::new().read(true).write(true).open(path) {
+    match without_atime(OpenOptions::new().read(true).write(true), path) {
         Err(e) if create && e.kind() == IoKind::NotFound => open_shared(path, false),
+        other => other,
+    }
+}
+
+/// Opens `path` for reading only, as [`without_atime`] does.
+pub(crate) fn open_read(path: &Path) -> std::io::Result<File> {
+    without_atime(OpenOptions::new().read(true), path)
+}
+
+/// Set once the kernel refused `O_NOATIME` (the files belong to another
+/// user and this process may not bypass that): later opens do not ask.
+static NOATIME_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens `path` with `options` and `O_NOATIME`, so that reading a
+/// segment or a `.head` written since its last read does not write its
+/// inode (with `relatime`, every read after a write updates the access
+/// time: a tunnel's read of each delivery and a writer's read of the
+/// head of each append did). Nothing in the store uses access times.
+/// Where the kernel refuses the flag (`EPERM`: another user's file), it
+/// opens without it, and stops asking.
+pub(super) fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+    use std::sync::atomic::Ordering;
+    if NOATIME_REFUSED.load(Ordering::Relaxed) {
+        return options.open(path);
+    }
+    match options.clone().custom_flags(libc::O_NOATIME).open(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            NOATIME_REFUSED.store(true, Ordering::Relaxed);
+            options.open(path)
+        }
         other => other,
     }
 }
@@ -90,13 +120,14 @@ fn open_rw(path: &Path, create: bool) -> std::io::Result<File> {
 pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).append(append);
-    match options.open(path) {
+    match without_atime(&mut options, path) {
         Err(e) if e.kind() == IoKind::NotFound => {
+            // A file this process creates is its own: `O_NOATIME` is allowed.
             let mut create = options.clone();
-            match create.create_new(true).mode(FILE_MODE).open(path) {
+            match create.create_new(true).mode(FILE_MODE).custom_flags(libc::O_NOATIME).open(path) {
                 Ok(f) => group_writable(&f).map(|_| f),
                 // Another process created it first: it set the mode.
-                Err(e) if e.kind() == IoKind::AlreadyExists => options.open(path),
+                Err(e) if e.kind() == IoKind::AlreadyExists => without_atime(&mut options, path),
                 Err(e) => Err(e),
             }
         }

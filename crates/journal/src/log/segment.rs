@@ -6,6 +6,7 @@ use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::record::{self, Decoded, Record};
@@ -47,7 +48,12 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 /// Reads the records of a segment starting at byte `from` (see
 /// [`scan_file`] for `floor` and `mode`). `None` when the file is gone.
 pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<Scan>> {
-    let mut file = match File::open(path) {
+    Ok(open_and_scan(path, from, floor, mode)?.map(|(_, scan)| scan))
+}
+
+/// [`scan_segment`], handing back the open file too.
+fn open_and_scan(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<(File, Scan)>> {
+    let mut file = match super::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open segment", path, e)),
@@ -56,7 +62,76 @@ pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Re
     // read is one `pread` of exactly what is there (no seek, no second
     // read to find the end): the cost of a tunnel's read of a new event.
     let (ino, size) = stat_fd(&file).map(|s| (s.ino, Some(s.size))).unwrap_or((0, None));
-    Ok(Some(scan_read(&mut file, path, from, floor, mode, ino, size)?))
+    let scan = scan_read(&mut file, path, from, floor, mode, ino, size)?;
+    Ok(Some((file, scan)))
+}
+
+/// How many segments readers keep open in this process (see [`KeptSegment`]).
+static KEPT_SEGMENTS: AtomicUsize = AtomicUsize::new(0);
+
+/// The segment a long-lived reader (a tunnel) keeps open between its
+/// reads, so that each read of a new record is a `statx` and a `pread` of
+/// the open file, without the `open` and `close` (and their path walk) of
+/// a read by name. Only up to a number of them in the process (the
+/// caller's `keep_at_most`): each holds a descriptor. Used only while the
+/// file is still linked (compaction replaces a segment by renaming
+/// another over it, retention unlinks it): after that the read goes by
+/// name again, as every read without a kept segment does.
+pub(crate) struct KeptSegment {
+    file: File,
+    ino: u64,
+}
+
+impl KeptSegment {
+    /// Keeps `file` (segment inode `ino`) if fewer than `at_most` segments
+    /// are kept in the process.
+    fn keep(file: File, ino: u64, at_most: usize) -> Option<KeptSegment> {
+        KEPT_SEGMENTS
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < at_most).then_some(n + 1))
+            .ok()
+            .map(|_| KeptSegment { file, ino })
+    }
+}
+
+impl Drop for KeptSegment {
+    fn drop(&mut self) {
+        KEPT_SEGMENTS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How [`read_new_hinted`] may read: what its caller knows, and where it
+/// keeps the segment it reads.
+pub(crate) struct ReadHints<'a> {
+    /// No segment can have appeared in the topic's directory since the
+    /// caller last found none after the cursor's (the change notifier
+    /// says so, see `Subscription::segments_created`): a read that
+    /// reaches the end of its segment is then caught up without looking
+    /// for the next segment by name.
+    pub no_new_segment: bool,
+    /// The segment kept open by the caller between reads, if any.
+    pub kept: &'a mut Option<KeptSegment>,
+    /// Keep the segment read open if fewer than this many are (0: never).
+    pub keep_at_most: usize,
+}
+
+/// Scans the cursor's segment from its offset, through the kept file when
+/// it is that segment and still linked, else by name (keeping the file
+/// opened if `hints` allow).
+fn scan_positioned(path: &Path, cursor: &LogCursor, floor: u64, hints: &mut ReadHints<'_>) -> Result<Option<Scan>> {
+    if let Some(kept) = hints.kept.as_mut().filter(|k| k.ino == cursor.ino) {
+        if let Ok(st) = stat_fd(&kept.file) {
+            if st.links > 0 {
+                let scan = scan_read(&mut kept.file, path, cursor.offset, floor, Mode::Tail, st.ino, Some(st.size))?;
+                return Ok(Some(scan));
+            }
+        }
+    }
+    *hints.kept = None;
+    let Some((file, scan)) = open_and_scan(path, cursor.offset, floor, Mode::Tail)? else { return Ok(None) };
+    if scan.ino == cursor.ino && hints.keep_at_most > 0 {
+        *hints.kept = KeptSegment::keep(file, scan.ino, hints.keep_at_most);
+    }
+    Ok(Some(scan))
 }
 
 /// What the store asks `statx` about an open file.
@@ -377,14 +452,16 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
 
 /// Reads the records after `cursor` and advances it. Cheap when nothing is
 /// new: one `stat`, one `read` and, at the end of a segment, one listing.
-pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+/// A long-lived reader passes [`ReadHints`] (see there).
+pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: ReadHints<'_>) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     cursor.caught_up = false;
+    let no_new_segment = hints.no_new_segment;
     loop {
         let path = dir.join(segment_name(cursor.segment));
         let positioned = cursor.ino != 0;
         let floor = cursor.last_seq.max(cursor.segment.saturating_sub(1));
-        let scan = if positioned { scan_segment(&path, cursor.offset, floor, Mode::Tail)? } else { None };
+        let scan = if positioned { scan_positioned(&path, cursor, floor, &mut hints)? } else { None };
         match scan {
             Some(scan) if scan.ino == cursor.ino => {
                 for (_, r) in scan.records {
@@ -396,7 +473,7 @@ pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>
                 cursor.offset = scan.end;
                 if !out.is_empty() {
                     // Report what we have; the rest comes on the next call.
-                    cursor.caught_up = scan.whole && !dir.join(segment_name(cursor.last_seq + 1)).exists();
+                    cursor.caught_up = scan.whole && (no_new_segment || !dir.join(segment_name(cursor.last_seq + 1)).exists());
                     return Ok(out);
                 }
                 // At the end of this segment, or at a frame not written

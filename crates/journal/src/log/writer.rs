@@ -479,6 +479,7 @@ impl<'c> Writer<'c> {
             .write(true)
             .create_new(true)
             .mode(FILE_MODE)
+            .custom_flags(libc::O_NOATIME)
             .open(&path)
             .and_then(|f| group_writable(&f).map(|_| f))
             .map_err(|e| Error::io("cannot create segment", &path, e))?;

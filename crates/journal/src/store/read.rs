@@ -204,6 +204,8 @@ impl Store {
             dir,
             cursor,
             subscription,
+            no_segment_after: None,
+            kept: None,
             last_beat: Instant::now(),
             poll: self.config.poll_interval,
         };
@@ -228,6 +230,12 @@ pub struct Tunnel {
     pub(super) dir: PathBuf,
     cursor: LogCursor,
     subscription: Subscription,
+    /// The notifier's count of segments created when a read last found
+    /// no segment after the cursor's (see `Subscription::segments_created`).
+    no_segment_after: Option<u64>,
+    /// The segment being read, kept open between reads when the process
+    /// has room for it (see `log::KeptSegment`).
+    kept: Option<log::KeptSegment>,
     last_beat: Instant,
     poll: Duration,
 }
@@ -255,7 +263,20 @@ impl Tunnel {
             self.last_beat = Instant::now();
         }
         let t = now();
-        let records = log::read_new(&self.dir, &mut self.cursor)?;
+        // No segment appeared since the last read found none after the
+        // cursor's, or its wakeup is still to come: no need to look.
+        let created = self.subscription.segments_created();
+        let known = created.is_some() && created == self.no_segment_after;
+        // Tunnels keep their segment open, up to half as many as the
+        // topic file sets kept for posts (`Config::open_topics`); not in
+        // shared mode, where only a fresh open is sure to see another
+        // host's compaction (FORMAT.md, "Shared mode").
+        let keep_at_most = if store.is_shared() { 0 } else { store.config().open_topics / 2 };
+        let hints = log::ReadHints { no_new_segment: known, kept: &mut self.kept, keep_at_most };
+        let records = log::read_new_hinted(&self.dir, &mut self.cursor, hints)?;
+        if self.cursor.caught_up() {
+            self.no_segment_after = created;
+        }
         Ok(records.into_iter().filter(|r| !r.event.is_expired(t)).map(with_checkpoint).collect())
     }
 
