@@ -341,18 +341,48 @@ pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_byt
 }
 
 /// An inotify watch of the relay file that calls `changed` at every
-/// change; `None` when it cannot be had (then the poller reads on its
-/// timer).
-fn watch_relay(relay: &Path, changed: impl Fn() + Send + 'static) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher;
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok_and(|e| matches!(e.kind, notify::EventKind::Modify(_))) {
-            changed();
-        }
-    })
-    .ok()?;
-    watcher.watch(relay, notify::RecursiveMode::NonRecursive).ok()?;
-    Some(watcher)
+/// change, from a thread of its own; `None` when it cannot be had (then
+/// the poller reads on its timer). Dropping it ends the watch and the
+/// thread.
+fn watch_relay(relay: &Path, changed: impl Fn() + Send + 'static) -> Option<RelayWatch> {
+    use inotify::{EventMask, Inotify, WatchMask};
+    let mut inotify = Inotify::init().ok()?;
+    let mut watches = inotify.watches();
+    let wd = watches.add(relay, WatchMask::MODIFY).ok()?;
+    std::thread::Builder::new()
+        .name("kn-relay-watch".into())
+        .spawn(move || {
+            let mut buffer = [0u8; 1024];
+            loop {
+                let Ok(events) = inotify.read_events_blocking(&mut buffer) else { return };
+                let mut modified = false;
+                for event in events {
+                    // The watch removed (by the drop below) or the file gone.
+                    if event.mask.contains(EventMask::IGNORED) {
+                        return;
+                    }
+                    modified |= event.mask.contains(EventMask::MODIFY);
+                }
+                if modified {
+                    changed();
+                }
+            }
+        })
+        .ok()?;
+    Some(RelayWatch { watches, wd })
+}
+
+/// The watch [`watch_relay`] made; dropped, it removes the watch, whose
+/// `IN_IGNORED` event ends the watching thread.
+struct RelayWatch {
+    watches: inotify::Watches,
+    wd: inotify::WatchDescriptor,
+}
+
+impl Drop for RelayWatch {
+    fn drop(&mut self) {
+        let _ = self.watches.remove(self.wd.clone());
+    }
 }
 
 /// One poll of a change log: wakes the readers of the topics named since

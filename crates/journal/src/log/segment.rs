@@ -383,7 +383,7 @@ fn open_oldest_first(dir: &Path) -> Result<Vec<(u64, File)>> {
             let last = opened.last().map(|&(first, _)| first);
             for first in listed.into_iter().filter(|&f| last.is_none_or(|l| f > l)) {
                 let path = dir.join(segment_name(first));
-                match File::open(&path) {
+                match super::open_read(&path) {
                     Ok(file) => opened.push((first, file)),
                     Err(e) if e.kind() == IoKind::NotFound => continue 'attempt,
                     Err(e) => return Err(Error::io("cannot open segment", &path, e)),
