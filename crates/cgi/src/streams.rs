@@ -464,18 +464,42 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
         Some(other) => return Err(bad(format!("unknown live mode '{other}'"))),
     }
     let chunk = streams.read(&req.path, start)?;
-    let etag = etag(&chunk);
+    Ok(Outcome::Done(plain_read(&chunk, req, start)))
+}
+
+/// The answer to a catch-up read (no live mode) of `chunk`.
+fn plain_read(chunk: &Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
+    let etag = etag(chunk);
     if start != Start::Now && req.header("If-None-Match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
         let mut r = StreamResponse::new(304);
         r.set("ETag", etag);
-        with_offset(&mut r, &chunk);
-        return Ok(Outcome::Done(r));
+        with_offset(&mut r, chunk);
+        return r;
     }
-    let mut r = catch_up(&chunk, req, start == Start::Now);
+    let mut r = catch_up(chunk, req, start == Start::Now);
     if start != Start::Now {
         r.set("ETag", etag);
     }
-    Ok(Outcome::Done(r))
+    r
+}
+
+/// The answer to a catch-up read that the store can give at once from
+/// memory ([`Streams::read_cached`]), the same as [`handle`]'s; `None`
+/// for any other request (and any error): ask [`handle`].
+pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
+    if req.method != "GET" || req.path.split('/').next() == Some("__ds") || req.param("live").is_some() {
+        return None;
+    }
+    if req.query.split('&').filter(|kv| kv.split('=').next() == Some("offset")).count() > 1 {
+        return None;
+    }
+    let start = match req.param("offset") {
+        Some(o) if o.is_empty() => return None,
+        Some(o) => parse_start(&o).ok()?,
+        None => Start::Beginning,
+    };
+    let chunk = streams.read_cached(&req.path, start)?;
+    Some(plain_read(&chunk, req, start))
 }
 
 fn etag(chunk: &Chunk) -> String {
@@ -781,6 +805,10 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
         url: format!("http://{host}{raw_path}"),
     };
     let head = req.method == "HEAD";
+    // A read answered from memory needs no blocking thread.
+    if let Some(r) = handle_cached(&streams, &req) {
+        return to_hyper(r, head);
+    }
     let s = streams.clone();
     let outcome = match tokio::task::spawn_blocking(move || handle(&s, &req)).await {
         Ok(o) => o,
@@ -877,8 +905,8 @@ async fn follow_sse(streams: Arc<Streams>, sse: Sse, tx: tokio::sync::mpsc::Send
     }
 }
 
-fn to_hyper(r: StreamResponse, head: bool) -> hyper::Response<Body> {
-    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(r.body.clone()))) };
+fn to_hyper(mut r: StreamResponse, head: bool) -> hyper::Response<Body> {
+    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(std::mem::take(&mut r.body)))) };
     to_hyper_body(&r, body)
 }
 

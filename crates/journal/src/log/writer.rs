@@ -173,6 +173,13 @@ impl<'c> Writer<'c> {
         self.head.next_seq.saturating_sub(1)
     }
 
+    /// The end of the log as of now: the active segment (its first seq)
+    /// and its length, so that a process that appended can place its
+    /// read cursor after its own record without reading it back.
+    pub(crate) fn end(&self) -> (u64, u64) {
+        (self.head.active, self.head.active_len)
+    }
+
     /// The topic's route generation (see `Head::routes`), as of now: the
     /// routes read after this call are at least as new as this value says.
     pub(crate) fn routes_generation(&self) -> u64 {
