@@ -358,16 +358,24 @@ fn producer(req: &StreamRequest) -> Result<Option<Producer>, StreamError> {
 }
 
 fn append(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, StreamError> {
-    let producer = producer(req)?;
-    let has_producer = producer.is_some();
-    let append = Append {
+    let append = append_request(req)?;
+    let done = streams.append(&req.path, &append)?;
+    Ok(appended(req, append.producer.is_some(), done))
+}
+
+/// What a `POST` asks for.
+fn append_request(req: &StreamRequest) -> Result<Append<'_>, StreamError> {
+    Ok(Append {
         content_type: req.header("Content-Type").filter(|v| !v.is_empty()),
         body: &req.body,
         close: is_true(req.header("Stream-Closed")),
         stream_seq: req.header("Stream-Seq").map(str::as_bytes),
-        producer,
-    };
-    let done = streams.append(&req.path, &append)?;
+        producer: producer(req)?,
+    })
+}
+
+/// The answer to a `POST` that `done`.
+fn appended(req: &StreamRequest, has_producer: bool, done: kn_journal::streams::Appended) -> StreamResponse {
     let status = if has_producer && done.stored && !req.body.is_empty() { 200 } else { 204 };
     let mut r = StreamResponse::new(status);
     with_info(&mut r, &done.info);
@@ -378,7 +386,7 @@ fn append(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
     if let Some(e) = done.bridge_error {
         r.set("Kn-Bridge-Error", e.replace(['\r', '\n'], " "));
     }
-    Ok(r)
+    r
 }
 
 fn head(streams: &Streams, path: &str) -> Result<StreamResponse, StreamError> {
@@ -484,10 +492,21 @@ fn plain_read(chunk: &Chunk, req: &StreamRequest, start: Start) -> StreamRespons
 }
 
 /// The answer to a catch-up read that the store can give at once from
-/// memory ([`Streams::read_cached`]), the same as [`handle`]'s; `None`
-/// for any other request (and any error): ask [`handle`].
+/// memory ([`Streams::read_cached`]), or to an append it can make at once
+/// ([`Streams::append_nowait`]), the same as [`handle`]'s; `None` for
+/// any other request: ask [`handle`].
 pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
-    if req.method != "GET" || req.path.split('/').next() == Some("__ds") || req.param("live").is_some() {
+    if req.path.split('/').next() == Some("__ds") {
+        return None;
+    }
+    if req.method == "POST" {
+        let append = append_request(req).ok()?;
+        return Some(match streams.append_nowait(&req.path, &append)? {
+            Ok(done) => appended(req, append.producer.is_some(), done),
+            Err(e) => failure(&e),
+        });
+    }
+    if req.method != "GET" || req.param("live").is_some() {
         return None;
     }
     if req.query.split('&').filter(|kv| kv.split('=').next() == Some("offset")).count() > 1 {
@@ -805,7 +824,8 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
         url: format!("http://{host}{raw_path}"),
     };
     let head = req.method == "HEAD";
-    // A read answered from memory needs no blocking thread.
+    // A read answered from memory, or an append made without waiting,
+    // needs no blocking thread.
     if let Some(r) = handle_cached(&streams, &req) {
         return to_hyper(r, head);
     }

@@ -365,7 +365,8 @@ fn a_stream_longer_than_the_journal_retention_keeps_everything() {
 }
 
 /// A watched process (`serve`) answers reads of a stream it knows from
-/// memory, and sees what another store instance appends.
+/// memory and appends to it without waiting, and sees what another store
+/// instance appends.
 #[test]
 fn a_watched_process_reads_from_memory_and_sees_other_appends() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,6 +380,10 @@ fn a_watched_process_reads_from_memory_and_sees_other_appends() {
         expected.extend_from_slice(format!("w{i}.").as_bytes());
         let cached = watched.read_cached("s", Start::Beginning).expect("its own append keeps it known");
         assert_eq!(cached.body(), expected);
+        let at_once = watched.append_nowait("s", &Append::data(Some("text/plain"), b"n.")).expect("an append without waiting");
+        assert!(at_once.unwrap().stored);
+        expected.extend_from_slice(b"n.");
+        assert_eq!(watched.read_cached("s", Start::Beginning).expect("still known").body(), expected);
         other.append("s", &Append::data(Some("text/plain"), format!("o{i}.").as_bytes())).unwrap();
         expected.extend_from_slice(format!("o{i}.").as_bytes());
         // The change notification may take a moment: `read` looks at the

@@ -74,6 +74,13 @@ fn shared_fresh(config: &Config, file: File) -> File {
 }
 
 impl TopicFiles {
+    /// Takes the topic's lock if no process holds it, without waiting;
+    /// [`Writer::reopen`] then finds it held (a lock of the same open
+    /// file) and does not wait either.
+    pub(crate) fn try_lock(&self) -> bool {
+        self.lock.try_lock().is_ok()
+    }
+
     /// True when the topic was removed (its `.lock` unlinked) or its
     /// active segment is gone (compacted, removed) since these files were
     /// kept: they will never be used again.

@@ -1025,6 +1025,44 @@ impl Streams {
         Ok(appended)
     }
 
+    /// An append as [`Streams::append`] makes it, when it can be made at
+    /// once: in a watched process whose state of the stream is known to
+    /// match the log, without waiting for a lock (the stream's, in this
+    /// process or any other) or reading the log, without a sync
+    /// (`sync=none`: the record goes to the page cache) and with nothing
+    /// more to do (no TTL to slide, no bound topic to import from or post
+    /// to); `None` otherwise: call [`Streams::append`]. For a server's
+    /// event loop, which must not block.
+    pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
+        if !self.watched || self.config().sync == crate::SyncPolicy::Always {
+            return None;
+        }
+        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
+            return None;
+        }
+        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
+        let mut entry = cell.try_lock().ok()?;
+        if !self.fresh(&mut entry) {
+            return None;
+        }
+        let s = &entry.state;
+        if !s.exists || s.soft_deleted || s.ttl.is_some() || s.expires_at.is_some() || s.topic.is_some() {
+            return None;
+        }
+        if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
+            return None;
+        }
+        // The lock is held: `writer` takes it again without waiting.
+        let mut w = match self.writer(&mut entry, false) {
+            Ok(Some(w)) => w,
+            Ok(None) => return Some(Err(not_found(path))),
+            Err(e) => return Some(Err(e)),
+        };
+        let result = self.append_locked(path, req, &mut entry, &mut w);
+        self.release(&mut entry, w);
+        Some(result.map(|(appended, _)| appended))
+    }
+
     #[allow(clippy::type_complexity)]
     fn append_locked(&self, path: &str, req: &Append<'_>, entry: &mut Entry, w: &mut Writer<'_>) -> StreamResult<(Appended, Option<(u64, Vec<String>)>)> {
         self.import_locked(entry, w)?;
