@@ -290,7 +290,7 @@ pub struct Chunk {
     /// The offset the read started after.
     pub start: u64,
     /// The payloads of the records read, in order.
-    pub pieces: Vec<Vec<u8>>,
+    pub pieces: Vec<Arc<[u8]>>,
     /// Where the next read starts.
     pub next: u64,
     /// The read reached the tail.
@@ -301,18 +301,20 @@ impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        if !self.info.is_json() {
-            return self.pieces.concat();
+        let json = self.info.is_json();
+        let mut out = Vec::with_capacity(self.pieces.iter().map(|p| p.len()).sum::<usize>() + self.pieces.len() + 2);
+        if json {
+            out.push(b'[');
         }
-        let mut out = Vec::with_capacity(self.pieces.iter().map(Vec::len).sum::<usize>() + self.pieces.len() + 2);
-        out.push(b'[');
         for (i, p) in self.pieces.iter().enumerate() {
-            if i > 0 {
+            if json && i > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(p);
         }
-        out.push(b']');
+        if json {
+            out.push(b']');
+        }
         out
     }
 
@@ -339,7 +341,7 @@ struct Entry {
     /// The latest data records, `(seq, payload)`, at most
     /// `Config::stream_cache_bytes` of payload: catch-up reads of the
     /// tail need no file read.
-    recent: std::collections::VecDeque<(u64, Vec<u8>)>,
+    recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
     recent_bytes: usize,
     /// The highest checkpoint of data dropped from `recent` (0: none):
     /// reads from at or after it are served from memory.
@@ -382,7 +384,7 @@ fn fired(listener: &mut event_listener::EventListener) -> bool {
 
 impl Entry {
     fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
-        self.recent.push_back((seq, payload.to_vec()));
+        self.recent.push_back((seq, Arc::from(payload)));
         self.recent_bytes += payload.len();
         while self.recent_bytes > budget {
             let Some((seq, p)) = self.recent.pop_front() else { break };
@@ -1228,7 +1230,7 @@ impl Streams {
                 }
                 bytes += payload.len();
                 next = r.seq;
-                pieces.push(payload.to_vec());
+                pieces.push(Arc::from(payload));
             }
         }
         let up_to_date = next >= info.tail;
