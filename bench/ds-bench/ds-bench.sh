@@ -19,7 +19,9 @@
 #
 # With BENCH_PUBSUB_BEFORE naming another pubsub-cgi (an older commit's
 # release build), it is measured too, in the same run: the table then
-# also gives before -> after ratios.
+# also gives before -> after ratios. BENCH_ROUNDS=n (default 1) measures
+# every target n times, the targets taking turns, and reports each
+# figure's median: on a busy machine the load swings between figures.
 #
 # Needs: wrk, node 20 and npm, cargo (builds pubsub-cgi --release unless
 # BENCH_PUBSUB names a binary).
@@ -95,6 +97,8 @@ targets=(serve ref-memory)
 before="${BENCH_PUBSUB_BEFORE:-}"
 [ -n "$before" ] && targets=(serve-before "${targets[@]}")
 [ "${BENCH_REF_FILE:-0}" = 1 ] && targets+=(ref-file)
+rounds="${BENCH_ROUNDS:-1}"
+for round in $(seq "$rounds"); do
 for t in "${targets[@]}"; do
     case $t in
         serve) start_serve ;;
@@ -107,15 +111,19 @@ for t in "${targets[@]}"; do
     bytes=$(curl -s "$base/v1/stream/read-me?offset=-1" | wc -c)
     [ "$bytes" = 10000 ] || echo "warning: $t returned $bytes bytes for the catch-up read" >&2
     for c in 1 8; do
-        rate[$t,append,$c]=$(append_rate "$base" "$c")
-        rate[$t,read,$c]=$(read_rate "$base" "$c")
+        rate[$t,append,$c]+=" $(append_rate "$base" "$c")"
+        rate[$t,read,$c]+=" $(read_rate "$base" "$c")"
     done
     kill "${pids[-1]}" 2>/dev/null || true
+    sleep 0.5
 done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for k in "${!rate[@]}"; do rate[$k]=$(echo "${rate[$k]}" | median); done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo
-echo "Durable Streams, requests/s ($(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), ${secs} s per figure)"
+echo "Durable Streams, requests/s ($(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), ${secs} s per figure, median of $rounds)"
 echo
 printf '| workload | c |%s serve | reference (memory) | ratio |%s\n' "$( [ -n "$before" ] && echo ' serve before | ratio before | ratio after/before |')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo ' reference (file) | ratio |')"
 printf '|---|---|%s---|---|---|%s\n' "$( [ -n "$before" ] && echo '---|---|---|')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo '---|---|')"

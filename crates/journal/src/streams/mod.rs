@@ -501,7 +501,7 @@ impl Streams {
         }
         // Armed before looking: a change made after the look fires it.
         self.arm(entry);
-        let r = self.refresh_until(entry, None);
+        let r = self.refresh_until(entry, None, None);
         if r.is_err() {
             entry.listener = None;
         }
@@ -568,9 +568,10 @@ impl Streams {
 
     /// [`Streams::refresh`], stopping once the record `until` is read: a
     /// writer knows the log's last checkpoint, and needs no further read
-    /// (nor the listing that finds nothing more).
-    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>) -> StreamResult<()> {
-        let ino = dir_ino(&entry.dir);
+    /// (nor the listing that finds nothing more). `ino`: the directory's
+    /// inode if the caller has just looked.
+    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>, ino: Option<u64>) -> StreamResult<()> {
+        let ino = ino.unwrap_or_else(|| dir_ino(&entry.dir));
         if ino != entry.ino {
             let dir = std::mem::take(&mut entry.dir);
             *entry = Entry { dir, ino, ..Entry::default() };
@@ -678,7 +679,7 @@ impl Streams {
                 drop(w);
                 continue;
             }
-            self.refresh_until(entry, Some(w.last_seq()))?;
+            self.refresh_until(entry, Some(w.last_seq()), Some(ino))?;
             return Ok(Some(w));
         }
         Err(StreamError::new(StreamErrorKind::Conflict, "the stream is being deleted and re-created; try again"))
@@ -1158,7 +1159,7 @@ impl Streams {
         }
         let at = self.append_record(entry, w, &e)?;
         if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
-            self.refresh_until(entry, Some(at))?;
+            self.refresh_until(entry, Some(at), None)?;
         }
         let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
         let posted = if messages.is_empty() { None } else { Some((at, messages)) };
