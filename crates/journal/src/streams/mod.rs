@@ -514,7 +514,7 @@ impl Streams {
         if !self.watched || entry.ino == 0 || entry.cursor.is_none() || entry.verify.is_some() {
             return false;
         }
-        if !entry.checked.is_some_and(|t| t.elapsed() < TRUST) {
+        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) {
             return false;
         }
         if entry.listener.as_mut().is_some_and(|l| !fired(l)) {
@@ -1201,7 +1201,7 @@ impl Streams {
             return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
         }
         if from >= entry.forgotten {
-            return Ok(self.from_memory(&entry, from, info));
+            return Ok(self.memory_chunk(&entry, from, info));
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
@@ -1241,7 +1241,7 @@ impl Streams {
     /// The data after `from` (at or after `entry.forgotten`: all of it in
     /// memory), at most `Config::stream_max_read_bytes` (at least one
     /// record).
-    fn from_memory(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
+    fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
         let max = self.config().stream_max_read_bytes;
         let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
@@ -1285,7 +1285,7 @@ impl Streams {
         if from > info.tail || from < entry.forgotten {
             return None;
         }
-        Some(self.from_memory(&entry, from, info))
+        Some(self.memory_chunk(&entry, from, info))
     }
 
     /// Directories whose changes may bring `path` new data: the stream's

@@ -48,10 +48,17 @@ pub(crate) struct Mark {
     pub frame_at: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Snapshot {
     mark: Mark,
     state: State,
+}
+
+/// [`Snapshot`] as written, borrowing what it holds.
+#[derive(Serialize)]
+struct SnapshotOf<'a> {
+    mark: &'a Mark,
+    state: &'a State,
 }
 
 /// The frame of `record` as the log holds it, and its hash.
@@ -88,7 +95,7 @@ pub(crate) fn load(dir: &Path) -> Option<(Mark, State)> {
 /// stream's lock): aside, then renamed into place; with `sync`, synced
 /// first. A failure only means a longer replay later.
 pub(crate) fn store(dir: &Path, mark: &Mark, state: &State, sync: bool) -> std::io::Result<()> {
-    let body = rmp_serde::to_vec(&Snapshot { mark: mark.clone(), state: state.clone() }).map_err(std::io::Error::other)?;
+    let body = rmp_serde::to_vec_named(&SnapshotOf { mark, state }).map_err(std::io::Error::other)?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&crate::record::crc32c(&[&body]).to_le_bytes());
