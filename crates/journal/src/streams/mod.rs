@@ -359,11 +359,13 @@ struct Entry {
     no_snapshot: bool,
     /// In a watched process: the stream directory's change notifications,
     /// a listener armed when `state` was last known to match the log, and
-    /// when that was. While the listener has not fired (and for at most
-    /// `TRUST`), `state` still matches the log: no need to look.
+    /// when that was, and the log's `.head` open for reading. While the
+    /// listener has not fired (for at most `TRUST`) and the head names
+    /// the last record read, `state` still matches the log.
     sub: Option<crate::watch::Subscription>,
     listener: Option<event_listener::EventListener>,
     checked: Option<Instant>,
+    head: Option<fs::File>,
 }
 
 /// The last record applied to a stream's state, where its segment ends.
@@ -508,20 +510,32 @@ impl Streams {
         r
     }
 
-    /// True when `entry` is known to match the log without looking (see
-    /// `Entry::listener`).
+    /// True when `entry` is known to match the log without reading it
+    /// (see `Entry::listener`): the change listener has not fired, and
+    /// the head, read with one `pread`, names the last record read. The
+    /// listener alone would do but for its delay (the notifier's thread
+    /// reads inotify's events a moment after the write); the head is
+    /// written by every append before it is acknowledged, so an append
+    /// of any process is seen by the next read. The listener sees what
+    /// the head does not: a deleted stream, a segment replaced.
     fn fresh(&self, entry: &mut Entry) -> bool {
-        if !self.watched || entry.ino == 0 || entry.cursor.is_none() || entry.verify.is_some() {
+        let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq) else { return false };
+        if !self.watched || entry.ino == 0 || entry.verify.is_some() {
             return false;
         }
-        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) {
+        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) || !entry.listener.as_mut().is_some_and(|l| !fired(l)) {
+            entry.listener = None;
             return false;
         }
-        if entry.listener.as_mut().is_some_and(|l| !fired(l)) {
-            return true;
+        match entry.head.as_ref().map(log::last_seq_of) {
+            Some(Some(last)) => last == read,
+            Some(None) => {
+                // Replaced (a rebuilt head): open the new one next time.
+                entry.head = None;
+                false
+            }
+            None => false,
         }
-        entry.listener = None;
-        false
     }
 
     /// Arms `entry`'s change listener (watching its directory first if
@@ -533,6 +547,9 @@ impl Streams {
         }
         if entry.sub.is_none() {
             entry.sub = Some(self.store.hub().subscribe(&entry.dir));
+        }
+        if entry.head.is_none() {
+            entry.head = fs::File::open(entry.dir.join(log::HEAD_FILE)).ok();
         }
         entry.listener = entry.sub.as_ref().filter(|s| s.is_notified()).map(|s| s.listen());
         entry.checked = Some(Instant::now());
