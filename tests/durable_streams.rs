@@ -249,3 +249,58 @@ fn bridge_carries_events_both_ways_through_serve() {
     assert_eq!(messages.len(), 2, "{text}");
     assert_eq!(messages[1]["kn_payload"], "hello from 2026");
 }
+
+/// Appends `body` to the stream `path` of the store `root` as another
+/// process would: `pubsub.cgi` run as a web server runs it.
+fn cgi_append(root: &Path, path: &str, body: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new(support::pubsub_cgi())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("KN_EVENTS", root)
+        .env("REQUEST_METHOD", "POST")
+        .env("SCRIPT_NAME", "/cgi-bin/pubsub.cgi/v1/stream")
+        .env("PATH_INFO", format!("/{path}"))
+        .env("CONTENT_TYPE", "text/plain")
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run pubsub-cgi as a CGI");
+    child.stdin.take().expect("stdin").write_all(body).expect("write the body");
+    let out = child.wait_with_output().expect("pubsub-cgi output");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `serve` answers reads of a stream it knows from memory, without
+/// looking at the log; yet what another process appends (pubsub.cgi, as
+/// under Apache) is in serve's very next read, every time.
+#[test]
+fn serve_sees_another_processes_appends_at_once() {
+    let dir = Dir::new("ds_two_processes");
+    let root = dir.store("kn_events");
+    let serve = Serve::spawn(Serve::command(&root, None));
+    let stream = format!("{}/v1/stream/shared/log", serve.base);
+    let (status, _, text) = http("PUT", &stream, &[("Content-Type", "text/plain")], b"");
+    assert_eq!(status, 201, "{text}");
+    let mut expected = String::new();
+    for i in 0..20 {
+        // serve appends and reads (so it keeps the stream in memory)...
+        let mine = format!("serve {i}.");
+        let (status, _, text) = http("POST", &stream, &[("Content-Type", "text/plain")], mine.as_bytes());
+        assert_eq!(status, 204, "{text}");
+        expected.push_str(&mine);
+        let (_, _, text) = http("GET", &format!("{stream}?offset=-1"), &[], b"");
+        assert_eq!(text, expected);
+        // ... then another process appends, and serve's next read has it.
+        let theirs = format!("cgi {i}.");
+        let answer = cgi_append(&root, "shared/log", theirs.as_bytes());
+        assert!(answer.starts_with("Status: 204"), "{answer}");
+        expected.push_str(&theirs);
+        let (status, headers, text) = http("GET", &format!("{stream}?offset=-1"), &[], b"");
+        assert_eq!((status, text.as_str()), (200, expected.as_str()), "round {i}");
+        let tail = headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("stream-next-offset")).map(|(_, v)| v.clone());
+        let (_, head, _) = http("HEAD", &stream, &[], b"");
+        let head_tail = head.iter().find(|(n, _)| n.eq_ignore_ascii_case("stream-next-offset")).map(|(_, v)| v.clone());
+        assert_eq!(tail, head_tail);
+    }
+}

@@ -17,6 +17,12 @@
 #     bench/ds-bench/ds-bench.sh
 #     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
 #
+# With BENCH_PUBSUB_BEFORE naming another pubsub-cgi (an older commit's
+# release build), it is measured too, in the same run: the table then
+# also gives before -> after ratios. BENCH_ROUNDS=n (default 1) measures
+# every target n times, the targets taking turns, and reports each
+# figure's median: on a busy machine the load swings between figures.
+#
 # Needs: wrk, node 20 and npm, cargo (builds pubsub-cgi --release unless
 # BENCH_PUBSUB names a binary).
 set -euo pipefail
@@ -42,9 +48,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
 # Each sets $base and leaves the server's pid last in $pids.
-start_serve() {
+start_serve() { # [binary]
     local port; port=$(free_port)
-    KN_STREAM_LONG_POLL_MS=500 "$pubsub" serve --listen "127.0.0.1:$port" --root "$work/kn_events" >"$work/serve.log" 2>&1 &
+    rm -rf "$work/kn_events"
+    KN_STREAM_LONG_POLL_MS=500 "${1:-$pubsub}" serve --listen "127.0.0.1:$port" --root "$work/kn_events" >"$work/serve.log" 2>&1 &
     pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
 }
 start_ref() {
@@ -87,10 +94,15 @@ read_rate() { # base c
 
 declare -A rate
 targets=(serve ref-memory)
+before="${BENCH_PUBSUB_BEFORE:-}"
+[ -n "$before" ] && targets=(serve-before "${targets[@]}")
 [ "${BENCH_REF_FILE:-0}" = 1 ] && targets+=(ref-file)
+rounds="${BENCH_ROUNDS:-1}"
+for round in $(seq "$rounds"); do
 for t in "${targets[@]}"; do
     case $t in
         serve) start_serve ;;
+        serve-before) start_serve "$before" ;;
         ref-memory) start_ref ;;
         ref-file) mkdir -p "$work/ref-data"; start_ref "$work/ref-data" ;;
     esac
@@ -99,22 +111,31 @@ for t in "${targets[@]}"; do
     bytes=$(curl -s "$base/v1/stream/read-me?offset=-1" | wc -c)
     [ "$bytes" = 10000 ] || echo "warning: $t returned $bytes bytes for the catch-up read" >&2
     for c in 1 8; do
-        rate[$t,append,$c]=$(append_rate "$base" "$c")
-        rate[$t,read,$c]=$(read_rate "$base" "$c")
+        rate[$t,append,$c]+=" $(append_rate "$base" "$c")"
+        rate[$t,read,$c]+=" $(read_rate "$base" "$c")"
     done
     kill "${pids[-1]}" 2>/dev/null || true
+    sleep 0.5
 done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for k in "${!rate[@]}"; do rate[$k]=$(echo "${rate[$k]}" | median); done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo
-echo "Durable Streams, requests/s ($(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), ${secs} s per figure)"
+echo "Durable Streams, requests/s ($(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), ${secs} s per figure, median of $rounds)"
 echo
-printf '| workload | c | serve | reference (memory) | ratio |%s\n' "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo ' reference (file) | ratio |')"
-printf '|---|---|---|---|---|%s\n' "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo '---|---|')"
+printf '| workload | c |%s serve | reference (memory) | ratio |%s\n' "$( [ -n "$before" ] && echo ' serve before | ratio before | ratio after/before |')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo ' reference (file) | ratio |')"
+printf '|---|---|%s---|---|---|%s\n' "$( [ -n "$before" ] && echo '---|---|---|')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo '---|---|')"
 for w in append read; do
     for c in 1 8; do
         s=${rate[serve,$w,$c]}; m=${rate[ref-memory,$w,$c]}
-        line="| $w | $c | $s | $m | $(ratio "$s" "$m") |"
+        if [ -n "$before" ]; then
+            b=${rate[serve-before,$w,$c]}
+            line="| $w | $c | $b | $(ratio "$b" "$m") | $(ratio "$s" "$b") | $s | $m | $(ratio "$s" "$m") |"
+        else
+            line="| $w | $c | $s | $m | $(ratio "$s" "$m") |"
+        fi
         if [ "${BENCH_REF_FILE:-0}" = 1 ]; then f=${rate[ref-file,$w,$c]}; line="$line $f | $(ratio "$s" "$f") |"; fi
         echo "$line"
     done

@@ -387,7 +387,7 @@ impl Server {
             readers,
             metrics: config.metrics,
             requests: AtomicU64::new(0),
-            streams: Arc::new(kn_journal::streams::Streams::new(store.clone())),
+            streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
             store,
         })
     }

@@ -358,16 +358,24 @@ fn producer(req: &StreamRequest) -> Result<Option<Producer>, StreamError> {
 }
 
 fn append(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, StreamError> {
-    let producer = producer(req)?;
-    let has_producer = producer.is_some();
-    let append = Append {
+    let append = append_request(req)?;
+    let done = streams.append(&req.path, &append)?;
+    Ok(appended(req, append.producer.is_some(), done))
+}
+
+/// What a `POST` asks for.
+fn append_request(req: &StreamRequest) -> Result<Append<'_>, StreamError> {
+    Ok(Append {
         content_type: req.header("Content-Type").filter(|v| !v.is_empty()),
         body: &req.body,
         close: is_true(req.header("Stream-Closed")),
         stream_seq: req.header("Stream-Seq").map(str::as_bytes),
-        producer,
-    };
-    let done = streams.append(&req.path, &append)?;
+        producer: producer(req)?,
+    })
+}
+
+/// The answer to a `POST` that `done`.
+fn appended(req: &StreamRequest, has_producer: bool, done: kn_journal::streams::Appended) -> StreamResponse {
     let status = if has_producer && done.stored && !req.body.is_empty() { 200 } else { 204 };
     let mut r = StreamResponse::new(status);
     with_info(&mut r, &done.info);
@@ -378,7 +386,7 @@ fn append(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
     if let Some(e) = done.bridge_error {
         r.set("Kn-Bridge-Error", e.replace(['\r', '\n'], " "));
     }
-    Ok(r)
+    r
 }
 
 fn head(streams: &Streams, path: &str) -> Result<StreamResponse, StreamError> {
@@ -464,18 +472,53 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
         Some(other) => return Err(bad(format!("unknown live mode '{other}'"))),
     }
     let chunk = streams.read(&req.path, start)?;
-    let etag = etag(&chunk);
+    Ok(Outcome::Done(plain_read(&chunk, req, start)))
+}
+
+/// The answer to a catch-up read (no live mode) of `chunk`.
+fn plain_read(chunk: &Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
+    let etag = etag(chunk);
     if start != Start::Now && req.header("If-None-Match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
         let mut r = StreamResponse::new(304);
         r.set("ETag", etag);
-        with_offset(&mut r, &chunk);
-        return Ok(Outcome::Done(r));
+        with_offset(&mut r, chunk);
+        return r;
     }
-    let mut r = catch_up(&chunk, req, start == Start::Now);
+    let mut r = catch_up(chunk, req, start == Start::Now);
     if start != Start::Now {
         r.set("ETag", etag);
     }
-    Ok(Outcome::Done(r))
+    r
+}
+
+/// The answer to a catch-up read that the store can give at once from
+/// memory ([`Streams::read_cached`]), or to an append it can make at once
+/// ([`Streams::append_nowait`]), the same as [`handle`]'s; `None` for
+/// any other request: ask [`handle`].
+pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
+    if req.path.split('/').next() == Some("__ds") {
+        return None;
+    }
+    if req.method == "POST" {
+        let append = append_request(req).ok()?;
+        return Some(match streams.append_nowait(&req.path, &append)? {
+            Ok(done) => appended(req, append.producer.is_some(), done),
+            Err(e) => failure(&e),
+        });
+    }
+    if req.method != "GET" || req.param("live").is_some() {
+        return None;
+    }
+    if req.query.split('&').filter(|kv| kv.split('=').next() == Some("offset")).count() > 1 {
+        return None;
+    }
+    let start = match req.param("offset") {
+        Some(o) if o.is_empty() => return None,
+        Some(o) => parse_start(&o).ok()?,
+        None => Start::Beginning,
+    };
+    let chunk = streams.read_cached(&req.path, start)?;
+    Some(plain_read(&chunk, req, start))
 }
 
 fn etag(chunk: &Chunk) -> String {
@@ -781,6 +824,11 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
         url: format!("http://{host}{raw_path}"),
     };
     let head = req.method == "HEAD";
+    // A read answered from memory, or an append made without waiting,
+    // needs no blocking thread.
+    if let Some(r) = handle_cached(&streams, &req) {
+        return to_hyper(r, head);
+    }
     let s = streams.clone();
     let outcome = match tokio::task::spawn_blocking(move || handle(&s, &req)).await {
         Ok(o) => o,
@@ -877,8 +925,8 @@ async fn follow_sse(streams: Arc<Streams>, sse: Sse, tx: tokio::sync::mpsc::Send
     }
 }
 
-fn to_hyper(r: StreamResponse, head: bool) -> hyper::Response<Body> {
-    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(r.body.clone()))) };
+fn to_hyper(mut r: StreamResponse, head: bool) -> hyper::Response<Body> {
+    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(std::mem::take(&mut r.body)))) };
     to_hyper_body(&r, body)
 }
 

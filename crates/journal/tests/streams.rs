@@ -266,3 +266,139 @@ fn under_access_rules_the_bridge_carries_nothing_either_way() {
     let posted = guarded.store().events(&chat, &Selection::all()).unwrap().events;
     assert!(posted.iter().all(|e| e.payload() != b"forged"), "{posted:?}");
 }
+
+fn producer<'a>(id: &str, seq: u64, body: &'a [u8]) -> Append<'a> {
+    Append { producer: Some(Producer { id: id.to_owned(), epoch: 1, seq }), ..Append::data(Some("text/plain"), body) }
+}
+
+/// What a process new to a stream (every CGI request) replays is the
+/// records after the stream's snapshot, however long the stream: its
+/// state (tail, producers) comes from the snapshot.
+#[test]
+fn a_new_process_replays_only_what_follows_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = streams_with(Config::new(dir.path()));
+    let mut replayed = Vec::new();
+    for n in [1_000u64, 6_000] {
+        let path = format!("long/{n}");
+        writer.create(&path, &Create::new("text/plain")).unwrap();
+        for seq in 0..n {
+            writer.append(&path, &producer("p", seq, b"0123456789")).unwrap();
+        }
+        // A process new to the stream: a HEAD, appends, a read at the tail.
+        let fresh = streams_with(Config::new(dir.path()));
+        let info = fresh.head(&path).unwrap();
+        assert_eq!(info, writer.head(&path).unwrap());
+        assert!(!fresh.append(&path, &producer("p", n - 1, b"again")).unwrap().stored, "a duplicate: the producer's state came with the snapshot");
+        assert!(fresh.append(&path, &producer("p", n, b"new")).unwrap().stored);
+        let chunk = fresh.read(&path, Start::At(info.tail)).unwrap();
+        assert_eq!(chunk.body(), b"new");
+        // A read from an old offset starts in the segment holding it.
+        let old = fresh.read(&path, Start::At(info.tail - 10)).unwrap();
+        assert_eq!(old.body().len(), 10 * 10 + 3);
+        replayed.push(fresh.records_replayed());
+    }
+    // Bounded by the snapshot interval (256 records), whatever the length.
+    assert!(replayed.iter().all(|&r| r <= 256), "records replayed: {replayed:?}");
+}
+
+/// A snapshot the log does not confirm is not used: garbage, or one taken
+/// after records that a crash then lost and that were written anew.
+#[test]
+fn a_snapshot_the_log_does_not_confirm_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = streams_with(Config::new(dir.path()));
+    streams.create("s", &Create::new("text/plain")).unwrap();
+    for seq in 0..300 {
+        streams.append("s", &producer("p", seq, format!("p{seq};").as_bytes())).unwrap();
+    }
+    drop(streams);
+    let stream_dir = std::fs::read_dir(dir.path().join(kn_journal::streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
+    let snapshot = stream_dir.join(".state");
+    assert!(snapshot.exists(), "300 appends take a snapshot");
+    let kept = std::fs::read(&snapshot).unwrap();
+
+    // Garbage in place of the snapshot: the log is replayed.
+    std::fs::write(&snapshot, b"KNDSST\0\x01 not a snapshot").unwrap();
+    let fresh = streams_with(Config::new(dir.path()));
+    assert_eq!(fresh.read("s", Start::Beginning).unwrap().body().len(), (0..300).map(|s: u64| format!("p{s};").len()).sum::<usize>());
+    assert!(fresh.records_replayed() > 300);
+
+    // The log loses its last records (a power cut with sync=none) but the
+    // snapshot survives; then other records are appended in their place.
+    std::fs::write(&snapshot, &kept).unwrap();
+    let segment = std::fs::read_dir(&stream_dir).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains(".seg-")).unwrap();
+    let len = std::fs::metadata(&segment).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(len * 2 / 5).unwrap();
+    std::fs::write(&snapshot, &kept).unwrap();
+    let after_crash = streams_with(Config::new(dir.path()));
+    let body = after_crash.read("s", Start::Beginning).unwrap().body();
+    let survivors = String::from_utf8(body).unwrap().matches(';').count() as u64;
+    assert!(survivors < 256, "{survivors} records survived");
+    for seq in survivors..survivors + 300 {
+        assert!(after_crash.append("s", &producer("p", seq, b"q;")).unwrap().stored, "seq {seq} is new after the crash");
+    }
+    std::fs::write(&snapshot, &kept).unwrap();
+    let later = streams_with(Config::new(dir.path()));
+    assert!(!later.append("s", &producer("p", survivors + 299, b"q;")).unwrap().stored);
+    assert!(later.append("s", &producer("p", survivors + 300, b"q;")).unwrap().stored);
+    let text = String::from_utf8(later.read("s", Start::Beginning).unwrap().body()).unwrap();
+    assert_eq!(text.matches("q;").count(), 301);
+    assert_eq!(text.matches(';').count() as u64, survivors + 301);
+}
+
+/// A stream keeps everything it was given, however long: the journal
+/// retention (`journal_max_bytes`) does not apply to streams.
+#[test]
+fn a_stream_longer_than_the_journal_retention_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path());
+    config.segment_bytes = 4096;
+    config.journal_max_bytes = 8192;
+    let streams = streams_with(config.clone());
+    streams.create("s", &Create::new("text/plain")).unwrap();
+    for _ in 0..500 {
+        streams.append("s", &Append::data(Some("text/plain"), &[b'x'; 100])).unwrap();
+    }
+    let fresh = streams_with(config);
+    assert_eq!(fresh.read("s", Start::Beginning).unwrap().body().len(), 50_000);
+}
+
+/// A watched process (`serve`) answers reads of a stream it knows from
+/// memory and appends to it without waiting; what another store instance
+/// (another process) appends is in its very next read.
+#[test]
+fn a_watched_process_reads_from_memory_and_sees_other_appends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let watched = Streams::watched(Arc::new(Store::open(dir.path()).unwrap()));
+    watched.create("s", &Create::new("text/plain")).unwrap();
+    let mut expected = Vec::new();
+    // Alone, it keeps knowing the stream through its own appends.
+    for i in 0..20 {
+        let body = format!("w{i}.");
+        let done = match watched.append_nowait("s", &Append::data(Some("text/plain"), body.as_bytes())) {
+            Some(done) => done,
+            None if i == 0 => watched.append("s", &Append::data(Some("text/plain"), body.as_bytes())),
+            None => panic!("append {i} had to wait"),
+        };
+        assert!(done.unwrap().stored);
+        expected.extend_from_slice(body.as_bytes());
+        let cached = watched.read_cached("s", Start::Beginning).expect("its own append keeps it known");
+        assert_eq!(cached.body(), expected);
+    }
+    // Another process appends: never a stale answer, from memory or not.
+    let other = streams_with(Config::new(dir.path()));
+    for i in 0..50 {
+        let body = format!("o{i}.");
+        other.append("s", &Append::data(Some("text/plain"), body.as_bytes())).unwrap();
+        expected.extend_from_slice(body.as_bytes());
+        if let Some(cached) = watched.read_cached("s", Start::Beginning) {
+            assert_eq!(cached.body(), expected, "a stale answer from memory after append {i}");
+        }
+        assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), expected);
+        let body = format!("w{i}.");
+        watched.append("s", &Append::data(Some("text/plain"), body.as_bytes())).unwrap();
+        expected.extend_from_slice(body.as_bytes());
+        assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), expected);
+    }
+}

@@ -97,6 +97,16 @@ pub(crate) fn indexed_ids(dir: &Path) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// The checkpoint of the last record of the log whose `.head` is open as
+/// `file`, as the head says now: one `pread`. `None` when it is not a
+/// valid head (one replaced since `file` was opened has its magic
+/// cleared, see [`write_head_file`]).
+pub(crate) fn last_seq_of(file: &File) -> Option<u64> {
+    let mut buf = [0u8; HEAD_SIZE as usize];
+    file.read_exact_at(&mut buf, 0).ok()?;
+    Head::decode(&buf).map(|h| h.next_seq.saturating_sub(1))
+}
+
 /// The 32-bit hash of a `kn_id` in the duplicate index (never 0, which
 /// marks an empty slot). Two ids may share a hash: a duplicate needs the
 /// 64-bit digest of the end-to-end elements to match as well.

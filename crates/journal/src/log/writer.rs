@@ -74,6 +74,13 @@ fn shared_fresh(config: &Config, file: File) -> File {
 }
 
 impl TopicFiles {
+    /// Takes the topic's lock if no process holds it, without waiting;
+    /// [`Writer::reopen`] then finds it held (a lock of the same open
+    /// file) and does not wait either.
+    pub(crate) fn try_lock(&self) -> bool {
+        self.lock.try_lock().is_ok()
+    }
+
     /// True when the topic was removed (its `.lock` unlinked) or its
     /// active segment is gone (compacted, removed) since these files were
     /// kept: they will never be used again.
@@ -171,6 +178,13 @@ impl<'c> Writer<'c> {
     /// The checkpoint of the last record in the log, as of now (0: none).
     pub(crate) fn last_seq(&self) -> u64 {
         self.head.next_seq.saturating_sub(1)
+    }
+
+    /// The end of the log as of now: the active segment (its first seq)
+    /// and its length, so that a process that appended can place its
+    /// read cursor after its own record without reading it back.
+    pub(crate) fn end(&self) -> (u64, u64) {
+        (self.head.active, self.head.active_len)
     }
 
     /// The topic's route generation (see `Head::routes`), as of now: the

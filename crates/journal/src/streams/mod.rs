@@ -36,7 +36,9 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::event::Event;
 use crate::log::{self, LogCursor, SpaceGauge, TopicFiles, Writer};
@@ -46,6 +48,7 @@ use crate::store::Store;
 mod bridge;
 mod json;
 mod offset;
+mod snapshot;
 mod state;
 mod time;
 
@@ -66,6 +69,16 @@ const ACCESS_FILE: &str = ".access";
 /// Most read positions a process keeps per stream (see `Entry::marks`):
 /// the memory of a stream's cache entry stays bounded however long it is.
 const MAX_MARKS: usize = 1024;
+
+/// Records between two read positions a process keeps (`Entry::marks`)
+/// when it places its cursor after its own appends.
+const MARK_EVERY: u64 = 64;
+
+/// How long a watched process trusts what it knows of a stream without
+/// a change notification before it looks at the log anyway: a bound on
+/// staleness should a notification ever be missed (a watch lost with a
+/// directory replaced under a waiting reader).
+const TRUST: Duration = Duration::from_secs(1);
 
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
 /// the status the protocol names.
@@ -277,7 +290,7 @@ pub struct Chunk {
     /// The offset the read started after.
     pub start: u64,
     /// The payloads of the records read, in order.
-    pub pieces: Vec<Vec<u8>>,
+    pub pieces: Vec<Arc<[u8]>>,
     /// Where the next read starts.
     pub next: u64,
     /// The read reached the tail.
@@ -288,18 +301,20 @@ impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        if !self.info.is_json() {
-            return self.pieces.concat();
+        let json = self.info.is_json();
+        let mut out = Vec::with_capacity(self.pieces.iter().map(|p| p.len()).sum::<usize>() + self.pieces.len() + 2);
+        if json {
+            out.push(b'[');
         }
-        let mut out = Vec::with_capacity(self.pieces.iter().map(Vec::len).sum::<usize>() + self.pieces.len() + 2);
-        out.push(b'[');
         for (i, p) in self.pieces.iter().enumerate() {
-            if i > 0 {
+            if json && i > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(p);
         }
-        out.push(b']');
+        if json {
+            out.push(b']');
+        }
         out
     }
 
@@ -326,16 +341,52 @@ struct Entry {
     /// The latest data records, `(seq, payload)`, at most
     /// `Config::stream_cache_bytes` of payload: catch-up reads of the
     /// tail need no file read.
-    recent: std::collections::VecDeque<(u64, Vec<u8>)>,
+    recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
     recent_bytes: usize,
     /// The highest checkpoint of data dropped from `recent` (0: none):
     /// reads from at or after it are served from memory.
     forgotten: u64,
+    /// The last record applied to `state`, and where it ends: what a
+    /// snapshot is taken after.
+    last: Option<Last>,
+    /// Records and payload bytes applied since the snapshot was read or
+    /// written (or since the first record).
+    since: (u64, u64),
+    /// The snapshot's record, when the state came from a snapshot and the
+    /// log has not confirmed it yet (see `snapshot.rs`).
+    verify: Option<snapshot::Mark>,
+    /// The snapshot did not match the log: replay the whole log.
+    no_snapshot: bool,
+    /// In a watched process: the stream directory's change notifications,
+    /// a listener armed when `state` was last known to match the log, and
+    /// when that was, and the log's `.head` open for reading. While the
+    /// listener has not fired (for at most `TRUST`) and the head names
+    /// the last record read, `state` still matches the log.
+    sub: Option<crate::watch::Subscription>,
+    listener: Option<event_listener::EventListener>,
+    checked: Option<Instant>,
+    head: Option<fs::File>,
+}
+
+/// The last record applied to a stream's state, where its segment ends.
+struct Last {
+    record: Record,
+    segment: u64,
+    ino: u64,
+    end: u64,
+}
+
+/// True when `listener` has fired (it is then spent), without waiting
+/// and without a system call.
+fn fired(listener: &mut event_listener::EventListener) -> bool {
+    use std::future::Future;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(listener).poll(&mut cx).is_ready()
 }
 
 impl Entry {
     fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
-        self.recent.push_back((seq, payload.to_vec()));
+        self.recent.push_back((seq, Arc::from(payload)));
         self.recent_bytes += payload.len();
         while self.recent_bytes > budget {
             let Some((seq, p)) = self.recent.pop_front() else { break };
@@ -352,6 +403,13 @@ pub struct Streams {
     dir: PathBuf,
     entries: Mutex<HashMap<String, Arc<Mutex<Entry>>>>,
     gauge: SpaceGauge,
+    /// The store's configuration for stream writers: without journal
+    /// retention (a stream keeps all it was given, its `create` first).
+    writing: crate::Config,
+    /// Keep cached streams watched (see [`Streams::watched`]).
+    watched: bool,
+    /// Records read from logs to bring states up to date.
+    replayed: AtomicU64,
 }
 
 impl fmt::Debug for Streams {
@@ -372,7 +430,28 @@ impl Streams {
     /// The streams of `store`.
     pub fn new(store: Arc<Store>) -> Streams {
         let dir = store.config().root.join(STREAMS_DIR);
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default() }
+        let mut writing = store.config().clone();
+        writing.journal_max_age = Duration::MAX;
+        writing.journal_max_bytes = u64::MAX;
+        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0) }
+    }
+
+    /// The streams of `store` for a long-lived process (`serve`): the
+    /// directory of every stream it keeps in memory is watched (inotify),
+    /// and its own appends wake its readers directly, so that a read of a
+    /// stream that did not change since it last looked touches no file,
+    /// while an append by any other process is seen by the next read. In
+    /// shared mode (`Config::shared`: other hosts write too, unseen by
+    /// inotify) every request looks at the log, as without this.
+    pub fn watched(store: Arc<Store>) -> Streams {
+        Streams { watched: !store.is_shared(), ..Streams::new(store) }
+    }
+
+    /// How many records this process has read from stream logs to bring
+    /// its states up to date (replayed): with snapshots, what a request
+    /// of a process new to a stream costs does not grow with the stream.
+    pub fn records_replayed(&self) -> u64 {
+        self.replayed.load(Ordering::Relaxed)
     }
 
     /// The store.
@@ -416,16 +495,100 @@ impl Streams {
     }
 
     /// Brings `entry` up to date with the log (records written by any
-    /// process since it last looked).
+    /// process since it last looked). In a watched process, nothing is
+    /// read while the stream's change listener has not fired.
     fn refresh(&self, entry: &mut Entry) -> StreamResult<()> {
-        self.refresh_until(entry, None)
+        if self.fresh(entry) {
+            return Ok(());
+        }
+        // Armed before looking: a change made after the look fires it.
+        self.arm(entry);
+        let r = self.refresh_until(entry, None, None);
+        if r.is_err() {
+            entry.listener = None;
+        }
+        r
+    }
+
+    /// True when `entry` is known to match the log without reading it
+    /// (see `Entry::listener`): the change listener has not fired, and
+    /// the head, read with one `pread`, names the last record read. The
+    /// listener alone would do but for its delay (the notifier's thread
+    /// reads inotify's events a moment after the write); the head is
+    /// written by every append before it is acknowledged, so an append
+    /// of any process is seen by the next read. The listener sees what
+    /// the head does not: a deleted stream, a segment replaced.
+    fn fresh(&self, entry: &mut Entry) -> bool {
+        let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq) else { return false };
+        if !self.watched || entry.ino == 0 || entry.verify.is_some() {
+            return false;
+        }
+        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) || !entry.listener.as_mut().is_some_and(|l| !fired(l)) {
+            entry.listener = None;
+            return false;
+        }
+        match entry.head.as_ref().map(log::last_seq_of) {
+            Some(Some(last)) => last == read,
+            Some(None) => {
+                // Replaced (a rebuilt head): open the new one next time.
+                entry.head = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Arms `entry`'s change listener (watching its directory first if
+    /// need be): call it when the state is about to match the log.
+    fn arm(&self, entry: &mut Entry) {
+        entry.listener = None;
+        if !self.watched || entry.ino == 0 {
+            return;
+        }
+        if entry.sub.is_none() {
+            entry.sub = Some(self.store.hub().subscribe(&entry.dir));
+        }
+        if entry.head.is_none() {
+            entry.head = fs::File::open(entry.dir.join(log::HEAD_FILE)).ok();
+        }
+        entry.listener = entry.sub.as_ref().filter(|s| s.is_notified()).map(|s| s.listen());
+        entry.checked = Some(Instant::now());
+    }
+
+    /// Where a process that knows nothing of the stream starts reading
+    /// its log: after the snapshot's record, the state taken from the
+    /// snapshot (to be confirmed by the log), or at the beginning.
+    fn start(&self, entry: &mut Entry) -> LogCursor {
+        let beginning = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
+        if entry.no_snapshot {
+            return beginning;
+        }
+        let Some((mark, state)) = snapshot::load(&entry.dir) else { return beginning };
+        if mark.seq == 0 {
+            return beginning;
+        }
+        entry.forgotten = state.tail;
+        entry.state = state;
+        let cursor = LogCursor { last_seq: mark.seq - 1, segment: mark.segment, offset: mark.frame_at, ino: mark.ino, caught_up: false };
+        entry.verify = Some(mark);
+        cursor
+    }
+
+    /// Forgets a snapshot the log did not confirm: the whole log is
+    /// replayed instead.
+    fn restart(&self, entry: &mut Entry) -> LogCursor {
+        snapshot::discard(&entry.dir);
+        let (dir, ino) = (std::mem::take(&mut entry.dir), entry.ino);
+        *entry = Entry { dir, ino, no_snapshot: true, ..Entry::default() };
+        LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false }
     }
 
     /// [`Streams::refresh`], stopping once the record `until` is read: a
     /// writer knows the log's last checkpoint, and needs no further read
-    /// (nor the listing that finds nothing more).
-    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>) -> StreamResult<()> {
-        let ino = dir_ino(&entry.dir);
+    /// (nor the listing that finds nothing more). `ino`: the directory's
+    /// inode if the caller has just looked.
+    fn refresh_until(&self, entry: &mut Entry, until: Option<u64>, ino: Option<u64>) -> StreamResult<()> {
+        let ino = ino.unwrap_or_else(|| dir_ino(&entry.dir));
         if ino != entry.ino {
             let dir = std::mem::take(&mut entry.dir);
             *entry = Entry { dir, ino, ..Entry::default() };
@@ -433,22 +596,47 @@ impl Streams {
         if ino == 0 {
             return Ok(());
         }
-        let mut cursor = entry.cursor.take().unwrap_or(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
+        let mut cursor = match entry.cursor.take() {
+            Some(c) => c,
+            None => self.start(entry),
+        };
         loop {
-            if until.is_some_and(|last| cursor.last_seq >= last) {
+            if entry.verify.is_none() && until.is_some_and(|last| cursor.last_seq >= last) {
                 break;
             }
-            let records = log::read_new(&entry.dir, &mut cursor)?;
+            let mut records = match log::read_new(&entry.dir, &mut cursor) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Start afresh next time rather than from a cursor
+                    // that may have moved past records not applied.
+                    *entry = Entry { dir: std::mem::take(&mut entry.dir), ..Entry::default() };
+                    return Err(e.into());
+                }
+            };
+            let mut skip = 0;
+            if let Some(mark) = entry.verify.take() {
+                // The snapshot's own record must be the first one there.
+                match records.first() {
+                    Some(r) if r.seq == mark.seq && snapshot::frame_of(r).1 == mark.hash => skip = 1,
+                    _ => {
+                        cursor = self.restart(entry);
+                        continue;
+                    }
+                }
+            }
             if records.is_empty() {
                 break;
             }
-            for r in &records {
+            for r in &records[skip..] {
                 let tail = entry.state.tail;
                 entry.state.apply(r);
                 if entry.state.tail != tail {
                     entry.remember(r.seq, r.event.payload(), self.config().stream_cache_bytes);
                 }
+                entry.since.0 += 1;
+                entry.since.1 += r.event.payload().len() as u64;
             }
+            self.replayed.fetch_add((records.len() - skip) as u64, Ordering::Relaxed);
             entry.marks.insert(cursor.last_seq, cursor.clone());
             if entry.marks.len() > MAX_MARKS {
                 // Every other one: reads start at most twice as far back.
@@ -458,6 +646,7 @@ impl Streams {
                     i % 2 == 0
                 });
             }
+            entry.last = records.pop().map(|record| Last { record, segment: cursor.segment, ino: cursor.ino, end: cursor.offset });
         }
         entry.cursor = Some(cursor);
         Ok(())
@@ -481,46 +670,113 @@ impl Streams {
                     Err(e) => return Err(io("cannot create stream directory", &entry.dir, e)),
                 }
             }
-            let ino = dir_ino(&entry.dir);
-            if ino == 0 {
-                return Ok(None);
-            }
-            let kept = entry.files.take();
-            let w = match kept {
-                Some(files) => Writer::reopen(self.config(), false, files)?,
+            // Files kept from an earlier append are those of the
+            // directory `entry.ino`: reused without a path lookup.
+            let kept = entry.files.take().filter(|_| entry.ino != 0);
+            let reopened = match kept {
+                Some(files) => Writer::reopen(&self.writing, false, files)?,
                 None => None,
             };
-            let w = match w {
-                Some(w) => w,
-                None => match Writer::open(&entry.dir, self.config(), false) {
-                    Ok(w) => w,
-                    Err(e) if dir_ino(&entry.dir) != ino => {
-                        let _ = e;
-                        continue;
+            let (w, ino) = match reopened {
+                Some(w) => (w, entry.ino),
+                None => {
+                    let ino = dir_ino(&entry.dir);
+                    if ino == 0 {
+                        return Ok(None);
                     }
-                    Err(e) => return Err(e.into()),
-                },
+                    match Writer::open(&entry.dir, &self.writing, false) {
+                        Ok(w) => (w, ino),
+                        Err(_) if dir_ino(&entry.dir) != ino => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
             };
             // Deleted (renamed away) while we waited for the lock?
             if dir_ino(&entry.dir) != ino {
                 drop(w);
                 continue;
             }
-            self.refresh_until(entry, Some(w.last_seq()))?;
+            self.refresh_until(entry, Some(w.last_seq()), Some(ino))?;
             return Ok(Some(w));
         }
         Err(StreamError::new(StreamErrorKind::Conflict, "the stream is being deleted and re-created; try again"))
     }
 
-    fn release(entry: &mut Entry, w: Writer<'_>) {
+    /// Unlocks the stream, keeping its files open for the next append;
+    /// first takes a snapshot of its state if one is due.
+    fn release(&self, entry: &mut Entry, w: Writer<'_>) {
+        self.snapshot_if_due(entry);
         entry.files = Some(w.release());
     }
 
-    fn append_record(&self, w: &mut Writer<'_>, event: &Event) -> StreamResult<u64> {
-        match w.append(event, crate::ids::now() as u64, &self.gauge)? {
-            log::Appended::Stored(seq) => Ok(seq),
-            log::Appended::Duplicate => Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Io), "a stream record was taken for a duplicate")),
+    /// Writes the snapshot of `entry`'s state (the caller holds the lock)
+    /// once `SNAPSHOT_RECORDS` records or `SNAPSHOT_BYTES` bytes were
+    /// applied since the last one.
+    fn snapshot_if_due(&self, entry: &mut Entry) {
+        if entry.since.0 < snapshot::SNAPSHOT_RECORDS && entry.since.1 < snapshot::SNAPSHOT_BYTES {
+            return;
         }
+        let Some(last) = &entry.last else { return };
+        let at = entry.cursor.as_ref().map(|c| c.last_seq);
+        if !entry.state.exists || entry.verify.is_some() || at != Some(last.record.seq) {
+            return;
+        }
+        let (len, hash) = snapshot::frame_of(&last.record);
+        let Some(frame_at) = last.end.checked_sub(len) else { return };
+        let mark = snapshot::Mark { seq: last.record.seq, hash, segment: last.segment, ino: last.ino, frame_at };
+        // A failure only means a longer replay later; try again after as
+        // many records.
+        let _ = snapshot::store(&entry.dir, &mark, &entry.state, self.config().sync == crate::SyncPolicy::Always);
+        entry.since = (0, 0);
+    }
+
+    /// Appends `event` (the stream is locked by `w`, `entry` up to date).
+    /// When `entry`'s cursor was at the end of the log, the record is
+    /// applied to the state from memory and the cursor placed after it:
+    /// nothing is read back.
+    fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: &Event) -> StreamResult<u64> {
+        let (segment, len) = w.end();
+        let placed = entry.verify.is_none()
+            && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
+        let stored_secs = crate::ids::now() as u64;
+        let waking = if self.watched && entry.sub.is_some() { self.store.hub().appending(&entry.dir) } else { None };
+        let appended = w.append(event, stored_secs, &self.gauge);
+        if let Some(waking) = waking {
+            self.store.hub().appended(waking, matches!(appended, Ok(log::Appended::Stored(_))));
+        }
+        let seq = match appended? {
+            log::Appended::Stored(seq) => seq,
+            log::Appended::Duplicate => {
+                return Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Io), "a stream record was taken for a duplicate"))
+            }
+        };
+        let (after, end) = w.end();
+        let blob = self.writing.blob_bytes > 0 && event.payload().len() > self.writing.blob_bytes;
+        let Some(cursor) = entry.cursor.as_mut().filter(|_| placed && after == segment && !blob) else {
+            // Read back by the next refresh.
+            entry.listener = None;
+            return Ok(seq);
+        };
+        cursor.last_seq = seq;
+        cursor.offset = end;
+        let ino = cursor.ino;
+        if entry.marks.last_key_value().is_none_or(|(&at, _)| seq >= at + MARK_EVERY) {
+            let c = cursor.clone();
+            entry.marks.insert(seq, c);
+        }
+        let record = Record { seq, stored_secs, event: event.clone(), blob: None };
+        let tail = entry.state.tail;
+        entry.state.apply(&record);
+        if entry.state.tail != tail {
+            entry.remember(seq, record.event.payload(), self.config().stream_cache_bytes);
+        }
+        entry.since.0 += 1;
+        entry.since.1 += record.event.payload().len() as u64;
+        entry.last = Some(Last { record, segment, ino, end });
+        // The state matches the log again (we hold the lock): listen for
+        // the next change from here.
+        self.arm(entry);
+        Ok(seq)
     }
 
     fn touch(&self, entry: &Entry) {
@@ -657,13 +913,13 @@ impl Streams {
         }
         if entry.state.exists {
             // Another process created it while we looked.
-            Self::release(&mut entry, w);
+            self.release(&mut entry, w);
             return self.recreate(path, req, &entry);
         }
         let result = (|| {
             if let Some(src) = &source {
                 for r in &src.records {
-                    self.append_record(&mut w, r)?;
+                    self.append_record(&mut entry, &mut w, r)?;
                 }
             }
             let mut e = Event::new();
@@ -697,11 +953,11 @@ impl Streams {
             if !initial.is_empty() {
                 e.set(crate::event::KN_PAYLOAD, initial.clone());
             }
-            self.append_record(&mut w, &e)?;
+            self.append_record(&mut entry, &mut w, &e)?;
             let _ = log::open_shared(&entry.dir.join(ACCESS_FILE), false);
             self.refresh(&mut entry)
         })();
-        Self::release(&mut entry, w);
+        self.release(&mut entry, w);
         if let Err(e) = result {
             // Never leave half a stream: its create record is what makes
             // it exist, so remove what was written before it.
@@ -774,7 +1030,7 @@ impl Streams {
             return Err(not_found(path));
         }
         let result = self.append_locked(path, req, &mut entry, &mut w);
-        Self::release(&mut entry, w);
+        self.release(&mut entry, w);
         let (mut appended, posted) = result?;
         self.touch(&entry);
         let bound = entry.state.topic.clone();
@@ -787,6 +1043,44 @@ impl Streams {
             };
         }
         Ok(appended)
+    }
+
+    /// An append as [`Streams::append`] makes it, when it can be made at
+    /// once: in a watched process whose state of the stream is known to
+    /// match the log, without waiting for a lock (the stream's, in this
+    /// process or any other) or reading the log, without a sync
+    /// (`sync=none`: the record goes to the page cache) and with nothing
+    /// more to do (no TTL to slide, no bound topic to import from or post
+    /// to); `None` otherwise: call [`Streams::append`]. For a server's
+    /// event loop, which must not block.
+    pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
+        if !self.watched || self.config().sync == crate::SyncPolicy::Always {
+            return None;
+        }
+        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
+            return None;
+        }
+        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
+        let mut entry = cell.try_lock().ok()?;
+        if !self.fresh(&mut entry) {
+            return None;
+        }
+        let s = &entry.state;
+        if !s.exists || s.soft_deleted || s.ttl.is_some() || s.expires_at.is_some() || s.topic.is_some() {
+            return None;
+        }
+        if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
+            return None;
+        }
+        // The lock is held: `writer` takes it again without waiting.
+        let mut w = match self.writer(&mut entry, false) {
+            Ok(Some(w)) => w,
+            Ok(None) => return Some(Err(not_found(path))),
+            Err(e) => return Some(Err(e)),
+        };
+        let result = self.append_locked(path, req, &mut entry, &mut w);
+        self.release(&mut entry, w);
+        Some(result.map(|(appended, _)| appended))
     }
 
     #[allow(clippy::type_complexity)]
@@ -880,8 +1174,10 @@ impl Streams {
         if req.close {
             e.set(name::CLOSE, "true");
         }
-        let at = self.append_record(w, &e)?;
-        self.refresh_until(entry, Some(at))?;
+        let at = self.append_record(entry, w, &e)?;
+        if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
+            self.refresh_until(entry, Some(at), None)?;
+        }
         let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
         let posted = if messages.is_empty() { None } else { Some((at, messages)) };
         Ok((done(entry, true, producer), posted))
@@ -922,24 +1218,13 @@ impl Streams {
             return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
         }
         if from >= entry.forgotten {
-            // All of it is in memory.
-            let max = self.config().stream_max_read_bytes;
-            let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
-            let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
-            for (seq, payload) in entry.recent.iter().skip(first) {
-                if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
-                    break;
-                }
-                bytes += payload.len();
-                next = *seq;
-                pieces.push(payload.clone());
-            }
-            let up_to_date = next >= info.tail;
-            return Ok(Chunk { start: from, next, pieces, up_to_date, info });
+            return Ok(self.memory_chunk(&entry, from, info));
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
-            None => LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false },
+            // Not placed: `read_new` starts in the segment holding the
+            // record after `from` (found by its name), not at the start.
+            None => LogCursor { last_seq: from, segment: 0, offset: 0, ino: 0, caught_up: false },
         };
         drop(entry);
         let dir = self.stream_dir(path);
@@ -963,11 +1248,61 @@ impl Streams {
                 }
                 bytes += payload.len();
                 next = r.seq;
-                pieces.push(payload.to_vec());
+                pieces.push(Arc::from(payload));
             }
         }
         let up_to_date = next >= info.tail;
         Ok(Chunk { start: from, next, pieces, up_to_date, info })
+    }
+
+    /// The data after `from` (at or after `entry.forgotten`: all of it in
+    /// memory), at most `Config::stream_max_read_bytes` (at least one
+    /// record).
+    fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
+        let max = self.config().stream_max_read_bytes;
+        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+        let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
+        for (seq, payload) in entry.recent.iter().skip(first) {
+            if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
+                break;
+            }
+            bytes += payload.len();
+            next = *seq;
+            pieces.push(payload.clone());
+        }
+        let up_to_date = next >= info.tail;
+        Chunk { start: from, next, pieces, up_to_date, info }
+    }
+
+    /// A catch-up read as [`Streams::read`] answers it, when it can be
+    /// answered at once from memory without waiting for a lock and
+    /// without any system call (a watched process whose state of the
+    /// stream is known to match the log, the data in memory, no TTL to
+    /// slide, no bound topic to import from); `None` otherwise: call
+    /// [`Streams::read`]. For a server's event loop, which must not block.
+    pub fn read_cached(&self, path: &str, start: Start) -> Option<Chunk> {
+        if !self.watched {
+            return None;
+        }
+        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
+        let mut entry = cell.try_lock().ok()?;
+        if !self.fresh(&mut entry) {
+            return None;
+        }
+        let s = &entry.state;
+        if !s.exists || s.soft_deleted || s.ttl.is_some() || s.expires_at.is_some() || s.topic.is_some() {
+            return None;
+        }
+        let info = Self::info(&entry);
+        let from = match start {
+            Start::Beginning => 0,
+            Start::Now => info.tail,
+            Start::At(o) => o,
+        };
+        if from > info.tail || from < entry.forgotten {
+            return None;
+        }
+        Some(self.memory_chunk(&entry, from, info))
     }
 
     /// Directories whose changes may bring `path` new data: the stream's
@@ -994,14 +1329,14 @@ impl Streams {
         self.live(path, &mut entry)?;
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
         if entry.state.soft_deleted {
-            Self::release(&mut entry, w);
+            self.release(&mut entry, w);
             return Err(StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")));
         }
         if entry.state.forks > 0 {
             let mut e = Event::new();
             e.set(name::OP, op::DELETE);
-            let r = self.append_record(&mut w, &e);
-            Self::release(&mut entry, w);
+            let r = self.append_record(&mut entry, &mut w, &e);
+            self.release(&mut entry, w);
             r?;
             return self.refresh(&mut entry);
         }
@@ -1039,13 +1374,13 @@ impl Streams {
         let mut entry = lock(&cell);
         let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(()) };
         if !entry.state.exists {
-            Self::release(&mut entry, w);
+            self.release(&mut entry, w);
             return Ok(());
         }
         let mut e = Event::new();
         e.set(name::OP, what);
-        let r = self.append_record(&mut w, &e);
-        Self::release(&mut entry, w);
+        let r = self.append_record(&mut entry, &mut w, &e);
+        self.release(&mut entry, w);
         r?;
         self.refresh(&mut entry)?;
         if entry.state.soft_deleted && entry.state.forks == 0 {
@@ -1147,7 +1482,7 @@ impl Streams {
         }
         let Some(mut w) = self.writer(entry, false)? else { return Ok(()) };
         let r = self.import_locked(entry, &mut w);
-        Self::release(entry, w);
+        self.release(entry, w);
         r
     }
 }

@@ -51,7 +51,8 @@ pub(crate) mod op {
 /// What a producer last had accepted: `(epoch, seq)`.
 pub(crate) type ProducerState = (u64, u64);
 
-#[derive(Clone, Debug, Default)]
+/// Serialised whole in a stream's snapshot (`.state`, see `snapshot.rs`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct State {
     /// A `create` record was read.
     pub exists: bool,
