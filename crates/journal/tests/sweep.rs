@@ -423,3 +423,4 @@ fn a_shorter_staleness_is_kept_off_by_a_reading_tunnel() {
     assert!(store.is_stale(&idle), "idle journal stale after heartbeat_stale");
     assert!(!store.is_stale(&read), "the reading tunnel kept its journal fresh");
 }
+
