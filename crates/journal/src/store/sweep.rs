@@ -268,11 +268,16 @@ impl Store {
         if SystemTime::now() < removable_at {
             return Ok(Look::Again(secs_ceil(removable_at)));
         }
-        if self.remove_journal(journal, run.grace.journal, run)? || !dir.is_dir() {
+        if self.remove_journal(journal, run.grace.journal, run)? {
             return Ok(Look::Done);
         }
-        // Refreshed meanwhile, or with a child topic: look again later.
-        Ok(Look::Again(secs_ceil(SystemTime::now() + self.config.heartbeat_stale + run.grace.journal)))
+        match self.stale_since(&dir) {
+            None => Ok(Look::Done),
+            // Refreshed meanwhile.
+            Some(stale) if SystemTime::now() < stale + run.grace.journal => Ok(Look::Again(secs_ceil(stale + run.grace.journal))),
+            // With a child topic: look again later.
+            Some(_) => Ok(Look::Again(secs_ceil(SystemTime::now() + self.config.heartbeat_stale + run.grace.journal))),
+        }
     }
 
     /// Looks at the due entries of the topics queue, including those that
