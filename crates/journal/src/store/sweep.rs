@@ -90,6 +90,32 @@ impl Run {
     fn fail(&mut self, e: Error) {
         self.failed.get_or_insert(e);
     }
+
+    /// A run for one thread of this one, to be merged back.
+    fn fork(&self) -> Run {
+        Run {
+            grace: self.grace,
+            report: SweepReport::default(),
+            owed: Vec::new(),
+            queue_parents: self.queue_parents,
+            queued: self.queued.clone(),
+            failed: None,
+        }
+    }
+
+    /// Adds what a forked run did (its looks are counted by the caller).
+    fn merge(&mut self, other: Run) {
+        let r = other.report;
+        self.report.journals_removed += r.journals_removed;
+        self.report.topics_pruned += r.topics_pruned;
+        self.report.routes_removed += r.routes_removed;
+        self.report.bytes_reclaimed += r.bytes_reclaimed;
+        self.owed.extend(other.owed);
+        self.queued.extend(other.queued);
+        if let Some(e) = other.failed {
+            self.fail(e);
+        }
+    }
 }
 
 /// What a look at a queued journal or topic decided.
@@ -241,21 +267,61 @@ impl Store {
 
     /// Looks at the due entries of the journals queue, up to `budget`.
     fn drain_journals(&self, queue: &mut DueQueue, t: u64, budget: usize, run: &mut Run) -> Result<()> {
-        let mut again = Vec::new();
         let mut seen = HashSet::new();
+        let mut journals = Vec::new();
         for Due { topic, .. } in queue.pop(t, budget.saturating_sub(run.report.visited))? {
             run.report.visited += 1;
-            if !topic.is_journal() || !seen.insert(topic.clone()) {
-                continue;
-            }
-            match self.look_at_journal(&topic, run) {
-                Ok(Look::Again(due)) => again.push((due, topic)),
-                Ok(Look::Done) => {}
-                Err(e) => run.fail(e),
+            if topic.is_journal() && seen.insert(topic.clone()) {
+                journals.push(topic);
             }
         }
+        let again = self.look_at_all(journals, run, Store::look_at_journal);
         let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
         index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &again)
+    }
+
+    /// Looks at each of `topics` with `look`, on up to `sweep_threads`
+    /// threads (each with a fork of `run`, merged back); returns the
+    /// topics to look at again, with when.
+    fn look_at_all(&self, topics: Vec<Topic>, run: &mut Run, look: fn(&Store, &Topic, &mut Run) -> Result<Look>) -> Vec<(u64, Topic)> {
+        let threads = self.config.sweep_threads.clamp(1, topics.len().max(1));
+        let mut parts: Vec<Vec<Topic>> = vec![Vec::new(); threads];
+        for (i, topic) in topics.into_iter().enumerate() {
+            parts[i % threads].push(topic);
+        }
+        let one = |part: Vec<Topic>, run: &mut Run| {
+            let mut again = Vec::new();
+            for topic in part {
+                match look(self, &topic, run) {
+                    Ok(Look::Again(due)) => again.push((due, topic)),
+                    Ok(Look::Done) => {}
+                    Err(e) => run.fail(e),
+                }
+            }
+            again
+        };
+        if threads == 1 {
+            return one(parts.pop().unwrap_or_default(), run);
+        }
+        let forks: Vec<(Run, Vec<(u64, Topic)>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
+                    let mut fork = run.fork();
+                    scope.spawn(move || {
+                        let again = one(part, &mut fork);
+                        (fork, again)
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut again = Vec::new();
+        for (fork, more) in forks {
+            run.merge(fork);
+            again.extend(more);
+        }
+        again
     }
 
     /// A queued journal: removed when stale longer than its grace, else
@@ -289,15 +355,15 @@ impl Store {
             if entries.is_empty() {
                 break;
             }
+            let mut topics = Vec::new();
             for Due { topic, .. } in entries {
                 run.report.visited += 1;
                 run.queued.remove(&topic);
-                match self.look_at_topic(&topic, run) {
-                    Ok(Look::Again(due)) => again.push((due, topic)),
-                    Ok(Look::Done) => {}
-                    Err(e) => run.fail(e),
+                if !topics.contains(&topic) {
+                    topics.push(topic);
                 }
             }
+            again.extend(self.look_at_all(topics, run, Store::look_at_topic));
         }
         let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
         index::enqueue(&self.config.root.join(index::TOPICS_FILE), &again)
@@ -507,15 +573,40 @@ impl Store {
         for owed in std::mem::take(&mut run.owed) {
             by_source.entry(owed.source.clone()).or_default().push(owed);
         }
-        let mut left = Vec::new();
         let t = now_secs();
-        for (source, owed) in by_source {
-            match self.delete_routes_into(&source, &owed) {
-                Ok(n) => run.report.routes_removed += n,
-                Err(e) => {
-                    left.extend(owed.into_iter().filter(|o| o.removed_at + OWED_GIVE_UP > t));
-                    run.fail(e);
+        let threads = self.config.sweep_threads.clamp(1, by_source.len().max(1));
+        let mut parts: Vec<Vec<(Topic, Vec<Owed>)>> = vec![Vec::new(); threads];
+        for (i, group) in by_source.into_iter().enumerate() {
+            parts[i % threads].push(group);
+        }
+        // Each part: the routes removed, what is still owed, the first error.
+        let settle = |part: Vec<(Topic, Vec<Owed>)>| {
+            let (mut removed, mut left, mut failed) = (0, Vec::new(), None);
+            for (source, owed) in part {
+                match self.delete_routes_into(&source, &owed) {
+                    Ok(n) => removed += n,
+                    Err(e) => {
+                        left.extend(owed.into_iter().filter(|o| o.removed_at + OWED_GIVE_UP > t));
+                        failed = failed.or(Some(e));
+                    }
                 }
+            }
+            (removed, left, failed)
+        };
+        let settled: Vec<(u64, Vec<Owed>, Option<Error>)> = if threads == 1 {
+            parts.into_iter().map(settle).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = parts.into_iter().map(|part| scope.spawn(move || settle(part))).collect();
+                handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            })
+        };
+        let mut left = Vec::new();
+        for (removed, more, failed) in settled {
+            run.report.routes_removed += removed;
+            left.extend(more);
+            if let Some(e) = failed {
+                run.fail(e);
             }
         }
         if let Err(e) = index::write_owed(&self.config.root, &left) {
