@@ -498,24 +498,27 @@ fn routes_into_removed_journals_are_deleted_per_source_and_forwarded() {
 }
 
 /// Journals are found through their queue, not by walking the tree: with
-/// a store of many other topics, slices of 16 remove stale journals at the
-/// rate of their queue (two entries each: created, expired), and visit
-/// none of the other topics but through the walk's share of each slice.
+/// a store of many other topics, slices of 16 remove journals gone stale
+/// at the rate of their queue (one entry each, due when it may first be
+/// stale), and visit none of the other topics but through the walk's
+/// share of each slice.
 #[test]
 fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
     let dir = scratch("kn-journal-sweep-");
     let mut c = config(dir.path());
     c.journal_grace = Duration::ZERO;
     c.topic_grace = Duration::ZERO;
+    c.heartbeat_stale = Duration::from_millis(200);
     let store = Store::open_with(c).unwrap();
     for i in 0..400 {
         store.notify(&t(&format!("/big/t{i}")), ev(&[("kn_payload", "x")])).unwrap();
     }
-    let journals: Vec<Topic> = (0..40).map(|n| session(&store, n)).collect();
-    for journal in &journals {
-        store.expire(journal).unwrap();
+    for n in 0..40 {
+        session(&store, n);
     }
-    // 80 journal entries, 40 sessions, /who/u/s, /who/u, /who: 14 a
+    // Stale, and their entries due (in whole seconds).
+    std::thread::sleep(Duration::from_millis(1200));
+    // 40 journal entries, 40 sessions, /who/u/s, /who/u, /who: 14 a
     // slice (the walk's share, 2 a slice, would take 200 slices).
     let mut removed = 0;
     let mut slices = 0;
@@ -534,10 +537,7 @@ fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
 #[test]
 fn child_sweeps_until_killed() {
     let Some(root) = std::env::var_os("KN_SWEEP_KILL_CHILD") else { return };
-    let mut c = config(Path::new(&root));
-    c.journal_grace = Duration::ZERO;
-    c.topic_grace = Duration::ZERO;
-    let store = Store::open_with(c).unwrap();
+    let store = Store::open_with(kill_config(Path::new(&root))).unwrap();
     loop {
         store.sweep(8).unwrap();
     }
@@ -545,6 +545,16 @@ fn child_sweeps_until_killed() {
 
 fn exists(root: &Path, topic: &Topic) -> bool {
     root.join(&topic.as_str()[1..]).is_dir()
+}
+
+/// The settings of the kill test and its child: journals stale 200 ms
+/// after their last tunnel, removed and pruned at once.
+fn kill_config(root: &Path) -> Config {
+    let mut c = config(root);
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    c.heartbeat_stale = Duration::from_millis(200);
+    c
 }
 
 /// What the sweep's files say is still to do (FORMAT.md, "Removal"): the
@@ -564,16 +574,14 @@ fn queued(root: &Path, file: &str) -> Vec<String> {
 #[test]
 fn a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed() {
     let dir = scratch("kn-journal-sweep-");
-    let mut c = config(dir.path());
-    c.journal_grace = Duration::ZERO;
-    c.topic_grace = Duration::ZERO;
-    let store = Store::open_with(c).unwrap();
+    let store = Store::open_with(kill_config(dir.path())).unwrap();
     let sessions = 150;
     let journals: Vec<Topic> = (0..sessions).map(|n| session(&store, n)).collect();
     for (n, journal) in journals.iter().enumerate() {
         store.route(&t(&format!("/what/room{}", n % 7)), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("x{n}"))])).unwrap();
-        store.expire(journal).unwrap();
     }
+    // Stale, and their entries due (in whole seconds).
+    std::thread::sleep(Duration::from_millis(1200));
     let root = dir.path();
     let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     eprintln!("seed {seed}");

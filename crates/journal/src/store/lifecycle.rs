@@ -181,7 +181,7 @@ impl Store {
         match fs::remove_file(&path) {
             Ok(()) => {
                 // Stale now: due for the sweep after its grace.
-                self.queue_journal(journal);
+                self.queue_journal(journal, Duration::ZERO);
                 Ok(())
             }
             Err(e) if e.kind() == IoKind::NotFound => Ok(()),

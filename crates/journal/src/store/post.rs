@@ -421,7 +421,7 @@ impl Store {
         let _parent = if topic.is_reserved() { None } else { Some(self.lock_for_child(parent)?) };
         if topic.is_journal() {
             // Queued for the sweep before it exists (sweep.rs).
-            self.queue_journal(topic);
+            self.queue_journal(topic, self.config.heartbeat_stale);
         }
         match create_topic_dir(&path) {
             Ok(()) => {

@@ -246,22 +246,24 @@ impl Store {
         run.failed.map_or(Ok(report), Err)
     }
 
-    /// Queues `journal` in `.sweep-journals`, due `journal_grace` from
-    /// now (the earliest it could be removed, were it stale at once):
-    /// called just before a journal's directory is created (a crash in
-    /// between leaves an entry naming nothing, passed by) and when a
-    /// journal is expired. Every entry appended so is due a fixed time
-    /// after it is appended, so the queue is in the order entries fall
-    /// due, but for a live journal's entry queued again (due
-    /// `heartbeat_stale` after its heartbeat), which holds those behind it
-    /// back by at most `heartbeat_stale`. Best effort: a journal missing
-    /// from the queue is found by the backstop walk. Nothing is queued
-    /// when no slices run (`sweep_budget` 0: `kn gc` walks the tree).
-    pub(super) fn queue_journal(&self, journal: &Topic) {
+    /// Queues `journal` in `.sweep-journals`, due `stale_in` plus
+    /// `journal_grace` from now (the earliest it could be removed):
+    /// called just before a journal's directory is created, with
+    /// `heartbeat_stale` (the tunnel creating it refreshes its heartbeat;
+    /// a crash in between leaves an entry naming nothing, passed by), and
+    /// when a journal is expired, with 0. Every creation entry is due a
+    /// fixed time after it is appended, so the queue is in the order they
+    /// fall due, but for the entries of expired journals and of live ones
+    /// queued again (due `heartbeat_stale` after their heartbeat), which
+    /// hold back, or are held back, by at most `heartbeat_stale`. Best
+    /// effort: a journal missing from the queue is found by the backstop
+    /// walk. Nothing is queued when no slices run (`sweep_budget` 0:
+    /// `kn gc` walks the tree).
+    pub(super) fn queue_journal(&self, journal: &Topic, stale_in: Duration) {
         if self.config.sweep_budget == 0 {
             return;
         }
-        let due = secs_floor(SystemTime::now() + self.config.journal_grace);
+        let due = secs_floor(SystemTime::now() + stale_in + self.config.journal_grace);
         let _ = index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &[(due, journal)]);
     }
 
@@ -409,7 +411,9 @@ impl Store {
         while visited < budget {
             let batch = queue.pop(budget - visited)?;
             if batch.is_empty() {
-                if restarted {
+                // A pass that ends starts again at the next slice (or
+                // at once, if it ended with the last one).
+                if restarted || visited > 0 {
                     break;
                 }
                 restarted = true;
