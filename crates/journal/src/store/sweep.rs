@@ -353,7 +353,9 @@ impl Store {
     fn drain_topics(&self, queue: &mut DueQueue, t: u64, budget: usize, run: &mut Run) -> Result<()> {
         let mut again = Vec::new();
         while run.report.visited < budget {
-            let entries = queue.pop(t, budget - run.report.visited)?;
+            // Now, not the slice's start: what this slice queued is due
+            // by now even if a second began meanwhile.
+            let entries = queue.pop(t.max(now_secs()), budget - run.report.visited)?;
             if entries.is_empty() {
                 break;
             }
