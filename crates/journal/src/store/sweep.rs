@@ -142,10 +142,11 @@ impl Store {
 
     /// One slice of the sweep: looks at most at `budget` topics. First the
     /// journals whose queue entry is due (each removed if stale longer
-    /// than its grace, else queued again for when it may be), then the
-    /// queued parents of removed topics (each pruned if empty and quiet
-    /// longer than its grace, which may queue its own parent: a cascade
-    /// completes in one slice), then, with what is left of the budget but
+    /// than its grace, else queued again for when it may be), for up to
+    /// half of the queues' share of the budget, then the queued parents
+    /// of removed topics (each pruned if empty and quiet longer than its
+    /// grace, which may queue its own parent: a cascade completes in one
+    /// slice), then both again, then, with what is left of the budget but
     /// at least an eighth of it, the backstop walk of the tree, continuing
     /// where the last slice of any process stopped (a queue in the root's
     /// `.sweep`; a pass that ends starts again at the root), and the
@@ -170,10 +171,17 @@ impl Store {
         let root = &self.config.root;
         let mut journals = DueQueue::open(root.join(index::JOURNALS_FILE))?;
         let mut topics = DueQueue::open(root.join(index::TOPICS_FILE))?;
-        if let Err(e) = self.drain_journals(&mut journals, t, queue_share, &mut run) {
-            run.fail(e);
+        // The journals queue first, but for half of the queues' share
+        // while the topics queue has work (a session leaves two topic
+        // looks after its journal's), then the topics queue, then the
+        // journals queue again with what is left.
+        let mut drained = Ok(());
+        for (journals_up_to, topics_up_to) in [((queue_share / 2).max(1), queue_share), (queue_share, queue_share)] {
+            drained = drained
+                .and_then(|_| self.drain_journals(&mut journals, t, journals_up_to, &mut run))
+                .and_then(|_| self.drain_topics(&mut topics, t, topics_up_to, &mut run));
         }
-        if let Err(e) = self.drain_topics(&mut topics, t, queue_share, &mut run) {
+        if let Err(e) = drained {
             run.fail(e);
         }
         let mut walk = Queue::open(&file, &path)?;
