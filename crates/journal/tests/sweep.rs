@@ -423,3 +423,216 @@ fn a_shorter_staleness_is_kept_off_by_a_reading_tunnel() {
     assert!(store.is_stale(&idle), "idle journal stale after heartbeat_stale");
     assert!(!store.is_stale(&read), "the reading tunnel kept its journal fresh");
 }
+
+
+/// The compaction trigger of small reserved topics, at its boundary: a
+/// `kn_routes` whose garbage (superseded routes) is all in its active
+/// segment is compacted once that garbage reaches 32 and exceeds its live
+/// routes, without waiting for the segment to roll (it is far from full).
+#[test]
+fn a_small_kn_routes_is_compacted_on_its_garbage_without_a_roll() {
+    let (_dir, store) = open();
+    let hot = t("/hot");
+    store.route(&hot, b"/keep", ev(&[("kn_id", "keep")])).unwrap();
+    let cycle = |i: u32| {
+        let id = format!("r{i}");
+        store.route(&hot, b"/dest", ev(&[("kn_id", &id)])).unwrap();
+        store.delete_route(&hot, id.as_bytes(), None).unwrap();
+    };
+    for i in 0..31 {
+        cycle(i);
+    }
+    // 31 superseded routes: below the trigger, every record is there.
+    let stat = store.stat(&hot.routes()).unwrap();
+    assert_eq!((stat.records, stat.segments), (1 + 2 * 31, 1), "{stat:?}");
+    cycle(31);
+    // The 32nd: the superseded routes go; the deletions (expiring after
+    // tombstone_ttl, 300 s) and the live route stay.
+    let stat = store.stat(&hot.routes()).unwrap();
+    assert_eq!(stat.records, 1 + 32, "{stat:?}");
+    assert_eq!(store.routes(&hot).unwrap().len(), 1);
+    assert!(store.verify().unwrap().problems.is_empty());
+    // The next trigger waits for more garbage than the ids kept (33).
+    for i in 32..65 {
+        cycle(i);
+    }
+    assert_eq!(store.stat(&hot.routes()).unwrap().records, 1 + 32 + 2 * 33);
+    cycle(65);
+    assert_eq!(store.stat(&hot.routes()).unwrap().records, 1 + 32 + 34);
+}
+
+/// The routes into removed journals are deleted at each source in one
+/// append per slice, and a watcher of the source's `kn_routes` (a route
+/// from it) still gets every deletion.
+#[test]
+fn routes_into_removed_journals_are_deleted_per_source_and_forwarded() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    let store = Store::open_with(c).unwrap();
+    store.route(&t("/what/chat/kn_routes"), b"/audit", ev(&[("kn_id", "audit")])).unwrap();
+    let mut journals = Vec::new();
+    for n in 0..10 {
+        let journal = session(&store, n);
+        store.route(&t("/what/other"), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("o{n}"))])).unwrap();
+        journals.push(journal);
+    }
+    for journal in &journals[..8] {
+        store.expire(journal).unwrap();
+    }
+    let before = store.stat(&t("/what/chat/kn_routes")).unwrap().records;
+    let report = store.sweep(64).unwrap();
+    assert_eq!((report.journals_removed, report.routes_removed), (8, 16), "{report:?}");
+    for source in ["/what/chat", "/what/other"] {
+        let left: Vec<String> = store.routes(&t(source)).unwrap().iter().map(|r| String::from_utf8_lossy(r.id()).into_owned()).collect();
+        assert_eq!(left.len(), 2, "{source}: {left:?}");
+    }
+    assert_eq!(store.stat(&t("/what/chat/kn_routes")).unwrap().records, before + 8);
+    // Each deletion reached the audit topic, as a delete_route's would.
+    let audit = payloads(&store, &t("/audit"));
+    assert_eq!(audit.iter().filter(|p| p.is_empty()).count(), 8, "{audit:?}");
+    // Nothing owed is left, and the sessions went with their journals.
+    assert_eq!(std::fs::read_to_string(dir.path().join(".sweep-routes")).unwrap_or_default(), "");
+    assert!(!dir.path().join("who/u/s/0").exists() && dir.path().join("who/u/s/9").exists());
+}
+
+/// Journals are found through their queue, not by walking the tree: with
+/// a store of many other topics, slices of 16 remove journals gone stale
+/// at the rate of their queue (one entry each, due when it may first be
+/// stale), and visit none of the other topics but through the walk's
+/// share of each slice.
+#[test]
+fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    c.heartbeat_stale = Duration::from_millis(200);
+    let store = Store::open_with(c).unwrap();
+    for i in 0..400 {
+        store.notify(&t(&format!("/big/t{i}")), ev(&[("kn_payload", "x")])).unwrap();
+    }
+    for n in 0..40 {
+        session(&store, n);
+    }
+    // Stale, and their entries due (in whole seconds).
+    std::thread::sleep(Duration::from_millis(1200));
+    // 40 journal entries, 40 sessions, /who/u/s, /who/u, /who: 14 a
+    // slice (the walk's share, 2 a slice, would take 200 slices).
+    let mut removed = 0;
+    let mut slices = 0;
+    while dir.path().join("who").exists() {
+        let report = store.sweep(16).unwrap();
+        assert!(report.visited <= 16, "{report:?}");
+        removed += report.journals_removed;
+        slices += 1;
+        assert!(slices <= 15, "{removed} journals removed in {slices} slices: not through the queue");
+    }
+    assert_eq!(removed, 40);
+}
+
+/// Run by `a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed`
+/// in a child process: sweeps slices until killed.
+#[test]
+fn child_sweeps_until_killed() {
+    let Some(root) = std::env::var_os("KN_SWEEP_KILL_CHILD") else { return };
+    let store = Store::open_with(kill_config(Path::new(&root))).unwrap();
+    loop {
+        store.sweep(8).unwrap();
+    }
+}
+
+fn exists(root: &Path, topic: &Topic) -> bool {
+    root.join(&topic.as_str()[1..]).is_dir()
+}
+
+/// The settings of the kill test and its child: journals stale 200 ms
+/// after their last tunnel, removed and pruned at once.
+fn kill_config(root: &Path) -> Config {
+    let mut c = config(root);
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    c.heartbeat_stale = Duration::from_millis(200);
+    c
+}
+
+/// What the sweep's files say is still to do (FORMAT.md, "Removal"): the
+/// topics named after the offset of a due queue, and the owed deletions.
+fn queued(root: &Path, file: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+    let Some(offset) = text.get(..20).and_then(|h| h.trim().parse::<usize>().ok()) else { return Vec::new() };
+    text[offset..].lines().filter_map(|l| l.split_once(' ').map(|(_, t)| t.to_string())).collect()
+}
+
+/// Crash safety of the sweep's index: a process sweeping is SIGKILLed at
+/// random points, again and again; after each kill, every journal still
+/// there is in the journals queue, every session directory left without
+/// its journal is in the topics queue, every route into a removed journal
+/// is deleted or owed in `.sweep-routes`, and the store verifies clean.
+/// Then slices finish the work from what the files say.
+#[test]
+fn a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed() {
+    let dir = scratch("kn-journal-sweep-");
+    let store = Store::open_with(kill_config(dir.path())).unwrap();
+    let sessions = 150;
+    let journals: Vec<Topic> = (0..sessions).map(|n| session(&store, n)).collect();
+    for (n, journal) in journals.iter().enumerate() {
+        store.route(&t(&format!("/what/room{}", n % 7)), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("x{n}"))])).unwrap();
+    }
+    // Stale, and their entries due (in whole seconds).
+    std::thread::sleep(Duration::from_millis(1200));
+    let root = dir.path();
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("seed {seed}");
+    let mut kills = 0;
+    while kills < 40 && journals.iter().any(|j| exists(root, j)) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_sweeps_until_killed", "--nocapture"])
+            .env("KN_SWEEP_KILL_CHILD", root)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(2_000 + seed % 40_000));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+        let in_journals = queued(root, ".sweep-journals");
+        let in_topics = queued(root, ".sweep-topics");
+        let owed = std::fs::read_to_string(root.join(".sweep-routes")).unwrap_or_default();
+        for (n, journal) in journals.iter().enumerate() {
+            if exists(root, journal) {
+                assert!(in_journals.iter().any(|q| q == journal.as_str()), "kill {kills}: {journal} not queued");
+                continue;
+            }
+            let session = journal.parent().unwrap();
+            if exists(root, &session) {
+                assert!(in_topics.iter().any(|q| q == session.as_str()), "kill {kills}: {session} not queued");
+            }
+            for (source, id) in [("/what/chat".to_string(), format!("r{n}")), (format!("/what/room{}", n % 7), format!("x{n}"))] {
+                let live = store.routes(&t(&source)).unwrap().iter().any(|r| r.id() == id.as_bytes());
+                assert!(!live || owed.contains(&format!(" {source} {journal}\n")), "kill {kills}: route {id} of {source} into {journal} lost");
+            }
+        }
+        let problems = store.verify().unwrap().problems;
+        assert!(problems.is_empty(), "kill {kills}: {problems:?}");
+    }
+    eprintln!("{kills} kills");
+    // What is left: the queues and the owed deletions finish it.
+    for _ in 0..200 {
+        if !root.join("who").exists() {
+            break;
+        }
+        store.sweep(64).unwrap();
+    }
+    assert!(!root.join("who").exists(), "{:?}", store.topics().unwrap());
+    for room in 0..7 {
+        assert!(store.routes(&t(&format!("/what/room{room}"))).unwrap().is_empty());
+    }
+    assert!(store.routes(&t("/what/chat")).unwrap().is_empty());
+    assert_eq!(std::fs::read_to_string(root.join(".sweep-routes")).unwrap_or_default(), "");
+}

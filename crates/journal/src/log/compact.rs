@@ -24,6 +24,11 @@ use super::writer::Writer;
 /// Compaction of an ordinary topic starts once it holds this many
 /// superseded records and more of them than live ones.
 const COMPACT_MIN_GARBAGE: u64 = 1000;
+/// The same for `kn_routes` and `kn_subtopics`: small topics that every
+/// notify (routes) or removal (announcements) reads whole, and whose
+/// garbage (deleted routes, withdrawn announcements) is most of what is
+/// written to them under churn.
+const COMPACT_MIN_GARBAGE_RESERVED: u64 = 32;
 
 impl Writer<'_> {
     /// Whether enough superseded records piled up to compact: at least
@@ -34,8 +39,38 @@ impl Writer<'_> {
     /// against every id ever seen; a compaction then counts every id it
     /// kept as live (tombstones not yet reclaimable included), so the next
     /// one is at least as far away as this one cost.
+    /// On `kn_routes` and `kn_subtopics` the minimum is
+    /// `COMPACT_MIN_GARBAGE_RESERVED`.
     pub(crate) fn wants_compaction(&self) -> bool {
-        self.ordinary && self.head.garbage >= COMPACT_MIN_GARBAGE && self.head.garbage > self.head.live
+        let min = if self.is_reserved() { COMPACT_MIN_GARBAGE_RESERVED } else { COMPACT_MIN_GARBAGE };
+        self.ordinary && self.head.garbage >= min && self.head.garbage > self.head.live
+    }
+
+    /// True for a `kn_routes` or `kn_subtopics` topic.
+    fn is_reserved(&self) -> bool {
+        self.dir.file_name().is_some_and(|n| n == crate::topic::ROUTES_SEGMENT || n == crate::topic::SUBTOPICS_SEGMENT)
+    }
+
+    /// The compaction a write asks for when [`Writer::wants_compaction`]:
+    /// [`Writer::compact`], which leaves the active segment as it is. A
+    /// small reserved topic (`kn_routes`, `kn_subtopics` whose segments
+    /// hold at most `segment_bytes` in all), whose garbage may all be in
+    /// its active segment for ever (it rolls only when it fills), first
+    /// seals that segment (a roll, as an append that fills it does), so
+    /// its garbage goes now: the trigger then costs reading and
+    /// rewriting at most `segment_bytes`, and comes again only once as
+    /// much garbage as live data was written.
+    pub(crate) fn compact_wanted(&mut self, now: f64) -> Result<CompactReport> {
+        if self.is_reserved() && self.head.active_len > 0 {
+            let mut total = 0;
+            for first in list_segments(&self.dir)? {
+                total += fs::metadata(self.dir.join(segment_name(first))).map(|m| m.len()).unwrap_or(0);
+            }
+            if total <= self.config.segment_bytes {
+                self.roll()?;
+            }
+        }
+        self.compact(now)
     }
 
     /// Deletes whole sealed journal segments that are too old or beyond

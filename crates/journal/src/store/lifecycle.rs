@@ -179,7 +179,11 @@ impl Store {
     pub fn expire(&self, journal: &Topic) -> Result<()> {
         let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
         match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Stale now: due for the sweep after its grace.
+                self.queue_journal(journal, Duration::ZERO);
+                Ok(())
+            }
             Err(e) if e.kind() == IoKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("cannot expire heartbeat", &path, e)),
         }

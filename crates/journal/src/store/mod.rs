@@ -24,6 +24,7 @@ mod post;
 mod read;
 mod routes;
 mod sweep;
+mod sweep_index;
 
 pub use admin::TopicStat;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};

@@ -305,7 +305,7 @@ impl Store {
         };
         if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
             // Best effort: the post is stored whatever happens here.
-            let _ = writer.compact(now());
+            let _ = writer.compact_wanted(now());
         }
         let routes_generation = writer.routes_generation();
         let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
@@ -419,6 +419,10 @@ impl Store {
         // for `kn_routes`, made while a route write may hold that lock:
         // the sweep ignores reserved children, and route writes exclude it).
         let _parent = if topic.is_reserved() { None } else { Some(self.lock_for_child(parent)?) };
+        if topic.is_journal() {
+            // Queued for the sweep before it exists (sweep.rs).
+            self.queue_journal(topic, self.config.heartbeat_stale);
+        }
         match create_topic_dir(&path) {
             Ok(()) => {
                 if self.config.sync == SyncPolicy::Always {

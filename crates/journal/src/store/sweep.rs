@@ -1,32 +1,39 @@
 //! The sweep: what keeps a store as large as the sessions still live, not
 //! as the sessions ever seen. Stale journals are removed with the routes
 //! that point into them (at their sources, found through the journal's
-//! `.sources`) and their `kn_subtopics` announcement; empty topics are
-//! pruned; hidden leftovers of an interrupted removal are deleted.
-//! [`Store::sweep`] does one bounded slice (pubsub.cgi after a response,
-//! `serve` in the background), [`Store::sweep_all`] a whole pass (`kn gc`).
-//! FORMAT.md, "Removal", says why a post, route or tunnel racing with a
-//! removal never sees half a topic.
+//! `.sources`, deleted in one append per source and slice) and their
+//! `kn_subtopics` announcement; empty topics are pruned; hidden leftovers
+//! of an interrupted removal are deleted.
+//!
+//! A slice finds its work in due queues (`sweep_index.rs`), not by walking
+//! the tree: every journal is queued when it is created (due when it can
+//! first be stale past its grace) and queued again while it is live; the
+//! parent of every removed topic is queued (due after `topic_grace`). A
+//! slow walk of the tree, a small share of each slice, is the backstop for
+//! what no queue names (topics emptied by expiry, stores of older
+//! versions). [`Store::sweep`] does one bounded slice (pubsub.cgi after a
+//! response, `serve` in the background), [`Store::sweep_all`] a whole pass
+//! (`kn gc`). FORMAT.md, "Removal", says why a post, route or tunnel
+//! racing with a removal never sees half a topic.
 
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::{self, File, TryLockError};
 use std::io::{ErrorKind as IoKind, Write as _};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::ids::now;
-use crate::log::{self, Writer};
+use crate::log::{self, Appended, Writer};
 use crate::stats::Counter;
 use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
-use super::post::PostReport;
+use super::post::{Job, PostReport, Stored};
 use super::read::Selection;
+use super::sweep_index::{self as index, Due, DueQueue, Owed, Queue};
 use super::{Destination, HEARTBEAT_FILE, Store};
 
-/// The sweep's queue of directories still to visit, in the store root.
-const SWEEP_FILE: &str = ".sweep";
 /// In a journal: the source topics of the routes created into it.
 pub(super) const SOURCES_FILE: &str = ".sources";
 /// The name prefix of a topic directory set aside for deletion.
@@ -34,16 +41,17 @@ pub const REMOVING_PREFIX: &str = ".removing-";
 /// How long a directory set aside must have been left unchanged before a
 /// sweep takes it for the leftover of an interrupted removal.
 const LEFTOVER_AGE: Duration = Duration::from_secs(60);
-/// The queue file's header: the offset of the next name to visit, in
-/// decimal, padded to 20 digits, and a newline.
-const HEADER: u64 = 21;
+/// A route deletion owed this long (its source failing every slice since)
+/// is given up: the route's first delivery poisons it anyway.
+const OWED_GIVE_UP: u64 = 24 * 3600;
 
 /// What a sweep did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SweepReport {
     /// False when the slice did not run: another process was sweeping.
     pub ran: bool,
-    /// Topic directories visited.
+    /// Topic directories visited (queued entries looked at, and
+    /// directories of the walk).
     pub visited: usize,
     /// Stale journals removed (files, directory, announcement, routes).
     pub journals_removed: u64,
@@ -55,21 +63,67 @@ pub struct SweepReport {
     pub bytes_reclaimed: u64,
 }
 
-/// What `Store::visit` found to visit next.
-struct Visited {
-    /// The child topics of the topic visited.
-    children: Vec<Topic>,
-    /// The parent of a topic just removed: visited again in the same pass
-    /// (a slice's walk goes parents first), but only for itself, its
-    /// other children being in the queue already.
-    emptied: Option<Topic>,
-}
-
 /// The grace periods of one sweep.
 #[derive(Clone, Copy, Debug)]
 struct Grace {
     journal: Duration,
     topic: Duration,
+}
+
+/// What one slice (or a `kn gc` pass) carries while it runs.
+struct Run {
+    grace: Grace,
+    report: SweepReport,
+    /// Route deletions owed by the journals removed (and by a slice that
+    /// died before settling them), settled at the end.
+    owed: Vec<Owed>,
+    /// Whether removals queue their parent (slices; `kn gc` visits every
+    /// topic children first instead).
+    queue_parents: bool,
+    /// Topics this run put in the topics queue and did not take out yet:
+    /// each is queued once at a time.
+    queued: HashSet<Topic>,
+    failed: Option<Error>,
+}
+
+impl Run {
+    fn fail(&mut self, e: Error) {
+        self.failed.get_or_insert(e);
+    }
+
+    /// A run for one thread of this one, to be merged back.
+    fn fork(&self) -> Run {
+        Run {
+            grace: self.grace,
+            report: SweepReport::default(),
+            owed: Vec::new(),
+            queue_parents: self.queue_parents,
+            queued: self.queued.clone(),
+            failed: None,
+        }
+    }
+
+    /// Adds what a forked run did (its looks are counted by the caller).
+    fn merge(&mut self, other: Run) {
+        let r = other.report;
+        self.report.journals_removed += r.journals_removed;
+        self.report.topics_pruned += r.topics_pruned;
+        self.report.routes_removed += r.routes_removed;
+        self.report.bytes_reclaimed += r.bytes_reclaimed;
+        self.owed.extend(other.owed);
+        self.queued.extend(other.queued);
+        if let Some(e) = other.failed {
+            self.fail(e);
+        }
+    }
+}
+
+/// What a look at a queued journal or topic decided.
+enum Look {
+    /// Removed, gone, or nothing to do until something queues it again.
+    Done,
+    /// To look at again from this time (seconds since the epoch).
+    Again(u64),
 }
 
 impl Store {
@@ -80,98 +134,111 @@ impl Store {
         if self.config.sweep_budget == 0 {
             return false;
         }
-        match fs::metadata(self.config.root.join(SWEEP_FILE)).and_then(|m| m.modified()) {
+        match fs::metadata(self.config.root.join(index::WALK_FILE)).and_then(|m| m.modified()) {
             Ok(t) => age(t) >= self.config.sweep_interval,
             Err(_) => true,
         }
     }
 
-    /// One slice of the sweep: visits at most `budget` topic directories,
-    /// continuing where the last slice of any process stopped (a queue in
-    /// the root's `.sweep`; a pass that ends starts again at the root), and
-    /// removes what is stale or empty longer than its grace period. Does
-    /// nothing (`ran` false) when another process is sweeping. Counts what
-    /// it did in the store's counters. A topic that fails is passed by and
-    /// the slice goes on; the first such error is returned at the end.
+    /// One slice of the sweep: looks at most at `budget` topics. First the
+    /// journals whose queue entry is due (each removed if stale longer
+    /// than its grace, else queued again for when it may be), for up to
+    /// half of the queues' share of the budget, then the queued parents
+    /// of removed topics (each pruned if empty and quiet longer than its
+    /// grace, which may queue its own parent: a cascade completes in one
+    /// slice), then both again, then, with what is left of the budget but
+    /// at least an eighth of it, the backstop walk of the tree, continuing
+    /// where the last slice of any process stopped (a queue in the root's
+    /// `.sweep`; a pass that ends starts again at the root), and the
+    /// parents of what the walk removed. Then the
+    /// routes into the removed journals are deleted, one append per
+    /// source. Does nothing (`ran` false) when another process is
+    /// sweeping. Counts what it did in the store's counters. A topic that
+    /// fails is passed by and the slice goes on; the first such error is
+    /// returned at the end.
     pub fn sweep(&self, budget: usize) -> Result<SweepReport> {
-        let path = self.config.root.join(SWEEP_FILE);
+        let path = self.config.root.join(index::WALK_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Ok(SweepReport::default()),
             Err(TryLockError::Error(e)) => return Err(Error::io("cannot lock", &path, e)),
         }
-        let mut queue = Queue::open(&file, &path)?;
-        let grace = self.grace(None);
-        let mut report = SweepReport { ran: true, ..SweepReport::default() };
-        let mut restarted = false;
-        let mut failed = None;
-        let mut revisits = std::collections::HashSet::new();
-        while report.visited < budget {
-            let batch = queue.pop(budget - report.visited)?;
-            if batch.is_empty() {
-                if restarted {
-                    break;
-                }
-                restarted = true;
-                queue.restart()?;
-                continue;
-            }
-            for (topic, alone) in batch {
-                report.visited += 1;
-                // A topic that fails (permissions, a damaged log) is passed
-                // by, not retried by every slice: the walk goes on.
-                match self.visit(&topic, grace, &mut report) {
-                    Ok(next) => {
-                        if !alone {
-                            queue.push(&next.children, false)?;
-                        }
-                        // Once per slice: the siblings removed after it are
-                        // queued before it already.
-                        if let Some(parent) = next.emptied.filter(|p| revisits.insert(p.clone())) {
-                            queue.push(&[parent], true)?;
-                        }
-                    }
-                    Err(e) => failed = failed.or(Some(e)),
-                }
+        let mut run = self.start_run(None, true);
+        let walk_share = (budget / 8).max(1).min(budget);
+        let queue_share = budget.saturating_sub(walk_share).max(budget.min(1));
+        let t = now_secs();
+        let root = &self.config.root;
+        let mut journals = DueQueue::open(root.join(index::JOURNALS_FILE))?;
+        let mut topics = DueQueue::open(root.join(index::TOPICS_FILE))?;
+        // The journals queue first, but for half of the queues' share
+        // while the topics queue has work (a session leaves two topic
+        // looks after its journal's), then the topics queue, then the
+        // journals queue again with what is left.
+        let mut drained = Ok(());
+        for (journals_up_to, topics_up_to) in [((queue_share / 2).max(1), queue_share), (queue_share, queue_share)] {
+            drained = drained
+                .and_then(|_| self.drain_journals(&mut journals, t, journals_up_to, &mut run))
+                .and_then(|_| self.drain_topics(&mut topics, t, topics_up_to, &mut run));
+        }
+        if let Err(e) = drained {
+            run.fail(e);
+        }
+        let mut walk = Queue::open(&file, &path)?;
+        let left = budget - run.report.visited.min(budget);
+        if let Err(e) = self.walk(&mut walk, left, &mut run) {
+            run.fail(e);
+        }
+        // The parents of what the walk removed.
+        if let Err(e) = self.drain_topics(&mut topics, t, budget, &mut run) {
+            run.fail(e);
+        }
+        self.settle_owed(&mut run);
+        for saved in [journals.save(), topics.save(), walk.save()] {
+            if let Err(e) = saved {
+                run.fail(e);
             }
         }
-        queue.save()?;
-        self.count_sweep(&report);
         self.drop_dead_kept();
-        failed.map_or(Ok(report), Err)
+        self.finish(run)
     }
 
     /// A whole pass of the sweep over every topic, deepest first (so a
     /// topic emptied by the removal of its journal goes in the same pass),
-    /// for `kn gc`. `grace` overrides both grace periods (0: whatever is
-    /// stale or empty now). A topic that fails is passed by; the first
-    /// such error is returned once every topic was visited.
+    /// for `kn gc`; waits for a slice running meanwhile to end. `grace`
+    /// overrides both grace periods (0: whatever is stale or empty now).
+    /// A topic that fails is passed by; the first such error is returned
+    /// once every topic was visited.
     pub fn sweep_all(&self, grace: Option<Duration>) -> Result<SweepReport> {
-        let grace = self.grace(grace);
-        let mut report = SweepReport { ran: true, ..SweepReport::default() };
+        let path = self.config.root.join(index::WALK_FILE);
+        let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+        file.lock().map_err(|e| Error::io("cannot lock", &path, e))?;
+        let mut run = self.start_run(grace, false);
         let mut topics = self.topics()?;
         topics.retain(|t| !t.is_reserved());
         topics.reverse();
         topics.push(Topic::root());
-        let mut failed = None;
         for topic in topics {
-            report.visited += 1;
-            if let Err(e) = self.visit(&topic, grace, &mut report).map(|_| ()) {
-                failed = failed.or(Some(e));
+            run.report.visited += 1;
+            if let Err(e) = self.visit(&topic, &mut run) {
+                run.fail(e);
             }
         }
-        self.count_sweep(&report);
-        failed.map_or(Ok(report), Err)
+        self.settle_owed(&mut run);
+        self.finish(run)
     }
 
-    fn grace(&self, over: Option<Duration>) -> Grace {
-        Grace { journal: over.unwrap_or(self.config.journal_grace), topic: over.unwrap_or(self.config.topic_grace) }
+    fn start_run(&self, over: Option<Duration>, queue_parents: bool) -> Run {
+        let grace = Grace { journal: over.unwrap_or(self.config.journal_grace), topic: over.unwrap_or(self.config.topic_grace) };
+        let owed = index::read_owed(&self.config.root);
+        Run { grace, report: SweepReport { ran: true, ..SweepReport::default() }, owed, queue_parents, queued: HashSet::new(), failed: None }
     }
 
-    /// Adds what a sweep did to the store's counters (best effort: the
-    /// counters are figures for operators only).
-    fn count_sweep(&self, report: &SweepReport) {
+    /// Counts what a run did in the store's counters (best effort: the
+    /// counters are figures for operators only) and returns its report or
+    /// its first error.
+    fn finish(&self, run: Run) -> Result<SweepReport> {
+        let report = run.report;
         let counts = [
             (Counter::Sweeps, 1),
             (Counter::JournalsRemoved, report.journals_removed),
@@ -184,18 +251,210 @@ impl Store {
                 let _ = self.count(counter, n);
             }
         }
+        run.failed.map_or(Ok(report), Err)
     }
 
-    /// Visits one topic directory: deletes the leftovers of interrupted
-    /// removals in it, removes it if it is a journal stale longer than
-    /// its grace or an empty topic untouched longer than its grace, and
-    /// returns its children and, when it was removed, its parent (which
-    /// may be empty now).
-    fn visit(&self, topic: &Topic, grace: Grace, report: &mut SweepReport) -> Result<Visited> {
+    /// Queues `journal` in `.sweep-journals`, due `stale_in` plus
+    /// `journal_grace` from now (the earliest it could be removed):
+    /// called just before a journal's directory is created, with
+    /// `heartbeat_stale` (the tunnel creating it refreshes its heartbeat;
+    /// a crash in between leaves an entry naming nothing, passed by), and
+    /// when a journal is expired, with 0. Every creation entry is due a
+    /// fixed time after it is appended, so the queue is in the order they
+    /// fall due, but for the entries of expired journals and of live ones
+    /// queued again (due `heartbeat_stale` after their heartbeat), which
+    /// hold back, or are held back, by at most `heartbeat_stale`. Best
+    /// effort: a journal missing from the queue is found by the backstop
+    /// walk. Nothing is queued when no slices run (`sweep_budget` 0:
+    /// `kn gc` walks the tree).
+    pub(super) fn queue_journal(&self, journal: &Topic, stale_in: Duration) {
+        if self.config.sweep_budget == 0 {
+            return;
+        }
+        let due = secs_floor(SystemTime::now() + stale_in + self.config.journal_grace);
+        let _ = index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &[(due, journal)]);
+    }
+
+    /// Looks at the due entries of the journals queue, up to `budget`.
+    fn drain_journals(&self, queue: &mut DueQueue, t: u64, budget: usize, run: &mut Run) -> Result<()> {
+        let mut seen = HashSet::new();
+        let mut journals = Vec::new();
+        for Due { topic, .. } in queue.pop(t, budget.saturating_sub(run.report.visited))? {
+            run.report.visited += 1;
+            if topic.is_journal() && seen.insert(topic.clone()) {
+                journals.push(topic);
+            }
+        }
+        let again = self.look_at_all(journals, run, Store::look_at_journal);
+        let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
+        index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &again)
+    }
+
+    /// Looks at each of `topics` with `look`, on up to `sweep_threads`
+    /// threads (each with a fork of `run`, merged back); returns the
+    /// topics to look at again, with when.
+    fn look_at_all(&self, topics: Vec<Topic>, run: &mut Run, look: fn(&Store, &Topic, &mut Run) -> Result<Look>) -> Vec<(u64, Topic)> {
+        let threads = self.config.sweep_threads.clamp(1, topics.len().max(1));
+        let mut parts: Vec<Vec<Topic>> = vec![Vec::new(); threads];
+        for (i, topic) in topics.into_iter().enumerate() {
+            parts[i % threads].push(topic);
+        }
+        let one = |part: Vec<Topic>, run: &mut Run| {
+            let mut again = Vec::new();
+            for topic in part {
+                match look(self, &topic, run) {
+                    Ok(Look::Again(due)) => again.push((due, topic)),
+                    Ok(Look::Done) => {}
+                    Err(e) => run.fail(e),
+                }
+            }
+            again
+        };
+        if threads == 1 {
+            return one(parts.pop().unwrap_or_default(), run);
+        }
+        let forks: Vec<(Run, Vec<(u64, Topic)>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
+                    let mut fork = run.fork();
+                    scope.spawn(move || {
+                        let again = one(part, &mut fork);
+                        (fork, again)
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut again = Vec::new();
+        for (fork, more) in forks {
+            run.merge(fork);
+            again.extend(more);
+        }
+        again
+    }
+
+    /// A queued journal: removed when stale longer than its grace, else
+    /// queued again for when it may be (a live one is thus looked at about
+    /// once per `heartbeat_stale`, whatever the store's size).
+    fn look_at_journal(&self, journal: &Topic, run: &mut Run) -> Result<Look> {
+        let dir = self.dir(journal);
+        let Some(stale) = self.stale_since(&dir) else { return Ok(Look::Done) };
+        let removable_at = stale + run.grace.journal;
+        if SystemTime::now() < removable_at {
+            return Ok(Look::Again(secs_ceil(removable_at)));
+        }
+        if self.remove_journal(journal, run.grace.journal, run)? {
+            return Ok(Look::Done);
+        }
+        match self.stale_since(&dir) {
+            None => Ok(Look::Done),
+            // Refreshed meanwhile.
+            Some(stale) if SystemTime::now() < stale + run.grace.journal => Ok(Look::Again(secs_ceil(stale + run.grace.journal))),
+            // With a child topic: look again later.
+            Some(_) => Ok(Look::Again(secs_ceil(SystemTime::now() + self.config.heartbeat_stale + run.grace.journal))),
+        }
+    }
+
+    /// Looks at the due entries of the topics queue, including those that
+    /// the prunes of this slice queue, up to `budget` in all.
+    fn drain_topics(&self, queue: &mut DueQueue, t: u64, budget: usize, run: &mut Run) -> Result<()> {
+        let mut again = Vec::new();
+        while run.report.visited < budget {
+            // Now, not the slice's start: what this slice queued is due
+            // by now even if a second began meanwhile.
+            let entries = queue.pop(t.max(now_secs()), budget - run.report.visited)?;
+            if entries.is_empty() {
+                break;
+            }
+            let mut topics = Vec::new();
+            for Due { topic, .. } in entries {
+                run.report.visited += 1;
+                run.queued.remove(&topic);
+                if !topics.contains(&topic) {
+                    topics.push(topic);
+                }
+            }
+            again.extend(self.look_at_all(topics, run, Store::look_at_topic));
+        }
+        let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
+        index::enqueue(&self.config.root.join(index::TOPICS_FILE), &again)
+    }
+
+    /// A queued topic (the parent of a removed one): pruned when empty and
+    /// quiet longer than its grace; queued again for when it may be quiet;
+    /// left when it has a child (the child's removal queues it again).
+    fn look_at_topic(&self, topic: &Topic, run: &mut Run) -> Result<Look> {
+        if topic.is_root() || topic.is_reserved() || topic.is_journal() {
+            return Ok(Look::Done);
+        }
+        let dir = self.dir(topic);
+        if !dir.is_dir() || has_child_dirs(&dir) {
+            return Ok(Look::Done);
+        }
+        if let Some(changed) = last_change(&dir) {
+            if age(changed) < run.grace.topic {
+                return Ok(Look::Again(secs_ceil(changed + run.grace.topic)));
+            }
+        }
+        self.prune_topic(topic, run.grace.topic, run)?;
+        Ok(Look::Done)
+    }
+
+    /// Queues the parent of `topic` (about to be removed) in
+    /// `.sweep-topics`, due after `topic_grace`: it may be empty then.
+    /// Written before the removal, so a crash cannot lose it.
+    fn queue_parent(&self, topic: &Topic, run: &mut Run) -> Result<()> {
+        let Some(parent) = topic.parent() else { return Ok(()) };
+        if !run.queue_parents || parent.is_root() || !run.queued.insert(parent.clone()) {
+            return Ok(());
+        }
+        let due = secs_floor(SystemTime::now() + self.config.topic_grace);
+        index::enqueue(&self.config.root.join(index::TOPICS_FILE), &[(due, &parent)])
+    }
+
+    /// The backstop walk: visits up to `budget` directories from the
+    /// walk's queue, appending their children.
+    fn walk(&self, queue: &mut Queue<'_>, budget: usize, run: &mut Run) -> Result<()> {
+        let mut visited = 0;
+        let mut restarted = false;
+        while visited < budget {
+            let batch = queue.pop(budget - visited)?;
+            if batch.is_empty() {
+                // A pass that ends starts again at the next slice (or
+                // at once, if it ended with the last one).
+                if restarted || visited > 0 {
+                    break;
+                }
+                restarted = true;
+                queue.restart()?;
+                continue;
+            }
+            for (topic, alone) in batch {
+                visited += 1;
+                run.report.visited += 1;
+                // A topic that fails (permissions, a damaged log) is passed
+                // by, not retried by every slice: the walk goes on.
+                match self.visit(&topic, run) {
+                    Ok(children) if !alone => queue.push(&children)?,
+                    Ok(_) => {}
+                    Err(e) => run.fail(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits one topic directory (the walk, `kn gc`): deletes the
+    /// leftovers of interrupted removals in it, deletes its routes into
+    /// nothing, removes it if it is a journal stale longer than its grace
+    /// or an empty topic untouched longer than its grace, and returns its
+    /// children.
+    fn visit(&self, topic: &Topic, run: &mut Run) -> Result<Vec<Topic>> {
         let dir = self.dir(topic);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => return Ok(Visited { children: Vec::new(), emptied: None }),
+            Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => return Ok(Vec::new()),
             Err(e) => return Err(Error::io("cannot list", &dir, e)),
         };
         let mut children = Vec::new();
@@ -207,7 +466,7 @@ impl Store {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with(REMOVING_PREFIX) {
-                report.bytes_reclaimed += self.delete_leftover(&entry.path());
+                run.report.bytes_reclaimed += self.delete_leftover(&entry.path());
                 continue;
             }
             if name.starts_with('.') || name == ROUTES_SEGMENT || name == SUBTOPICS_SEGMENT {
@@ -219,25 +478,26 @@ impl Store {
         }
         children.sort();
         if !topic.is_journal() {
-            report.routes_removed += self.drop_routes_into_nothing(topic, grace.journal)?;
+            run.report.routes_removed += self.drop_routes_into_nothing(topic, run.grace.journal)?;
         }
         if !children.is_empty() || topic.is_root() || topic.is_reserved() {
-            return Ok(Visited { children, emptied: None });
+            return Ok(children);
         }
-        let removed = if topic.is_journal() {
-            self.remove_journal(topic, grace.journal, report)?
+        if topic.is_journal() {
+            self.remove_journal(topic, run.grace.journal, run)?;
         } else {
-            self.prune_topic(topic, grace.topic, report)?
-        };
-        Ok(Visited { children, emptied: if removed { topic.parent() } else { None } })
+            self.prune_topic(topic, run.grace.topic, run)?;
+        }
+        Ok(children)
     }
 
     /// Removes `journal` if it is stale longer than `grace` (FORMAT.md,
     /// "Removal"): under its lock, so that no tunnel revives it meanwhile,
-    /// the routes listed in its `.sources` are deleted at their sources,
-    /// its announcement is withdrawn, and its directory is set aside and
-    /// deleted. True when it was removed.
-    fn remove_journal(&self, journal: &Topic, grace: Duration, report: &mut SweepReport) -> Result<bool> {
+    /// the routes listed in its `.sources` are noted as owed (deleted at
+    /// their sources at the end of the run, one append per source), its
+    /// parent is queued, its announcement is withdrawn, and its directory
+    /// is set aside and deleted. True when it was removed.
+    fn remove_journal(&self, journal: &Topic, grace: Duration, run: &mut Run) -> Result<bool> {
         let dir = self.dir(journal);
         if !self.removable_journal(&dir, grace) {
             return Ok(false);
@@ -247,32 +507,41 @@ impl Store {
         if !self.removable_journal(&dir, grace) || has_child_dirs(&dir) {
             return Ok(false);
         }
-        for source in read_sources(&dir) {
-            report.routes_removed += self.drop_routes_into(&source, journal)?;
-        }
+        let removed_at = now_secs();
+        let owed: Vec<Owed> = read_sources(&dir).into_iter().map(|source| Owed { removed_at, source, journal: journal.clone() }).collect();
+        // Noted before the removal: a slice that dies after it leaves
+        // them to the next one.
+        index::append_owed(&self.config.root, &owed)?;
+        run.owed.extend(owed);
+        self.queue_parent(journal, run)?;
         self.drop_announcement(journal)?;
-        report.bytes_reclaimed += self.set_aside(&dir, lock, &[])?;
-        report.journals_removed += 1;
+        run.report.bytes_reclaimed += self.set_aside(&dir, lock, &[])?;
+        run.report.journals_removed += 1;
         self.forget_kept(journal);
         Ok(true)
     }
 
-    /// True when the journal in `dir` went stale (heartbeat older than
-    /// `heartbeat_stale`; a missing one since the directory last changed,
-    /// which is when it was deleted) more than `grace` ago.
-    fn removable_journal(&self, dir: &Path, grace: Duration) -> bool {
+    /// When the journal in `dir` went stale: `heartbeat_stale` after its
+    /// heartbeat; without one, when its directory last changed, which is
+    /// when the heartbeat was deleted. `None` when there is no journal.
+    fn stale_since(&self, dir: &Path) -> Option<SystemTime> {
         match fs::metadata(dir.join(HEARTBEAT_FILE)).and_then(|m| m.modified()) {
-            Ok(beat) => age(beat) > self.config.heartbeat_stale + grace,
-            Err(_) => fs::metadata(dir).and_then(|m| m.modified()).is_ok_and(|t| age(t) > grace),
+            Ok(beat) => Some(beat + self.config.heartbeat_stale),
+            Err(_) => fs::metadata(dir).and_then(|m| m.modified()).ok(),
         }
+    }
+
+    /// True when the journal in `dir` went stale more than `grace` ago.
+    fn removable_journal(&self, dir: &Path, grace: Duration) -> bool {
+        self.stale_since(dir).is_some_and(|stale| SystemTime::now() >= stale + grace)
     }
 
     /// Removes `topic` if it is empty (no current event, no active route,
     /// no subtopic, no child directory) and nothing in it changed for
     /// `grace`: under its lock and those of its `kn_routes` and
-    /// `kn_subtopics`, its announcement is withdrawn and its directory set
-    /// aside and deleted. True when it was removed.
-    fn prune_topic(&self, topic: &Topic, grace: Duration, report: &mut SweepReport) -> Result<bool> {
+    /// `kn_subtopics`, its parent is queued, its announcement is withdrawn
+    /// and its directory set aside and deleted. True when it was removed.
+    fn prune_topic(&self, topic: &Topic, grace: Duration, run: &mut Run) -> Result<bool> {
         let dir = self.dir(topic);
         if !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
@@ -289,9 +558,10 @@ impl Store {
         if has_child_dirs(&dir) || !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
         }
+        self.queue_parent(topic, run)?;
         self.drop_announcement(topic)?;
-        report.bytes_reclaimed += self.set_aside(&dir, lock, &inner)?;
-        report.topics_pruned += 1;
+        run.report.bytes_reclaimed += self.set_aside(&dir, lock, &inner)?;
+        run.report.topics_pruned += 1;
         for t in [topic.clone(), topic.routes(), topic.subtopics()] {
             self.forget_kept(&t);
         }
@@ -308,21 +578,148 @@ impl Store {
         Ok(!one(topic)? && self.routes(topic)?.is_empty() && !one(&topic.subtopics())?)
     }
 
-    /// Deletes the active routes of `source` that deliver into `journal`
-    /// (each replaced by an inactive route expiring after `tombstone_ttl`,
-    /// as [`Store::delete_route`]); returns how many.
-    fn drop_routes_into(&self, source: &Topic, journal: &Topic) -> Result<u64> {
+    /// Deletes the routes owed by the journals this run removed (and by a
+    /// run that died before), grouped by source: one read of each
+    /// source's routes and one append of all its deletions. What fails is
+    /// kept in `.sweep-routes` for the next run (given up after a day).
+    fn settle_owed(&self, run: &mut Run) {
+        let mut by_source: BTreeMap<Topic, Vec<Owed>> = BTreeMap::new();
+        for owed in std::mem::take(&mut run.owed) {
+            by_source.entry(owed.source.clone()).or_default().push(owed);
+        }
+        let t = now_secs();
+        let threads = self.config.sweep_threads.clamp(1, by_source.len().max(1));
+        let mut parts: Vec<Vec<(Topic, Vec<Owed>)>> = vec![Vec::new(); threads];
+        for (i, group) in by_source.into_iter().enumerate() {
+            parts[i % threads].push(group);
+        }
+        // Each part: the routes removed, what is still owed, the first error.
+        let settle = |part: Vec<(Topic, Vec<Owed>)>| {
+            let (mut removed, mut left, mut failed) = (0, Vec::new(), None);
+            for (source, owed) in part {
+                match self.delete_routes_into(&source, &owed) {
+                    Ok(n) => removed += n,
+                    Err(e) => {
+                        left.extend(owed.into_iter().filter(|o| o.removed_at + OWED_GIVE_UP > t));
+                        failed = failed.or(Some(e));
+                    }
+                }
+            }
+            (removed, left, failed)
+        };
+        let settled: Vec<(u64, Vec<Owed>, Option<Error>)> = if threads == 1 {
+            parts.into_iter().map(settle).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = parts.into_iter().map(|part| scope.spawn(move || settle(part))).collect();
+                handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            })
+        };
+        let mut left = Vec::new();
+        for (removed, more, failed) in settled {
+            run.report.routes_removed += removed;
+            left.extend(more);
+            if let Some(e) = failed {
+                run.fail(e);
+            }
+        }
+        if let Err(e) = index::write_owed(&self.config.root, &left) {
+            run.fail(e);
+        }
+    }
+
+    /// Deletes the active routes of `source` into the journals of `owed`
+    /// made before their removal (or into one that does not exist now),
+    /// each replaced by an inactive route expiring after `tombstone_ttl`,
+    /// as [`Store::delete_route`] does, but all in one append; returns how
+    /// many.
+    fn delete_routes_into(&self, source: &Topic, owed: &[Owed]) -> Result<u64> {
         if !self.dir(&source.routes()).is_dir() {
             return Ok(0);
         }
-        let mut removed = 0;
+        let mut into: HashMap<&Topic, u64> = HashMap::new();
+        for o in owed {
+            let at = into.entry(&o.journal).or_default();
+            *at = (*at).max(o.removed_at);
+        }
+        let mut ids = Vec::new();
         for route in self.routes(source)? {
-            if matches!(self.route_target(route.destination()), Ok(Destination::Local(t)) if t == *journal) {
-                self.delete_route(source, route.id(), None)?;
-                removed += 1;
+            let Ok(Destination::Local(to)) = self.route_target(route.destination()) else { continue };
+            let Some(&removed_at) = into.get(&to) else { continue };
+            // A route made after the removal is into a journal created
+            // again since (by a tunnel): it stays.
+            if made_at(&route.event) < removed_at as f64 || !self.dir(&to).is_dir() {
+                ids.push(route.id().to_vec());
             }
         }
-        Ok(removed)
+        self.delete_routes_at_once(source, &ids)
+    }
+
+    /// Replaces routes `ids` of `source` by deletions expiring after
+    /// `tombstone_ttl`, in one append under the locks a route write takes
+    /// (the source's, whose route generation changes once, then
+    /// `kn_routes`'s); the deletions are then forwarded along the routes
+    /// of `kn_routes` like any write there. Returns how many were stored.
+    fn delete_routes_at_once(&self, source: &Topic, ids: &[Vec<u8>]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let t = now();
+        let time = format_time(t.floor());
+        let expires = format_time(t + self.config.tombstone_ttl.as_secs_f64());
+        let events: Vec<Event> = ids
+            .iter()
+            .map(|id| {
+                let mut event = Event::new();
+                event.set(KN_ID, id.as_slice()).set(KN_PAYLOAD, "").set(KN_TIME_T, time.as_str()).set(KN_EXPIRES, expires.as_str());
+                event
+            })
+            .collect();
+        let routes = source.routes();
+        let mut prepare = || Ok(());
+        let (mut source_writer, source_kept) = self.writer(source, self.take_kept(source), &mut prepare)?;
+        let opened = source_writer.routes_changing().and_then(|_| self.writer(&routes, self.take_kept(&routes), &mut prepare));
+        let (mut writer, kept) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.keep(source_writer, source_kept);
+                return Err(e);
+            }
+        };
+        let waking = self.appending(&routes);
+        let mut stored = Vec::new();
+        let mut result = Ok(());
+        for event in &events {
+            match writer.append(event, t.max(0.0) as u64, &self.gauge) {
+                Ok(Appended::Stored(seq)) => stored.push((seq, event)),
+                Ok(_) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if !stored.is_empty() && writer.wants_compaction() {
+            // Best effort: the deletions are stored whatever happens here.
+            let _ = writer.compact_wanted(t);
+        }
+        self.keep(writer, kept);
+        self.keep(source_writer, source_kept);
+        self.appended(waking, !stored.is_empty());
+        if !stored.is_empty() {
+            self.changed(&routes);
+        }
+        let n = stored.len() as u64;
+        let jobs: VecDeque<Job> = stored
+            .into_iter()
+            .map(|(seq, event)| {
+                let mut event = event.clone();
+                event.set(KN_ROUTE_CHECKPOINT, seq.to_string());
+                Job::stored(routes.clone(), event, None, Stored { seq, routes_generation: None, routes: None })
+            })
+            .collect();
+        self.run_forwarding(jobs, &mut PostReport::default())?;
+        result.map(|_| n)
     }
 
     /// Deletes the active routes of `source` into local journals that do
@@ -336,17 +733,16 @@ impl Store {
             return Ok(0);
         }
         let horizon = now() - grace.as_secs_f64();
-        let mut removed = 0;
+        let mut ids = Vec::new();
         for route in self.routes(source)? {
             let Ok(Destination::Local(to)) = self.route_target(route.destination()) else { continue };
-            let made = route.event.get_str(KN_TIME_T).and_then(|t| t.parse::<f64>().ok()).unwrap_or(0.0);
-            if to.is_journal() && made < horizon && !self.dir(&to).is_dir() {
-                self.delete_route(source, route.id(), None)?;
-                removed += 1;
+            if to.is_journal() && made_at(&route.event) < horizon && !self.dir(&to).is_dir() {
+                ids.push(route.id().to_vec());
             }
         }
-        Ok(removed)
+        self.delete_routes_at_once(source, &ids)
     }
+
 
     /// Withdraws the announcement(s) of `topic` in its parent's
     /// `kn_subtopics`: each is replaced, under its id, by a copy that has
@@ -543,6 +939,13 @@ fn has_child_dirs(dir: &Path) -> bool {
 /// True when nothing was written to the topic in `dir` (its directory,
 /// its head, those of its `kn_routes` and `kn_subtopics`) for `grace`.
 fn quiet(dir: &Path, grace: Duration) -> bool {
+    last_change(dir).is_none_or(|t| age(t) >= grace)
+}
+
+/// When the topic in `dir` was last written to: the newest modification
+/// time of its directory, its head, and those of its `kn_routes` and
+/// `kn_subtopics`.
+fn last_change(dir: &Path) -> Option<SystemTime> {
     let paths = [
         dir.to_path_buf(),
         dir.join(log::HEAD_FILE),
@@ -551,7 +954,7 @@ fn quiet(dir: &Path, grace: Duration) -> bool {
         dir.join(SUBTOPICS_SEGMENT),
         dir.join(SUBTOPICS_SEGMENT).join(log::HEAD_FILE),
     ];
-    paths.iter().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).all(|t| age(t) > grace)
+    paths.iter().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).max()
 }
 
 fn age(t: SystemTime) -> Duration {
@@ -568,91 +971,24 @@ fn aside_name(dir: &Path) -> PathBuf {
     parent.join(format!("{REMOVING_PREFIX}{}-{n}-{nanos}", std::process::id()))
 }
 
-/// The sweep's queue in `.sweep` (held under its lock): a header with the
-/// offset of the next name, then topic names, one per line (`!` before a
-/// name: visit that topic alone, not its children). Names are
-/// read from the offset and appended at the end; when the offset reaches
-/// the end, the file restarts with the root. A damaged file only costs a
-/// restart (lines that are not topic names are skipped).
-struct Queue<'f> {
-    file: &'f File,
-    path: &'f Path,
-    offset: u64,
-    len: u64,
+/// When a route was made (its `kn_time_t`; 0 without one).
+fn made_at(route: &Event) -> f64 {
+    route.get_str(KN_TIME_T).and_then(|t| t.parse::<f64>().ok()).unwrap_or(0.0)
 }
 
-impl<'f> Queue<'f> {
-    fn open(file: &'f File, path: &'f Path) -> Result<Queue<'f>> {
-        let len = file.metadata().map_err(|e| Error::io("cannot stat", path, e))?.len();
-        let mut header = [0u8; HEADER as usize];
-        let offset = file
-            .read_exact_at(&mut header, 0)
-            .ok()
-            .and_then(|_| std::str::from_utf8(&header[..20]).ok()?.trim().parse::<u64>().ok())
-            .filter(|&o| (HEADER..=len).contains(&o));
-        let mut queue = Queue { file, path, offset: offset.unwrap_or(len), len };
-        if offset.is_none() {
-            queue.restart()?;
-        }
-        Ok(queue)
-    }
+/// Now, in whole seconds since the epoch.
+fn now_secs() -> u64 {
+    secs_floor(SystemTime::now())
+}
 
-    /// Up to `n` names from the offset (fewer at the end of the queue),
-    /// each with whether it is to be visited alone.
-    fn pop(&mut self, n: usize) -> Result<Vec<(Topic, bool)>> {
-        let want = (self.len - self.offset).min(64 << 10) as usize;
-        let mut buf = vec![0u8; want];
-        let read = self.file.read_at(&mut buf, self.offset).map_err(|e| Error::io("cannot read", self.path, e))?;
-        buf.truncate(read);
-        let mut out = Vec::new();
-        let mut used = 0;
-        for line in buf.split_inclusive(|&b| b == b'\n') {
-            if out.len() >= n || !line.ends_with(b"\n") {
-                break;
-            }
-            used += line.len();
-            let name = &line[..line.len() - 1];
-            let (name, alone) = match name.strip_prefix(b"!") {
-                Some(rest) => (rest, true),
-                None => (name, false),
-            };
-            if let Ok(t) = Topic::parse_bytes(name) {
-                out.push((t, alone));
-            }
-        }
-        if used == 0 && read > 0 && read == want && !buf.contains(&b'\n') {
-            // A line longer than the buffer is no topic name: skip it all.
-            used = read;
-        }
-        self.offset += used as u64;
-        if out.is_empty() && used > 0 {
-            return self.pop(n);
-        }
-        Ok(out)
-    }
+/// `t` in whole seconds since the epoch, rounded down (a queue entry due
+/// then is looked at up to a second early: the look decides).
+fn secs_floor(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
+}
 
-    fn push(&mut self, topics: &[Topic], alone: bool) -> Result<()> {
-        if topics.is_empty() {
-            return Ok(());
-        }
-        let mark = if alone { "!" } else { "" };
-        let text: String = topics.iter().map(|t| format!("{mark}{t}\n")).collect();
-        self.file.write_all_at(text.as_bytes(), self.len).map_err(|e| Error::io("cannot write", self.path, e))?;
-        self.len += text.len() as u64;
-        Ok(())
-    }
-
-    /// Empties the queue and puts the root in it.
-    fn restart(&mut self) -> Result<()> {
-        self.file.set_len(HEADER).map_err(|e| Error::io("cannot truncate", self.path, e))?;
-        self.len = HEADER;
-        self.offset = HEADER;
-        self.push(&[Topic::root()], false)
-    }
-
-    /// Writes the offset (which also marks the time of this slice).
-    fn save(&self) -> Result<()> {
-        let header = format!("{:020}\n", self.offset);
-        self.file.write_all_at(header.as_bytes(), 0).map_err(|e| Error::io("cannot write", self.path, e))
-    }
+/// `t` in whole seconds since the epoch, rounded up.
+fn secs_ceil(t: SystemTime) -> u64 {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
