@@ -1065,8 +1065,7 @@ impl Streams {
         if !self.fresh(&mut entry) {
             return None;
         }
-        let s = &entry.state;
-        if !s.exists || s.soft_deleted || s.ttl.is_some() || s.expires_at.is_some() || s.topic.is_some() {
+        if !entry.state.is_plain() {
             return None;
         }
         if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
@@ -1289,8 +1288,7 @@ impl Streams {
         if !self.fresh(&mut entry) {
             return None;
         }
-        let s = &entry.state;
-        if !s.exists || s.soft_deleted || s.ttl.is_some() || s.expires_at.is_some() || s.topic.is_some() {
+        if !entry.state.is_plain() {
             return None;
         }
         let info = Self::info(&entry);

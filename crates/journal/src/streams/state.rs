@@ -93,6 +93,14 @@ pub(crate) fn has_data(r: &Record) -> bool {
 }
 
 impl State {
+    /// A live stream with nothing to do on access: no TTL to slide, no
+    /// expiry, no bound topic. Only such a stream is served from memory
+    /// on a server's event loop (`Streams::append_nowait`,
+    /// `Streams::read_cached`).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.exists && !self.soft_deleted && self.ttl.is_none() && self.expires_at.is_none() && self.topic.is_none()
+    }
+
     /// Applies one record, in checkpoint order.
     pub(crate) fn apply(&mut self, r: &Record) {
         let e = &r.event;
