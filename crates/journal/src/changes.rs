@@ -453,6 +453,13 @@ mod tests {
     use std::thread;
     use std::time::Instant;
 
+    /// Waits until `sub` has had no wake-up for 100 ms (at most 5 s), so
+    /// that a wait after it answers only to what follows.
+    fn settle(sub: &crate::watch::Subscription) {
+        let quiet = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < quiet && crate::watch::Subscription::wait(sub.listen(), Duration::from_millis(100)) {}
+    }
+
     /// An append by another writer id reaches a subscription through the
     /// poller alone (no inotify: the hub's subscription is on a topic the
     /// test never writes to).
@@ -468,6 +475,9 @@ mod tests {
         let mut config = crate::Config::new(root.path());
         log.append(&config, &topic).unwrap();
         spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5), 1 << 20);
+        // The poller wakes everyone when it starts (it may have missed
+        // entries): let that pass, or it would answer the wait below.
+        settle(&sub);
         // Written as another process would.
         let f = std::fs::OpenOptions::new().write(true).open(root.path().join(CHANGES_FILE)).unwrap();
         let listener = sub.listen();
@@ -477,6 +487,7 @@ mod tests {
         assert!(crate::watch::Subscription::wait(listener, Duration::from_secs(5)), "no wake-up");
         assert!(t.elapsed() < Duration::from_secs(1));
         // An entry of this process is skipped (inotify wakes for those).
+        settle(&sub);
         let listener = sub.listen();
         log.append(&config, &topic).unwrap();
         assert!(!crate::watch::Subscription::wait(listener, Duration::from_millis(200)));
