@@ -789,20 +789,23 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
     let mut body = Vec::new();
     let mut seen: u64 = 0;
     let hopeless = announced.is_some_and(|n| n > max as u64 + DRAIN_BYTES);
-    while !hopeless {
-        match incoming.frame().await {
-            None => break,
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    seen += data.len() as u64;
-                    if seen <= max as u64 {
-                        body.extend_from_slice(data);
-                    } else if seen > max as u64 + DRAIN_BYTES {
-                        break;
+    // A body announced far beyond the limit is refused unread.
+    if !hopeless {
+        loop {
+            match incoming.frame().await {
+                None => break,
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        seen += data.len() as u64;
+                        if seen <= max as u64 {
+                            body.extend_from_slice(data);
+                        } else if seen > max as u64 + DRAIN_BYTES {
+                            break;
+                        }
                     }
                 }
+                Some(Err(err)) => return to_hyper(StreamResponse::text(400, &format!("cannot read the request body: {err}")), false),
             }
-            Some(Err(err)) => return to_hyper(StreamResponse::text(400, &format!("cannot read the request body: {err}")), false),
         }
     }
     if hopeless || seen > max as u64 {
