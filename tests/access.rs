@@ -15,12 +15,11 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use support::http::Stream;
 use support::{Apache, Dir, Lighttpd, Serve};
 
 const HTPASSWD: &str = "/usr/bin/htpasswd";
@@ -115,16 +114,11 @@ fn get(url: &str, query: &str, user: Option<(&str, &str)>, extra: &str) -> Answe
     let auth = user
         .map(|(u, p)| format!("Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))))
         .unwrap_or_default();
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let request = format!("GET /{path}?{query} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}{extra}\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Answer { code, head: head.to_string(), body: body.to_string() }
+    let mut stream = Stream::send(url, request.as_bytes());
+    stream.read_to_end(Duration::from_secs(10));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Answer { code: stream.status().unwrap_or(0), head: text(stream.head()), body: text(stream.body()) }
 }
 
 fn pw(user: &str) -> Option<(&'static str, &'static str)> {

@@ -6,13 +6,12 @@
 //! batch mixing allowed and refused parts, `kn_status_to` into someone
 //! else's journal.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kn_journal::{Selection, Store, Topic};
+use kn_test_support::http::Stream;
 use kn_test_support::{run_with_stdin, Dir, Serve};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pubsub-cgi");
@@ -125,16 +124,11 @@ impl Served {
     }
 
     fn request(&self, query: &str, headers: &str) -> Answer {
-        let mut stream = TcpStream::connect(self.serve.addr()).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let request = format!("GET /kn?{query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{headers}\r\n", self.serve.addr());
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut bytes = Vec::new();
-        let _ = stream.read_to_end(&mut bytes);
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        Answer { code, head: head.to_string(), body: body.to_string() }
+        let mut stream = Stream::send(&format!("http://{}/kn", self.serve.addr()), request.as_bytes());
+        stream.read_to_end(Duration::from_secs(5));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Answer { code: stream.status().unwrap_or(0), head: text(stream.head()), body: text(stream.body()) }
     }
 }
 

@@ -131,6 +131,15 @@ impl Stream {
         line.split_whitespace().nth(1)?.parse().ok()
     }
 
+    /// The status line and headers received so far (before the blank line
+    /// ending them; everything received while that line has not come).
+    pub fn head(&self) -> &[u8] {
+        match find(&self.received, b"\r\n\r\n") {
+            Some(i) => &self.received[..i],
+            None => &self.received,
+        }
+    }
+
     /// The body received so far (after the blank line ending the headers).
     pub fn body(&self) -> &[u8] {
         match find(&self.received, b"\r\n\r\n") {
