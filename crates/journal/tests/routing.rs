@@ -5,26 +5,17 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
-use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
-use common::{ev, scratch, t};
+use common::{config, ev, scratch, t};
 
 use kn_journal::{Config, Destination, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
 
 // ----- harness ------------------------------------------------------------
 
-const SERVER: &str = "http://test.example/kn";
-
-fn config(root: &Path) -> Config {
-    let mut c = Config::new(root);
-    c.reserve_bytes = 0;
-    c.server_url = Some(SERVER.to_string());
-    c
-}
 
 fn open_with(f: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Store) {
     let dir = scratch("kn-journal-test-");

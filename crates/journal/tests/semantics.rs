@@ -12,20 +12,12 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
-use common::{ev, scratch, t};
+use common::{config, ev, scratch, t};
 
 use kn_journal::{encode_record, Config, ErrorKind, Event, Record, Resume, Selection, Store, Topic};
 
 // ----- harness ------------------------------------------------------------
 
-const SERVER: &str = "http://test.example/kn";
-
-fn config(root: &Path) -> Config {
-    let mut c = Config::new(root);
-    c.reserve_bytes = 0;
-    c.server_url = Some(SERVER.to_string());
-    c
-}
 
 fn open() -> (tempfile::TempDir, Store) {
     let dir = scratch("kn-journal-test-");

@@ -7,18 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 mod common;
-use common::{ev, scratch, t};
+use common::{config, ev, scratch, t, SERVER};
 
 use kn_journal::{Config, Counter, ErrorKind, Selection, Store, Topic};
 
-const SERVER: &str = "http://test.example/kn";
-
-fn config(root: &Path) -> Config {
-    let mut c = Config::new(root);
-    c.reserve_bytes = 0;
-    c.server_url = Some(SERVER.to_string());
-    c
-}
 
 fn open() -> (tempfile::TempDir, Store) {
     let dir = scratch("kn-journal-sweep-");

@@ -1,6 +1,8 @@
 //! Helpers shared by the journal's integration tests.
 
-use kn_journal::{Event, Topic};
+use std::path::Path;
+
+use kn_journal::{Config, Event, Topic};
 
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
 /// tests create thousands of topic directories, and ext4's inode allocator
@@ -16,4 +18,18 @@ pub fn t(name: &str) -> Topic {
 /// An event of `(name, value)` elements.
 pub fn ev(pairs: &[(&str, &str)]) -> Event {
     Event::from_pairs(pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())))
+}
+
+/// This server's URL in the tests that route: routes to it are local.
+#[allow(dead_code)] // not every test file routes
+pub const SERVER: &str = "http://test.example/kn";
+
+/// The tests' configuration of a store at `root`: no free-space reserve
+/// (tmpfs is small), this server named [`SERVER`].
+#[allow(dead_code)] // not every test file opens its stores this way
+pub fn config(root: &Path) -> Config {
+    let mut c = Config::new(root);
+    c.reserve_bytes = 0;
+    c.server_url = Some(SERVER.to_string());
+    c
 }
