@@ -1054,32 +1054,43 @@ impl Streams {
     /// to); `None` otherwise: call [`Streams::append`]. For a server's
     /// event loop, which must not block.
     pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
-        if !self.watched || self.config().sync == crate::SyncPolicy::Always {
+        if self.config().sync == crate::SyncPolicy::Always {
             return None;
         }
         if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
             return None;
         }
+        self.with_plain_entry(path, |entry| {
+            if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
+                return None;
+            }
+            // The lock is held: `writer` takes it again without waiting.
+            let mut w = match self.writer(entry, false) {
+                Ok(Some(w)) => w,
+                Ok(None) => return Some(Err(not_found(path))),
+                Err(e) => return Some(Err(e)),
+            };
+            let result = self.append_locked(path, req, entry, &mut w);
+            self.release(entry, w);
+            Some(result.map(|(appended, _)| appended))
+        })
+    }
+
+    /// `f` of `path`'s cached entry, when the process watches its streams,
+    /// the entry is free, its state known to match the log
+    /// ([`Streams::fresh`]) and the stream plain ([`State::is_plain`]):
+    /// what both event-loop fast paths need; `None` otherwise, without
+    /// waiting for any lock.
+    fn with_plain_entry<R>(&self, path: &str, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
+        if !self.watched {
+            return None;
+        }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
         let mut entry = cell.try_lock().ok()?;
-        if !self.fresh(&mut entry) {
+        if !self.fresh(&mut entry) || !entry.state.is_plain() {
             return None;
         }
-        if !entry.state.is_plain() {
-            return None;
-        }
-        if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
-            return None;
-        }
-        // The lock is held: `writer` takes it again without waiting.
-        let mut w = match self.writer(&mut entry, false) {
-            Ok(Some(w)) => w,
-            Ok(None) => return Some(Err(not_found(path))),
-            Err(e) => return Some(Err(e)),
-        };
-        let result = self.append_locked(path, req, &mut entry, &mut w);
-        self.release(&mut entry, w);
-        Some(result.map(|(appended, _)| appended))
+        f(&mut entry)
     }
 
     #[allow(clippy::type_complexity)]
@@ -1280,27 +1291,18 @@ impl Streams {
     /// slide, no bound topic to import from); `None` otherwise: call
     /// [`Streams::read`]. For a server's event loop, which must not block.
     pub fn read_cached(&self, path: &str, start: Start) -> Option<Chunk> {
-        if !self.watched {
-            return None;
-        }
-        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut entry = cell.try_lock().ok()?;
-        if !self.fresh(&mut entry) {
-            return None;
-        }
-        if !entry.state.is_plain() {
-            return None;
-        }
-        let info = Self::info(&entry);
-        let from = match start {
-            Start::Beginning => 0,
-            Start::Now => info.tail,
-            Start::At(o) => o,
-        };
-        if from > info.tail || from < entry.forgotten {
-            return None;
-        }
-        Some(self.memory_chunk(&entry, from, info))
+        self.with_plain_entry(path, |entry| {
+            let info = Self::info(entry);
+            let from = match start {
+                Start::Beginning => 0,
+                Start::Now => info.tail,
+                Start::At(o) => o,
+            };
+            if from > info.tail || from < entry.forgotten {
+                return None;
+            }
+            Some(self.memory_chunk(entry, from, info))
+        })
     }
 
     /// Directories whose changes may bring `path` new data: the stream's
