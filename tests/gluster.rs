@@ -511,6 +511,21 @@ fn load(addrs: &[String], plan: &[Vec<Post>], threads: usize, stop: &Arc<AtomicB
     report
 }
 
+/// Item 2's load: hosts A and B post `n` events each at once (one
+/// ordinary topic, one journal, 100 topics; 4 connections a host) while
+/// a tunnel on B reads the journal (a journal takes posts only while a
+/// tunnel reads it). The load's report, and what that tunnel streamed.
+fn load_both_hosts(a: &Host, b: &Host, n: usize) -> (LoadReport, thread::Result<Vec<KnEvent>>) {
+    let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
+    journal_reader.expect_watching("jr", String::new);
+    let drained = Arc::new(AtomicBool::new(false));
+    let journal_reader = drain(journal_reader, drained.clone());
+    let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
+    let report = load(&[a.addr(), b.addr()], &plan, 4, &Arc::new(AtomicBool::new(false)));
+    drained.store(true, Ordering::Relaxed);
+    (report, journal_reader.join())
+}
+
 /// Reads `tunnel` on a thread, as a client that keeps up would (a tunnel
 /// nobody reads stops refreshing its journal's heartbeat, and the journal
 /// expires), until `stop` is set and nothing more comes for a second:
@@ -733,15 +748,8 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
     // 2. Both hosts at once: one ordinary topic, one journal, 100 topics.
     // A journal takes posts only while a tunnel reads it: one on B does.
     let n = posts_per_host();
-    let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
-    journal_reader.expect_watching("jr", String::new);
-    let drained = Arc::new(AtomicBool::new(false));
-    let journal_reader = drain(journal_reader, drained.clone());
-    let stop = Arc::new(AtomicBool::new(false));
-    let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
-    let report = load(&[a.addr(), b.addr()], &plan, 4, &stop);
-    drained.store(true, Ordering::Relaxed);
-    let streamed = journal_reader.join().expect("journal reader");
+    let (report, streamed) = load_both_hosts(&a, &b, n);
+    let streamed = streamed.expect("journal reader");
     let store = open_store(&root_b);
     let journal_acks = report.acked.iter().flatten().filter(|p| p.topic.ends_with("kn_journal")).count();
     let mut last = 0u64;
@@ -773,7 +781,7 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
         let la = Host::start("LA", &local_root);
         let lb = Host::start("LB", &local_root);
         let plan = vec![plan_of("a", n, "local"), plan_of("b", n, "local")];
-        let lr = load(&[la.addr(), lb.addr()], &plan, 4, &stop);
+        let lr = load(&[la.addr(), lb.addr()], &plan, 4, &Arc::new(AtomicBool::new(false)));
         eprintln!(
             "local ext4: host A {:.0} posts/s, host B {:.0} posts/s (volume/local: {:.2})",
             lr.acked[0].len() as f64 / lr.seconds[0],
@@ -878,15 +886,7 @@ fn default_volume_options_break_and_the_doctor_says_so() {
     let cross = latencies(&a, &b, "/lat/cross", 5);
     eprintln!("defaults: latency notify A -> tunnel B: p50 {:?} p99 {:?}", percentile(&cross, 0.5), percentile(&cross, 0.99));
     let n = posts_per_host().min(100);
-    let mut journal_reader = Tunnel::open(&format!("{}/who/load/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=jr", b.url()));
-    journal_reader.expect_watching("jr", String::new);
-    let drained = Arc::new(AtomicBool::new(false));
-    let journal_reader = drain(journal_reader, drained.clone());
-    let stop = Arc::new(AtomicBool::new(false));
-    let plan = vec![plan_of("a", n, "load"), plan_of("b", n, "load")];
-    let report = load(&[a.addr(), b.addr()], &plan, 4, &stop);
-    drained.store(true, Ordering::Relaxed);
-    let _ = journal_reader.join();
+    let (report, _) = load_both_hosts(&a, &b, n);
     let all: Vec<Post> = report.acked.iter().flatten().cloned().collect();
     let store = open_store(&root_b);
     let problems = audit(&store, &all);
