@@ -109,7 +109,7 @@ fn write_batch(slot: &mut Option<Open>, config: &crate::Config, entries: &[u8]) 
     let Some(open) = slot.as_mut() else { return Ok(()) };
     crate::shared::lock(&open.file, crate::shared::LockKind::Exclusive, config)?;
     let written = append_entries(&open.file, entries, config.changes_bytes, false, &mut open.header_seen);
-    let _ = open.file.unlock();
+    crate::shared::unlock(&open.file, config);
     written
 }
 

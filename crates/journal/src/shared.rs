@@ -337,21 +337,28 @@ const LOCK_PAUSE_MAX: Duration = Duration::from_millis(4);
 /// kernel, as it always has. In shared mode it never does: it tries
 /// (`LOCK_NB`), sleeping between tries (0.2 ms doubling to 4 ms), and
 /// fails with `TimedOut` after `config.lock_wait` (`KN_LOCK_WAIT_MS`).
+/// Each try is one of the process's lock calls on the volume, taken one
+/// at a time ([`one_lock_call_at_a_time`]).
 ///
-/// Why never a blocking lock on the volume: GlusterFS 10's FUSE client
-/// deadlocks when a process is killed while two or more of its threads
-/// wait in a blocking lock (FUSE `SETLKW`). The kernel sends the client
-/// an interrupt for each; the client's interrupt handler asks every
-/// brick to clear the blocked lock (an `fgetxattr`), while the lock's
-/// own answer, granted meanwhile, waits in the client's network thread
-/// for that handler to finish. With two such waits both of the client's
-/// network threads (`client.event-threads` 2) are asleep, nobody reads
-/// the bricks' answers, and the mount hangs for good: the killed
-/// process stays in `D` state, and 42 s later (`network.ping-timeout`)
-/// the client drops all its bricks ("Transport endpoint is not
-/// connected"). Seen in statedumps and `gdb` backtraces of the client
-/// (docs/SCALE-OUT.md). A non-blocking lock has no interrupt handler, so
-/// its answer never waits.
+/// Why never a blocking lock on the volume, and why one lock call at a
+/// time: GlusterFS 10's FUSE client registers an interrupt handler for
+/// every lock request (`SETLK` as well as `SETLKW`, fuse-bridge.c
+/// `fuse_setlk_resume`). When a process is killed while a lock request
+/// of one of its threads is in flight, the kernel sends the client an
+/// interrupt; the client's handler asks every brick to clear the lock (an
+/// `fgetxattr`), while the request's own answer, arriving meanwhile,
+/// waits in the client's network thread for that handler to finish
+/// (`fuse_interrupt_finish_fop`, `sync`). With two such answers both of
+/// the client's network threads (`client.event-threads` 2) are asleep,
+/// nobody reads the bricks' answers, and the mount hangs for good: the
+/// killed process stays in `D` state, and 42 s later
+/// (`network.ping-timeout`) the client drops all its bricks ("Transport
+/// endpoint is not connected"). Seen in statedumps and `gdb` backtraces
+/// of the client (docs/SCALE-OUT.md). A blocking lock stays in flight
+/// for as long as it waits, so it makes that window wide; a try is in
+/// flight for one round trip; one try at a time per process means a
+/// killed process leaves at most one interrupted lock request, which one
+/// network thread is enough to finish.
 pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config) -> std::io::Result<()> {
     if config.shared != Shared::On {
         return match kind {
@@ -362,14 +369,8 @@ pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config)
     let started = std::time::Instant::now();
     let mut pause = LOCK_PAUSE_MIN;
     loop {
-        let tried = match kind {
-            LockKind::Exclusive => file.try_lock(),
-            LockKind::Shared => file.try_lock_shared(),
-        };
-        match tried {
-            Ok(()) => return Ok(()),
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-            Err(std::fs::TryLockError::WouldBlock) => {}
+        if try_lock(file, kind, config)? {
+            return Ok(());
         }
         let waited = started.elapsed();
         if waited >= config.lock_wait {
@@ -381,6 +382,40 @@ pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config)
         std::thread::sleep(pause.min(config.lock_wait - waited));
         pause = (pause * 2).min(LOCK_PAUSE_MAX);
     }
+}
+
+/// Tries `file`'s `flock` (`kind`) once, without waiting: false when
+/// another open file holds it. In shared mode the call is one of the
+/// process's lock calls on the volume, taken one at a time ([`lock`]).
+pub(crate) fn try_lock(file: &std::fs::File, kind: LockKind, config: &crate::Config) -> std::io::Result<bool> {
+    let tried = one_lock_call_at_a_time(config, || match kind {
+        LockKind::Exclusive => file.try_lock(),
+        LockKind::Shared => file.try_lock_shared(),
+    });
+    match tried {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Drops `file`'s `flock`; in shared mode one of the process's lock calls
+/// on the volume, taken one at a time ([`lock`]). An error is left to
+/// the close of the file, which drops the lock as well.
+pub(crate) fn unlock(file: &std::fs::File, config: &crate::Config) {
+    let _ = one_lock_call_at_a_time(config, || file.unlock());
+}
+
+/// Runs `call`, a lock system call on `config`'s store, alone among the
+/// process's lock calls on that store when it is shared ([`lock`] says
+/// why); on a local store it just runs it.
+fn one_lock_call_at_a_time<T>(config: &crate::Config, call: impl FnOnce() -> T) -> T {
+    static LOCK_CALLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if config.shared != Shared::On {
+        return call();
+    }
+    let _alone = LOCK_CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    call()
 }
 
 /// Drops this host's cached pages of `file`, so that the next read asks
@@ -476,5 +511,35 @@ mod tests {
         waiter.unlock().unwrap();
         config.lock_wait = Duration::ZERO;
         lock(&waiter, LockKind::Exclusive, &config).unwrap();
+    }
+
+    /// In shared mode a process's lock calls on the volume never overlap
+    /// (a killed process then leaves at most one interrupted lock request
+    /// to GlusterFS's client); on a local store they run as they come.
+    #[test]
+    fn shared_mode_makes_one_lock_call_at_a_time() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let most_at_once = |shared: Shared| {
+            let mut config = crate::Config::new(dir.path());
+            config.shared = shared;
+            let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    s.spawn(|| {
+                        for _ in 0..5 {
+                            one_lock_call_at_a_time(&config, || {
+                                most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                                std::thread::sleep(Duration::from_millis(2));
+                                now.fetch_sub(1, Ordering::SeqCst);
+                            });
+                        }
+                    });
+                }
+            });
+            most.load(Ordering::SeqCst)
+        };
+        assert_eq!(most_at_once(Shared::On), 1);
+        assert!(most_at_once(Shared::Off) > 1, "local lock calls were serialised too");
     }
 }

@@ -140,7 +140,7 @@ pub(crate) fn add(config: &crate::Config, counter: Counter, n: u64) -> Result<()
         let value = read_slot(&f, at)?.wrapping_add(n);
         f.write_all_at(&value.to_le_bytes(), at)
     })();
-    let _ = f.unlock();
+    crate::shared::unlock(&f, config);
     result.map_err(|e| Error::io("cannot update counters", &path, e))
 }
 
@@ -159,7 +159,7 @@ pub(crate) fn read(config: &crate::Config) -> Result<Counters> {
         counters.values[c as usize] = read_slot(&f, 8 * c as u64)?;
         Ok::<_, std::io::Error>(())
     });
-    let _ = f.unlock();
+    crate::shared::unlock(&f, config);
     result.map_err(|e| Error::io("cannot read counters", &path, e))?;
     Ok(counters)
 }

@@ -77,8 +77,8 @@ impl TopicFiles {
     /// Takes the topic's lock if no process holds it, without waiting;
     /// [`Writer::reopen`] then finds it held (a lock of the same open
     /// file) and does not wait either.
-    pub(crate) fn try_lock(&self) -> bool {
-        self.lock.try_lock().is_ok()
+    pub(crate) fn try_lock(&self, config: &Config) -> bool {
+        crate::shared::try_lock(&self.lock, crate::shared::LockKind::Exclusive, config).unwrap_or(false)
     }
 
     /// True when the topic was removed (its `.lock` unlinked) or its
@@ -204,7 +204,7 @@ impl<'c> Writer<'c> {
 
     /// Unlocks the topic and returns its open files for a later append.
     pub(crate) fn release(self) -> TopicFiles {
-        let _ = self.lock.unlock();
+        crate::shared::unlock(&self.lock, self.config);
         TopicFiles {
             dir: self.dir,
             lock: self.lock,

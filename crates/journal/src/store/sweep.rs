@@ -17,7 +17,7 @@
 //! racing with a removal never sees half a topic.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -159,18 +159,18 @@ impl Store {
     pub fn sweep(&self, budget: usize) -> Result<SweepReport> {
         let path = self.config.root.join(index::WALK_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Ok(SweepReport::default()),
-            Err(TryLockError::Error(e)) => return Err(Error::io("cannot lock", &path, e)),
+        match crate::shared::try_lock(&file, crate::shared::LockKind::Exclusive, &self.config) {
+            Ok(true) => {}
+            Ok(false) => return Ok(SweepReport::default()),
+            Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
         let mut run = self.start_run(None, true);
         let walk_share = (budget / 8).max(1).min(budget);
         let queue_share = budget.saturating_sub(walk_share).max(budget.min(1));
         let t = now_secs();
         let root = &self.config.root;
-        let mut journals = DueQueue::open(root.join(index::JOURNALS_FILE))?;
-        let mut topics = DueQueue::open(root.join(index::TOPICS_FILE))?;
+        let mut journals = DueQueue::open(root.join(index::JOURNALS_FILE), &self.config)?;
+        let mut topics = DueQueue::open(root.join(index::TOPICS_FILE), &self.config)?;
         // The journals queue first, but for half of the queues' share
         // while the topics queue has work (a session leaves two topic
         // looks after its journal's), then the topics queue, then the
@@ -212,7 +212,7 @@ impl Store {
     pub fn sweep_all(&self, grace: Option<Duration>) -> Result<SweepReport> {
         let path = self.config.root.join(index::WALK_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
-        file.lock().map_err(|e| Error::io("cannot lock", &path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
         let mut run = self.start_run(grace, false);
         let mut topics = self.topics()?;
         topics.retain(|t| !t.is_reserved());
@@ -272,7 +272,7 @@ impl Store {
             return;
         }
         let due = secs_floor(SystemTime::now() + stale_in + self.config.journal_grace);
-        let _ = index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &[(due, journal)]);
+        let _ = index::enqueue(&self.config, index::JOURNALS_FILE, &[(due, journal)]);
     }
 
     /// Looks at the due entries of the journals queue, up to `budget`.
@@ -287,7 +287,7 @@ impl Store {
         }
         let again = self.look_at_all(journals, run, Store::look_at_journal);
         let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
-        index::enqueue(&self.config.root.join(index::JOURNALS_FILE), &again)
+        index::enqueue(&self.config, index::JOURNALS_FILE, &again)
     }
 
     /// Looks at each of `topics` with `look`, on up to `sweep_threads`
@@ -378,7 +378,7 @@ impl Store {
             again.extend(self.look_at_all(topics, run, Store::look_at_topic));
         }
         let again: Vec<(u64, &Topic)> = again.iter().map(|(due, topic)| (*due, topic)).collect();
-        index::enqueue(&self.config.root.join(index::TOPICS_FILE), &again)
+        index::enqueue(&self.config, index::TOPICS_FILE, &again)
     }
 
     /// A queued topic (the parent of a removed one): pruned when empty and
@@ -410,7 +410,7 @@ impl Store {
             return Ok(());
         }
         let due = secs_floor(SystemTime::now() + self.config.topic_grace);
-        index::enqueue(&self.config.root.join(index::TOPICS_FILE), &[(due, &parent)])
+        index::enqueue(&self.config, index::TOPICS_FILE, &[(due, &parent)])
     }
 
     /// The backstop walk: visits up to `budget` directories from the

@@ -11,6 +11,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::Config;
 use crate::log;
 use crate::topic::Topic;
 
@@ -36,10 +37,11 @@ const CHUNK: usize = 64 << 10;
 /// needed: one `O_APPEND` write under a shared `flock` of the file, so a
 /// rotation (under an exclusive one) never loses it: a writer that finds
 /// the file it locked replaced appends to the new one.
-pub(super) fn enqueue(path: &Path, entries: &[(u64, &Topic)]) -> Result<()> {
+pub(super) fn enqueue(config: &Config, name: &str, entries: &[(u64, &Topic)]) -> Result<()> {
     if entries.is_empty() {
         return Ok(());
     }
+    let path = &config.root.join(name);
     // A newline first: a line cut by a writer killed mid-write ends there
     // (skipped, or looked at for nothing) instead of swallowing this one.
     let text: String = std::iter::once("\n".to_string()).chain(entries.iter().map(|(due, topic)| format!("{due} {topic}\n"))).collect();
@@ -52,7 +54,7 @@ pub(super) fn enqueue(path: &Path, entries: &[(u64, &Topic)]) -> Result<()> {
             }
             Err(e) => return Err(Error::io("cannot open", path, e)),
         };
-        file.lock_shared().map_err(|e| Error::io("cannot lock", path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Shared, config).map_err(|e| Error::io("cannot lock", path, e))?;
         if !is_current(&file, path) {
             continue;
         }
@@ -107,22 +109,23 @@ pub(super) struct Due {
 /// they were appended (roughly the order they fall due: each kind of
 /// entry is due a fixed time after it is appended, see FORMAT.md). A
 /// line cut by a crash is skipped.
-pub(super) struct DueQueue {
+pub(super) struct DueQueue<'c> {
+    config: &'c Config,
     path: PathBuf,
     file: Option<File>,
     offset: u64,
     saved: u64,
 }
 
-impl DueQueue {
-    pub(super) fn open(path: PathBuf) -> Result<DueQueue> {
+impl<'c> DueQueue<'c> {
+    pub(super) fn open(path: PathBuf, config: &'c Config) -> Result<DueQueue<'c>> {
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => Some(f),
             Err(e) if e.kind() == IoKind::NotFound => None,
             Err(e) => return Err(Error::io("cannot open", &path, e)),
         };
         let offset = file.as_ref().map_or(HEADER, |f| read_header(f).unwrap_or(HEADER));
-        Ok(DueQueue { path, file, offset, saved: offset })
+        Ok(DueQueue { config, path, file, offset, saved: offset })
     }
 
     /// Up to `n` entries due at `now` (seconds), from the offset on; stops
@@ -194,7 +197,7 @@ impl DueQueue {
     /// old file whole (and a temporary, replaced by the next rotation).
     fn rotate(&mut self) -> Result<()> {
         let Some(file) = self.file.take() else { return Ok(()) };
-        file.lock().map_err(|e| Error::io("cannot lock", &self.path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, self.config).map_err(|e| Error::io("cannot lock", &self.path, e))?;
         let len = file.metadata().map_err(|e| Error::io("cannot stat", &self.path, e))?.len();
         let mut tail = vec![0u8; (len - self.offset.min(len)) as usize];
         file.read_exact_at(&mut tail, self.offset).map_err(|e| Error::io("cannot read", &self.path, e))?;
@@ -387,15 +390,16 @@ mod tests {
     #[test]
     fn appends_racing_with_rotations_are_each_taken_once() {
         let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path());
         let path = dir.path().join(JOURNALS_FILE);
         let per_writer = 3000;
         let writers: Vec<_> = (0..4)
             .map(|w| {
-                let path = path.clone();
+                let config = config.clone();
                 std::thread::spawn(move || {
                     for i in 0..per_writer {
                         let n = w * per_writer + i;
-                        enqueue(&path, &[(0, &topic(n))]).unwrap();
+                        enqueue(&config, JOURNALS_FILE, &[(0, &topic(n))]).unwrap();
                     }
                 })
             })
@@ -404,7 +408,7 @@ mod tests {
         let mut rotations = 0;
         loop {
             let done = writers.iter().all(|w| w.is_finished());
-            let mut queue = DueQueue::open(path.clone()).unwrap();
+            let mut queue = DueQueue::open(path.clone(), &config).unwrap();
             for due in queue.pop(1, 500).unwrap() {
                 *taken.entry(due.topic).or_insert(0) += 1;
             }
@@ -426,25 +430,26 @@ mod tests {
     #[test]
     fn a_rotation_or_a_take_cut_short_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path());
         let path = dir.path().join(JOURNALS_FILE);
         for n in 0..10 {
-            enqueue(&path, &[(5, &topic(n))]).unwrap();
+            enqueue(&config, JOURNALS_FILE, &[(5, &topic(n))]).unwrap();
         }
         std::fs::write(temp_name(&path, "rotate"), b"half a rotation").unwrap();
         // Entries not due yet are left; a take not saved is taken again.
-        let mut queue = DueQueue::open(path.clone()).unwrap();
+        let mut queue = DueQueue::open(path.clone(), &config).unwrap();
         assert!(queue.pop(4, 100).unwrap().is_empty());
         assert_eq!(queue.pop(5, 3).unwrap().len(), 3);
         drop(queue);
-        let mut queue = DueQueue::open(path.clone()).unwrap();
+        let mut queue = DueQueue::open(path.clone(), &config).unwrap();
         assert_eq!(queue.pop(5, 3).unwrap().len(), 3);
         queue.save().unwrap();
         // A line cut short (a writer killed mid-write) is skipped, and
         // the next writer's entry is whole after it.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"12").unwrap();
-        enqueue(&path, &[(9, &topic(99))]).unwrap();
-        let mut queue = DueQueue::open(path.clone()).unwrap();
+        enqueue(&config, JOURNALS_FILE, &[(9, &topic(99))]).unwrap();
+        let mut queue = DueQueue::open(path.clone(), &config).unwrap();
         let rest: Vec<Topic> = queue.pop(9, 100).unwrap().into_iter().map(|d| d.topic).collect();
         assert_eq!(rest.len(), 8, "{rest:?}");
         assert_eq!(rest[7], topic(99));

@@ -1061,7 +1061,7 @@ impl Streams {
             return None;
         }
         self.with_plain_entry(path, |entry| {
-            if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
+            if !entry.files.as_ref().is_some_and(|f| f.try_lock(self.config())) {
                 return None;
             }
             // The lock is held: `writer` takes it again without waiting.
