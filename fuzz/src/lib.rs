@@ -41,8 +41,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
 pub fn arbitrary_event(data: &[u8]) -> Event {
     let mut event = Event::new();
     let mut chunks = data.split(|&b| b == 0xFF);
-    loop {
-        let Some(name) = chunks.next() else { break };
+    while let Some(name) = chunks.next() {
         match chunks.next() {
             Some(value) => {
                 event.set(name, value);

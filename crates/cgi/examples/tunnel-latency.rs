@@ -186,10 +186,14 @@ fn wait_for(frames: &mpsc::Receiver<Result<(u64, Instant), String>>, seq: u64) -
 
 // ----- the tunnel ------------------------------------------------------------
 
+/// A tunnel's frames as a reader thread reads them: each numeric payload
+/// with the instant it was read, or why reading stopped.
+type Frames = mpsc::Receiver<Result<(u64, Instant), String>>;
+
 /// Opens the tunnel, waits for `200 Watching topic`, then hands its frames'
 /// numeric payloads, with the instant each was read, to a reader thread's
 /// channel.
-fn open_tunnel(url: &Url, journal: &str) -> Result<mpsc::Receiver<Result<(u64, Instant), String>>, String> {
+fn open_tunnel(url: &Url, journal: &str) -> Result<Frames, String> {
     let stream = TcpStream::connect(&url.authority).map_err(|e| format!("connecting to {}: {e}", url.authority))?;
     stream.set_nodelay(true).ok();
     let request = format!(

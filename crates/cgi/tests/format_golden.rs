@@ -38,7 +38,7 @@ fn frames(body: &[u8]) -> Vec<&[u8]> {
 }
 
 /// A frame's elements in their recorded order (decoded) and its payload.
-fn frame_parts(frame: &[u8]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u8>) {
+fn frame_parts(frame: &[u8]) -> (Vec<kn_wire::form::Pair>, Vec<u8>) {
     let nl = frame.iter().position(|&b| b == b'\n').unwrap();
     let encoded = &frame[nl + 1..frame.len() - 1];
     let blank = find(encoded, b"\n\n").map(|i| i + 1).unwrap_or(0);

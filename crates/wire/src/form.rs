@@ -168,9 +168,12 @@ impl<N: Into<Vec<u8>>, V: Into<Vec<u8>>> FromIterator<(N, V)> for Params {
 /// assert_eq!(pairs[2], (b"c".to_vec(), b"x y".to_vec()));
 /// assert!(parse(b"kn_payload=%zz").is_err());
 /// ```
-pub fn parse(input: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+pub fn parse(input: &[u8]) -> Result<Vec<Pair>, Error> {
     raw_pairs(input).map(parse_pair).collect()
 }
+
+/// A decoded form parameter: its name and its value, as bytes.
+pub type Pair = (Vec<u8>, Vec<u8>);
 
 /// The undecoded `name=value` pairs of `input`: split at `&` and `;`, empty
 /// ones dropped.
@@ -178,7 +181,7 @@ fn raw_pairs(input: &[u8]) -> impl Iterator<Item = &[u8]> {
     input.split(|&b| b == b'&' || b == b';').filter(|pair| !pair.is_empty())
 }
 
-fn parse_pair(pair: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+fn parse_pair(pair: &[u8]) -> Result<Pair, Error> {
     let (name, value) = match pair.iter().position(|&b| b == b'=') {
         Some(i) => (&pair[..i], &pair[i + 1..]),
         None => (pair, &b""[..]),
@@ -194,7 +197,7 @@ fn parse_pair(pair: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Error> {
             ),
         )
     };
-    let name = decode(name).map_err(|at| bad(at))?;
+    let name = decode(name).map_err(bad)?;
     let value = decode(value).map_err(|at| bad(name_len(pair) + at))?;
     Ok((name, value))
 }

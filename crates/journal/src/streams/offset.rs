@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn offsets_sort_like_checkpoints() {
-        let mut seqs = vec![0u64, 1, 9, 10, 255, 256, u64::MAX];
+        let mut seqs = [0u64, 1, 9, 10, 255, 256, u64::MAX];
         let mut tokens: Vec<String> = seqs.iter().map(|&s| offset(s)).collect();
         tokens.sort();
         seqs.sort();
