@@ -400,21 +400,73 @@ pub(crate) fn try_lock(file: &std::fs::File, kind: LockKind, config: &crate::Con
 }
 
 /// Drops `file`'s `flock`; in shared mode one of the process's lock calls
-/// on the volume, taken one at a time ([`lock`]). An error is left to
-/// the close of the file, which drops the lock as well.
+/// on the volume, taken one at a time ([`lock`]), ahead of the tries
+/// waiting for their turn: a sibling thread that tries a topic this one
+/// holds must not delay the unlock it waits for. An error is left to the
+/// close of the file, which drops the lock as well.
 pub(crate) fn unlock(file: &std::fs::File, config: &crate::Config) {
-    let _ = one_lock_call_at_a_time(config, || file.unlock());
+    let _ = one_lock_call_at_a_time_as(config, Turn::Unlock, || file.unlock());
 }
 
 /// Runs `call`, a lock system call on `config`'s store, alone among the
 /// process's lock calls on that store when it is shared ([`lock`] says
 /// why); on a local store it just runs it.
 fn one_lock_call_at_a_time<T>(config: &crate::Config, call: impl FnOnce() -> T) -> T {
-    static LOCK_CALLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    one_lock_call_at_a_time_as(config, Turn::Try, call)
+}
+
+/// Which queue a lock call waits in for its turn: unlocks go first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Try,
+    Unlock,
+}
+
+/// The process's turn of lock calls on a shared store: whether one is in
+/// flight, and how many calls wait (unlocks go before the tries).
+struct Turns {
+    busy: bool,
+    tries_waiting: usize,
+    unlocks_waiting: usize,
+}
+
+impl Turns {
+    fn waiting(&mut self, turn: Turn) -> &mut usize {
+        match turn {
+            Turn::Try => &mut self.tries_waiting,
+            Turn::Unlock => &mut self.unlocks_waiting,
+        }
+    }
+}
+
+static TURNS: std::sync::Mutex<Turns> = std::sync::Mutex::new(Turns { busy: false, tries_waiting: 0, unlocks_waiting: 0 });
+static TURN_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn turns() -> std::sync::MutexGuard<'static, Turns> {
+    TURNS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn one_lock_call_at_a_time_as<T>(config: &crate::Config, turn: Turn, call: impl FnOnce() -> T) -> T {
+    /// Gives the turn back, also if `call` unwinds.
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            turns().busy = false;
+            TURN_FREED.notify_all();
+        }
+    }
     if config.shared != Shared::On {
         return call();
     }
-    let _alone = LOCK_CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut turns = turns();
+    *turns.waiting(turn) += 1;
+    while turns.busy || (turn == Turn::Try && turns.unlocks_waiting > 0) {
+        turns = TURN_FREED.wait(turns).unwrap_or_else(|p| p.into_inner());
+    }
+    *turns.waiting(turn) -= 1;
+    turns.busy = true;
+    drop(turns);
+    let _done = Done;
     call()
 }
 
@@ -434,6 +486,9 @@ pub(crate) fn drop_cached_pages(file: &std::fs::File) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tests of the process's turn of lock calls, one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn the_longest_mount_point_holding_the_path_is_chosen() {
@@ -518,6 +573,7 @@ mod tests {
     /// to GlusterFS's client); on a local store they run as they come.
     #[test]
     fn shared_mode_makes_one_lock_call_at_a_time() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         use std::sync::atomic::{AtomicUsize, Ordering};
         let dir = tempfile::tempdir().unwrap();
         let most_at_once = |shared: Shared| {
@@ -541,5 +597,37 @@ mod tests {
         };
         assert_eq!(most_at_once(Shared::On), 1);
         assert!(most_at_once(Shared::Off) > 1, "local lock calls were serialised too");
+    }
+
+    /// An unlock waiting for its turn goes before the tries that waited
+    /// longer: a thread trying a lock its sibling holds must not delay
+    /// the sibling's unlock.
+    #[test]
+    fn a_waiting_unlock_goes_before_waiting_tries() {
+        use std::sync::mpsc;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::Config::new(dir.path());
+        config.shared = Shared::On;
+        let order = std::sync::Mutex::new(Vec::new());
+        let wait_until = |done: &dyn Fn(&Turns) -> bool| {
+            while !done(&turns()) {
+                std::thread::yield_now();
+            }
+        };
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let (release, held) = mpsc::channel::<()>();
+        let config = &config;
+        std::thread::scope(|s| {
+            s.spawn(move || one_lock_call_at_a_time(config, || held.recv().unwrap()));
+            wait_until(&|t| t.busy);
+            for _ in 0..3 {
+                s.spawn(|| one_lock_call_at_a_time_as(config, Turn::Try, || order.lock().unwrap().push("try")));
+            }
+            wait_until(&|t| t.tries_waiting >= 3);
+            s.spawn(|| one_lock_call_at_a_time_as(config, Turn::Unlock, || order.lock().unwrap().push("unlock")));
+            wait_until(&|t| t.unlocks_waiting >= 1);
+            release.send(()).unwrap();
+        });
+        assert_eq!(*order.lock().unwrap(), ["unlock", "try", "try", "try"]);
     }
 }
