@@ -12,7 +12,11 @@
 //! The async workers never wait for a lock: every request (notify, route,
 //! batch, ...) runs on tokio's bounded blocking pool, where it may wait for
 //! a topic's lock (held by a compaction for seconds), a remote URL or
-//! `fdatasync` without holding up anyone else. A tunnel is a task awaiting
+//! `fdatasync` without holding up anyone else. The one exception is a
+//! notify that the store can make at once ([`Handler::handle_nowait`]:
+//! one append to a topic whose files are open already, whose lock no one
+//! holds, with nothing to forward and no sync), answered on the async
+//! worker: the hand-over to the pool and back would cost more than it. A tunnel is a task awaiting
 //! a wakeup (a `Future`): no thread and no process per idle tunnel, so
 //! thousands of browsers can each hold one open. Its reads of the topic's
 //! files take no lock and read only what is new (an `open`, a `statx` and
@@ -88,6 +92,11 @@ const BLOCKING_THREADS: usize = 32;
 /// Threads that end tunnels (expire a journal, drop a watch): a pool of
 /// their own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
+
+/// The largest request body parsed on an async worker, for a notify that
+/// may be answered there ([`Handler::handle_nowait`]); a larger one is
+/// parsed on the blocking pool.
+const NOWAIT_BODY: usize = 16 * 1024;
 
 /// What `Retry-After` says when a cap is reached, in seconds.
 pub const RETRY_AFTER_SECS: u32 = 5;
@@ -454,9 +463,28 @@ impl Server {
             server_port: self.local.port(),
             ..HttpRequest::default()
         };
+        // A small notify the store can make at once (a few writes to files
+        // open already, under a lock no one holds) is answered here: the
+        // hand-over to the blocking pool and back would cost more than the
+        // post.
+        let request = if http.body.len() <= NOWAIT_BODY {
+            let request = match Request::from_http(http, &self.limits) {
+                Ok(request) => request,
+                Err(err) => return self.failure(&query, &err),
+            };
+            if let Some(Reply::Done(response)) = self.handler.handle_nowait(&request) {
+                return one_shot(response, head_request);
+            }
+            Ok(request)
+        } else {
+            Err(http)
+        };
         let server = self.clone();
         let work = move || {
-            let request = Request::from_http(http, &server.limits)?;
+            let request = match request {
+                Ok(request) => request,
+                Err(http) => Request::from_http(http, &server.limits)?,
+            };
             Ok::<_, Error>(server.handler.handle_deferring(&request))
         };
         // Off the async workers: a request may wait for a topic's lock. No
