@@ -10,9 +10,13 @@
 //! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
 //! The async workers never wait for a lock: every request (notify, route,
-//! batch, ...) runs on tokio's bounded blocking pool, where it may wait for
-//! a topic's lock (held by a compaction for seconds), a remote URL or
-//! `fdatasync` without holding up anyone else. The one exception is a
+//! batch, ...) runs as blocking work, where it may wait for a topic's lock
+//! (held by a compaction for seconds), a remote URL or `fdatasync` without
+//! holding up anyone else: up to sixteen at once on the worker that
+//! received them, made a blocking thread for the while (tokio's
+//! `block_in_place`: a thread of the bounded blocking pool stands in as a
+//! worker), so that they start without a hand-over; beyond that queued for
+//! the bounded blocking pool. The one exception is a
 //! notify that the store can make at once ([`Handler::handle_nowait`]:
 //! one append to a topic whose files are open already, whose lock no one
 //! holds, with nothing to forward and no sync), answered on the async
@@ -46,7 +50,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -88,6 +92,13 @@ const TUNNEL_QUEUE: usize = 8;
 /// become a thousand threads; enough that a few slow remote routes do not
 /// stall every other request.
 const BLOCKING_THREADS: usize = 32;
+
+/// One-shot requests that may run at once on the async worker that
+/// received them, made a blocking thread for the while
+/// (`block_in_place`): each takes a thread of the blocking pool to stand
+/// in as a worker, so at most half the pool, the rest left to requests
+/// queued for it and to the workers' stand-ins.
+const IN_PLACE: usize = BLOCKING_THREADS / 2;
 
 /// Threads that end tunnels (expire a journal, drop a watch): a pool of
 /// their own, see the module documentation.
@@ -336,6 +347,26 @@ struct Server {
     auth: Arc<Authentication>,
     /// Durable Streams at `/v1/stream/` (crate::streams).
     streams: Arc<kn_journal::streams::Streams>,
+    /// Requests running on an async worker made a blocking thread (at
+    /// most [`IN_PLACE`]).
+    in_place: AtomicUsize,
+}
+
+/// A request's turn to run on its async worker ([`IN_PLACE`]); given back
+/// when dropped.
+struct InPlace<'a>(&'a AtomicUsize);
+
+impl InPlace<'_> {
+    fn enter(running: &AtomicUsize) -> Option<InPlace<'_>> {
+        running.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < IN_PLACE).then_some(n + 1)).ok()?;
+        Some(InPlace(running))
+    }
+}
+
+impl Drop for InPlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A runtime whose blocking threads do nothing but read tunnels' topic
@@ -396,6 +427,7 @@ impl Server {
             readers,
             metrics: config.metrics,
             requests: AtomicU64::new(0),
+            in_place: AtomicUsize::new(0),
             streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
             store,
         })
@@ -487,10 +519,25 @@ impl Server {
             };
             Ok::<_, Error>(server.handler.handle_deferring(&request))
         };
-        // Off the async workers: a request may wait for a topic's lock. No
-        // request may panic; should one, the blocking pool catches it and
-        // it alone is answered 500 (the `Err(join)` arm).
-        let handled = tokio::task::spawn_blocking(work).await;
+        // Off the async workers: a request may wait for a topic's lock.
+        // Up to IN_PLACE at once run on this thread, which stops being an
+        // async worker until the request is done (a thread of the blocking
+        // pool takes its tasks over meanwhile), so that the request starts
+        // at once rather than after a hand-over to the pool; beyond that
+        // they queue for the pool, leaving it the threads that keep the
+        // async workers going. No request may panic; should one, it alone
+        // is answered 500.
+        let panicked = || Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)");
+        let handled = match InPlace::enter(&self.in_place) {
+            Some(_slot) => tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))).map_err(|_| panicked()),
+            None => tokio::task::spawn_blocking(work).await.map_err(|join| {
+                if join.is_panic() {
+                    panicked()
+                } else {
+                    Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))
+                }
+            }),
+        };
         match handled {
             Ok(Ok((Reply::Done(response), after))) => then(one_shot(response, head_request), after),
             Ok(Ok((Reply::Tunnel(tunnel), after))) => {
@@ -507,11 +554,7 @@ impl Server {
                     }
                 }
             }
-            Ok(Err(err)) => self.failure(&query, &err),
-            Err(join) if join.is_panic() => {
-                self.failure(&query, &Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)"))
-            }
-            Err(join) => self.failure(&query, &Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))),
+            Ok(Err(err)) | Err(err) => self.failure(&query, &err),
         }
     }
 
