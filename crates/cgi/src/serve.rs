@@ -12,22 +12,22 @@
 //! The async workers never wait for a lock: every request (notify, route,
 //! batch, ...) runs as blocking work, where it may wait for a topic's lock
 //! (held by a compaction for seconds), a remote URL or `fdatasync` without
-//! holding up anyone else: up to sixteen at once on the worker that
-//! received them, made a blocking thread for the while (tokio's
-//! `block_in_place`: a thread of the bounded blocking pool stands in as a
-//! worker), so that they start without a hand-over; beyond that queued for
-//! the bounded blocking pool. The one exception is a
-//! notify that the store can make at once ([`Handler::handle_nowait`]:
-//! one append to a topic whose files are open already, whose lock no one
-//! holds, with nothing to forward and no sync), answered on the async
-//! worker: the hand-over to the pool and back would cost more than it. A tunnel is a task awaiting
-//! a wakeup (a `Future`): no thread and no process per idle tunnel, so
-//! thousands of browsers can each hold one open. Its reads of the topic's
-//! files take no lock and read only what is new (an `open`, a `statx` and
-//! one `pread` from the page cache), so the task makes them itself: a
-//! fan-out to a thousand tunnels then costs no hand-over to another thread
-//! and back per delivery. Ending a tunnel (its journal made stale, its
-//! watch dropped) runs on a small pool of its own.
+//! holding up anyone else: up to four at once on the worker that received
+//! them, made a blocking thread for the while (tokio's `block_in_place`: a
+//! thread of the runtime's blocking pool, which keeps room for it, stands
+//! in as a worker), so that they start without a hand-over; beyond that
+//! queued for a bounded pool of their own. The one exception is a notify
+//! that the store can make at once ([`Handler::handle_nowait`]: one append
+//! to a topic whose files are open already, whose lock no one holds, with
+//! nothing to forward and no sync), answered on the async worker: the
+//! hand-over to the pool and back would cost more than it. A tunnel is a
+//! task awaiting a wakeup (a `Future`): no thread and no process per idle
+//! tunnel, so thousands of browsers can each hold one open. Its reads of
+//! the topic's files take no lock and read only what is new (an `open`, a
+//! `statx` and one `pread` from the page cache), so the task makes them
+//! itself: a fan-out to a thousand tunnels then costs no hand-over to
+//! another thread and back per delivery. Ending a tunnel (its journal made
+//! stale, its watch dropped) runs on a small pool of its own.
 //!
 //! Connections and tunnels are capped ([`ServeConfig::max_connections`],
 //! [`ServeConfig::max_tunnels`]): past a cap the request is answered
@@ -87,18 +87,24 @@ pub const METRICS_PATH: &str = "/metrics";
 /// stuck client holds little memory.
 const TUNNEL_QUEUE: usize = 8;
 
-/// Threads of the blocking pool that run one-shot requests. Bounded so that
-/// a burst of requests (a thousand browsers reconnecting at once) cannot
-/// become a thousand threads; enough that a few slow remote routes do not
-/// stall every other request.
+/// One-shot requests running at once: [`IN_PLACE`] on the async workers,
+/// the rest on a pool of their own (a runtime of its own, [`Pool`]).
+/// Bounded so that a burst of requests (a thousand browsers reconnecting
+/// at once) cannot become a thousand threads; enough that a few slow
+/// remote routes do not stall every other request. The main runtime's own
+/// blocking pool (Durable Streams, the sweep, `/metrics`) has as many, and
+/// room for the async workers' stand-ins besides.
 const BLOCKING_THREADS: usize = 32;
 
 /// One-shot requests that may run at once on the async worker that
 /// received them, made a blocking thread for the while
-/// (`block_in_place`): each takes a thread of the blocking pool to stand
-/// in as a worker, so at most half the pool, the rest left to requests
-/// queued for it and to the workers' stand-ins.
-const IN_PLACE: usize = BLOCKING_THREADS / 2;
+/// (`block_in_place`). Each needs a thread of the main runtime's blocking
+/// pool to stand in as a worker meanwhile: that pool has room for this
+/// many beyond its [`BLOCKING_THREADS`], and requests waiting for a thread
+/// queue in a pool of their own, so that they can never take the stand-ins'
+/// threads (a worker without a stand-in would stall every tunnel of its
+/// tasks until its request is done).
+const IN_PLACE: usize = 4;
 
 /// Threads that end tunnels (expire a journal, drop a watch): a pool of
 /// their own, see the module documentation.
@@ -188,7 +194,7 @@ pub fn serve(config: ServeConfig) -> Result<(), Error> {
     kn_journal::raise_open_file_limit(u64::MAX);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS)
+        .max_blocking_threads(BLOCKING_THREADS + IN_PLACE)
         .thread_name("kn-serve")
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
@@ -337,8 +343,10 @@ struct Server {
     connections: Arc<Semaphore>,
     /// One permit per open tunnel.
     tunnels: Arc<Semaphore>,
-    /// The pool that reads tunnels' topic files.
-    readers: Readers,
+    /// The pool that ends tunnels.
+    readers: Pool,
+    /// The pool that runs one-shot requests not run in place.
+    pool: Pool,
     /// Whether `/metrics` is served.
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
@@ -369,23 +377,24 @@ impl Drop for InPlace<'_> {
     }
 }
 
-/// A runtime whose blocking threads do nothing but read tunnels' topic
-/// files. Shut down without waiting when the server goes, which may be on
-/// an async worker (where dropping a runtime would panic).
-struct Readers {
+/// A runtime whose blocking threads do one kind of work only (ending
+/// tunnels, one-shot requests). Shut down without waiting when the server
+/// goes, which may be on an async worker (where dropping a runtime would
+/// panic).
+struct Pool {
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
 }
 
-impl Readers {
-    fn start() -> Result<Readers, Error> {
+impl Pool {
+    fn start(threads: usize, name: &str) -> Result<Pool, Error> {
         // Only its blocking pool is used, which needs no scheduler thread.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(TUNNEL_READ_THREADS)
-            .thread_name("kn-tunnel-read")
+            .max_blocking_threads(threads)
+            .thread_name(name)
             .build()
-            .map_err(|e| Error::io("cannot start the tunnel readers", e))?;
-        Ok(Readers { handle: runtime.handle().clone(), runtime: Some(runtime) })
+            .map_err(|e| Error::io(&format!("cannot start the {name} threads"), e))?;
+        Ok(Pool { handle: runtime.handle().clone(), runtime: Some(runtime) })
     }
 
     fn handle(&self) -> tokio::runtime::Handle {
@@ -393,7 +402,7 @@ impl Readers {
     }
 }
 
-impl Drop for Readers {
+impl Drop for Pool {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -407,7 +416,8 @@ impl Server {
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::for_store(&store_config);
         let caps = config.caps(open_files_limit());
-        let readers = Readers::start()?;
+        let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
+        let pool = Pool::start(BLOCKING_THREADS - IN_PLACE, "kn-request")?;
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
@@ -425,6 +435,7 @@ impl Server {
             connections: Arc::new(Semaphore::new(caps.0)),
             tunnels: Arc::new(Semaphore::new(caps.1)),
             readers,
+            pool,
             metrics: config.metrics,
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
@@ -523,14 +534,13 @@ impl Server {
         // Up to IN_PLACE at once run on this thread, which stops being an
         // async worker until the request is done (a thread of the blocking
         // pool takes its tasks over meanwhile), so that the request starts
-        // at once rather than after a hand-over to the pool; beyond that
-        // they queue for the pool, leaving it the threads that keep the
-        // async workers going. No request may panic; should one, it alone
-        // is answered 500.
+        // at once rather than after a hand-over to a pool thread; the rest
+        // queue for the request pool. No request may panic; should one, it
+        // alone is answered 500.
         let panicked = || Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)");
         let handled = match InPlace::enter(&self.in_place) {
             Some(_slot) => tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))).map_err(|_| panicked()),
-            None => tokio::task::spawn_blocking(work).await.map_err(|join| {
+            None => self.pool.handle().spawn_blocking(work).await.map_err(|join| {
                 if join.is_panic() {
                     panicked()
                 } else {
