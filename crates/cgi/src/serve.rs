@@ -198,19 +198,23 @@ pub fn serve(config: ServeConfig) -> Result<(), Error> {
         .thread_name("kn-serve")
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let result = runtime.block_on(run(config));
+    let requests = Pool::start(BLOCKING_THREADS - IN_PLACE, "kn-request")?;
+    let result = runtime.block_on(run(config, requests.handle()));
     // Open tunnels never finish by themselves: give one-shot requests a
     // moment, then drop the rest (each tunnel's Drop ends its watch).
     runtime.shutdown_timeout(Duration::from_secs(1));
+    requests.shut_down(Duration::from_secs(1));
     result
 }
 
-async fn run(config: ServeConfig) -> Result<(), Error> {
+/// Serves until a signal, with one-shot requests not run in place on
+/// `requests` (a [`Pool`]'s).
+async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<(), Error> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
-    let server = Arc::new(Server::new(config, local)?);
+    let server = Arc::new(Server::new(config, local, requests)?);
     tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
@@ -345,8 +349,9 @@ struct Server {
     tunnels: Arc<Semaphore>,
     /// The pool that ends tunnels.
     readers: Pool,
-    /// The pool that runs one-shot requests not run in place.
-    pool: Pool,
+    /// The pool that runs one-shot requests not run in place (shut down
+    /// by [`serve`], after the runtime, giving them a moment to finish).
+    pool: tokio::runtime::Handle,
     /// Whether `/metrics` is served.
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
@@ -400,6 +405,14 @@ impl Pool {
     fn handle(&self) -> tokio::runtime::Handle {
         self.handle.clone()
     }
+
+    /// Waits at most `timeout` for the work running on the pool, then lets
+    /// the rest go. Only outside an async context.
+    fn shut_down(mut self, timeout: Duration) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(timeout);
+        }
+    }
 }
 
 impl Drop for Pool {
@@ -411,13 +424,12 @@ impl Drop for Pool {
 }
 
 impl Server {
-    fn new(config: ServeConfig, local: SocketAddr) -> Result<Server, Error> {
+    fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::for_store(&store_config);
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
-        let pool = Pool::start(BLOCKING_THREADS - IN_PLACE, "kn-request")?;
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
@@ -540,7 +552,7 @@ impl Server {
         let panicked = || Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)");
         let handled = match InPlace::enter(&self.in_place) {
             Some(_slot) => tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))).map_err(|_| panicked()),
-            None => self.pool.handle().spawn_blocking(work).await.map_err(|join| {
+            None => self.pool.spawn_blocking(work).await.map_err(|join| {
                 if join.is_panic() {
                     panicked()
                 } else {
