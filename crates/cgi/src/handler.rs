@@ -144,6 +144,33 @@ impl Handler {
         (reply, AfterReply { store: self.store.clone(), topics })
     }
 
+    /// The answer to a request that can be made at once, without waiting
+    /// for a lock, a sync or another server, for a server's event loop: a
+    /// single notify (no `kn_status_to`, a store whose name is configured)
+    /// that the store makes at once ([`AsUser::notify_nowait`]), answered
+    /// byte for byte as [`Handler::handle`] answers it. `None`, having done
+    /// nothing, for any other request: call [`Handler::handle_deferring`]
+    /// where waiting is allowed.
+    pub fn handle_nowait(&self, request: &Request) -> Option<Reply> {
+        #[cfg(feature = "failpoints")]
+        if request.param("kn_failpoint_panic").is_some() {
+            return None;
+        }
+        let params = request.params();
+        let notify = match params.get("do_method") {
+            Some(method) => method == b"notify",
+            None => request.has_params() && request.method().as_str() == "POST",
+        };
+        if !notify || !request.method().is_supported() || params.get("kn_status_to").is_some() || self.store.config().server_url.is_none() {
+            return None;
+        }
+        let format = Format::from_param(params.get("kn_response_format")).ok()?;
+        let who = request.principal();
+        let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
+        let page = Page::new(request.server_url());
+        Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
+    }
+
     fn handle_now(&self, request: &Request) -> Reply {
         #[cfg(feature = "failpoints")]
         panic_failpoint(request);
@@ -329,8 +356,17 @@ impl Handler {
 
     fn notify(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
-        let report = user.notify(&topic, params.elements()).map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
-        Ok((200, "Notified", wrote_lines(&report.writes)))
+        notified(user.notify(&topic, params.elements()))
+    }
+
+    /// [`Handler::notify`] when the store can make it at once; `None`
+    /// (nothing done) otherwise.
+    fn notify_nowait(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Option<Outcome> {
+        let topic = match self.topic_param(params, "kn_to", path_info, "bad posting destination topic name") {
+            Ok(topic) => topic,
+            Err(failure) => return Some(Err(failure)),
+        };
+        Some(notified(user.notify_nowait(&topic, params.elements())?))
     }
 
     fn route(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
@@ -591,6 +627,12 @@ fn is_tunnel_request(params: &Params) -> bool {
         None => true,
         Some(to) => to.len() >= 11 && to[..11].eq_ignore_ascii_case(b"javascript:"),
     }
+}
+
+/// The outcome of a notify.
+fn notified(report: kn_journal::Result<kn_journal::PostReport>) -> Outcome {
+    let report = report.map_err(|e| Failure::journal(e, "bad posting destination topic name"))?;
+    Ok((200, "Notified", wrote_lines(&report.writes)))
 }
 
 fn outcome_event(outcome: Outcome, status_from: Option<&[u8]>) -> Event {

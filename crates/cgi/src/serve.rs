@@ -10,16 +10,24 @@
 //! proxy (Apache `mod_proxy`, nginx `proxy_pass`) or use it directly.
 //!
 //! The async workers never wait for a lock: every request (notify, route,
-//! batch, ...) runs on tokio's bounded blocking pool, where it may wait for
-//! a topic's lock (held by a compaction for seconds), a remote URL or
-//! `fdatasync` without holding up anyone else. A tunnel is a task awaiting
-//! a wakeup (a `Future`): no thread and no process per idle tunnel, so
-//! thousands of browsers can each hold one open. Its reads of the topic's
-//! files take no lock and read only what is new (an `open`, a `statx` and
-//! one `pread` from the page cache), so the task makes them itself: a
-//! fan-out to a thousand tunnels then costs no hand-over to another thread
-//! and back per delivery. Ending a tunnel (its journal made stale, its
-//! watch dropped) runs on a small pool of its own.
+//! batch, ...) runs as blocking work, where it may wait for a topic's lock
+//! (held by a compaction for seconds), a remote URL or `fdatasync` without
+//! holding up anyone else: up to four at once on the worker that received
+//! them, made a blocking thread for the while (tokio's `block_in_place`: a
+//! thread of the runtime's blocking pool, which keeps room for it, stands
+//! in as a worker), so that they start without a hand-over; beyond that
+//! queued for a bounded pool of their own. The one exception is a notify
+//! that the store can make at once ([`Handler::handle_nowait`]: one append
+//! to a topic whose files are open already, whose lock no one holds, with
+//! nothing to forward and no sync), answered on the async worker: the
+//! hand-over to the pool and back would cost more than it. A tunnel is a
+//! task awaiting a wakeup (a `Future`): no thread and no process per idle
+//! tunnel, so thousands of browsers can each hold one open. Its reads of
+//! the topic's files take no lock and read only what is new (an `open`, a
+//! `statx` and one `pread` from the page cache), so the task makes them
+//! itself: a fan-out to a thousand tunnels then costs no hand-over to
+//! another thread and back per delivery. Ending a tunnel (its journal made
+//! stale, its watch dropped) runs on a small pool of its own.
 //!
 //! Connections and tunnels are capped ([`ServeConfig::max_connections`],
 //! [`ServeConfig::max_tunnels`]): past a cap the request is answered
@@ -42,7 +50,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -79,15 +87,33 @@ pub const METRICS_PATH: &str = "/metrics";
 /// stuck client holds little memory.
 const TUNNEL_QUEUE: usize = 8;
 
-/// Threads of the blocking pool that run one-shot requests. Bounded so that
-/// a burst of requests (a thousand browsers reconnecting at once) cannot
-/// become a thousand threads; enough that a few slow remote routes do not
-/// stall every other request.
+/// One-shot requests running at once: [`IN_PLACE`] on the async workers,
+/// the rest on a pool of their own (a runtime of its own, [`Pool`]).
+/// Bounded so that a burst of requests (a thousand browsers reconnecting
+/// at once) cannot become a thousand threads; enough that a few slow
+/// remote routes do not stall every other request. The main runtime's own
+/// blocking pool (Durable Streams, the sweep, `/metrics`) has as many, and
+/// room for the async workers' stand-ins besides.
 const BLOCKING_THREADS: usize = 32;
+
+/// One-shot requests that may run at once on the async worker that
+/// received them, made a blocking thread for the while
+/// (`block_in_place`). Each needs a thread of the main runtime's blocking
+/// pool to stand in as a worker meanwhile: that pool has room for this
+/// many beyond its [`BLOCKING_THREADS`], and requests waiting for a thread
+/// queue in a pool of their own, so that they can never take the stand-ins'
+/// threads (a worker without a stand-in would stall every tunnel of its
+/// tasks until its request is done).
+const IN_PLACE: usize = 4;
 
 /// Threads that end tunnels (expire a journal, drop a watch): a pool of
 /// their own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
+
+/// The largest request body parsed on an async worker, for a notify that
+/// may be answered there ([`Handler::handle_nowait`]); a larger one is
+/// parsed on the blocking pool.
+const NOWAIT_BODY: usize = 16 * 1024;
 
 /// What `Retry-After` says when a cap is reached, in seconds.
 pub const RETRY_AFTER_SECS: u32 = 5;
@@ -168,23 +194,27 @@ pub fn serve(config: ServeConfig) -> Result<(), Error> {
     kn_journal::raise_open_file_limit(u64::MAX);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS)
+        .max_blocking_threads(BLOCKING_THREADS + IN_PLACE)
         .thread_name("kn-serve")
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let result = runtime.block_on(run(config));
+    let requests = Pool::start(BLOCKING_THREADS - IN_PLACE, "kn-request")?;
+    let result = runtime.block_on(run(config, requests.handle()));
     // Open tunnels never finish by themselves: give one-shot requests a
     // moment, then drop the rest (each tunnel's Drop ends its watch).
     runtime.shutdown_timeout(Duration::from_secs(1));
+    requests.shut_down(Duration::from_secs(1));
     result
 }
 
-async fn run(config: ServeConfig) -> Result<(), Error> {
+/// Serves until a signal, with one-shot requests not run in place on
+/// `requests` (a [`Pool`]'s).
+async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<(), Error> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
-    let server = Arc::new(Server::new(config, local)?);
+    let server = Arc::new(Server::new(config, local, requests)?);
     tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
@@ -317,8 +347,11 @@ struct Server {
     connections: Arc<Semaphore>,
     /// One permit per open tunnel.
     tunnels: Arc<Semaphore>,
-    /// The pool that reads tunnels' topic files.
-    readers: Readers,
+    /// The pool that ends tunnels.
+    readers: Pool,
+    /// The pool that runs one-shot requests not run in place (shut down
+    /// by [`serve`], after the runtime, giving them a moment to finish).
+    pool: tokio::runtime::Handle,
     /// Whether `/metrics` is served.
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
@@ -327,33 +360,62 @@ struct Server {
     auth: Arc<Authentication>,
     /// Durable Streams at `/v1/stream/` (crate::streams).
     streams: Arc<kn_journal::streams::Streams>,
+    /// Requests running on an async worker made a blocking thread (at
+    /// most [`IN_PLACE`]).
+    in_place: AtomicUsize,
 }
 
-/// A runtime whose blocking threads do nothing but read tunnels' topic
-/// files. Shut down without waiting when the server goes, which may be on
-/// an async worker (where dropping a runtime would panic).
-struct Readers {
+/// A request's turn to run on its async worker ([`IN_PLACE`]); given back
+/// when dropped.
+struct InPlace<'a>(&'a AtomicUsize);
+
+impl InPlace<'_> {
+    fn enter(running: &AtomicUsize) -> Option<InPlace<'_>> {
+        running.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < IN_PLACE).then_some(n + 1)).ok()?;
+        Some(InPlace(running))
+    }
+}
+
+impl Drop for InPlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A runtime whose blocking threads do one kind of work only (ending
+/// tunnels, one-shot requests). Shut down without waiting when the server
+/// goes, which may be on an async worker (where dropping a runtime would
+/// panic).
+struct Pool {
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
 }
 
-impl Readers {
-    fn start() -> Result<Readers, Error> {
+impl Pool {
+    fn start(threads: usize, name: &str) -> Result<Pool, Error> {
         // Only its blocking pool is used, which needs no scheduler thread.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(TUNNEL_READ_THREADS)
-            .thread_name("kn-tunnel-read")
+            .max_blocking_threads(threads)
+            .thread_name(name)
             .build()
-            .map_err(|e| Error::io("cannot start the tunnel readers", e))?;
-        Ok(Readers { handle: runtime.handle().clone(), runtime: Some(runtime) })
+            .map_err(|e| Error::io(&format!("cannot start the {name} threads"), e))?;
+        Ok(Pool { handle: runtime.handle().clone(), runtime: Some(runtime) })
     }
 
     fn handle(&self) -> tokio::runtime::Handle {
         self.handle.clone()
     }
+
+    /// Waits at most `timeout` for the work running on the pool, then lets
+    /// the rest go. Only outside an async context.
+    fn shut_down(mut self, timeout: Duration) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(timeout);
+        }
+    }
 }
 
-impl Drop for Readers {
+impl Drop for Pool {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -362,12 +424,12 @@ impl Drop for Readers {
 }
 
 impl Server {
-    fn new(config: ServeConfig, local: SocketAddr) -> Result<Server, Error> {
+    fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::for_store(&store_config);
         let caps = config.caps(open_files_limit());
-        let readers = Readers::start()?;
+        let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
         let store = Arc::new(Store::open_with(store_config)?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
@@ -385,8 +447,10 @@ impl Server {
             connections: Arc::new(Semaphore::new(caps.0)),
             tunnels: Arc::new(Semaphore::new(caps.1)),
             readers,
+            pool,
             metrics: config.metrics,
             requests: AtomicU64::new(0),
+            in_place: AtomicUsize::new(0),
             streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
             store,
         })
@@ -454,15 +518,48 @@ impl Server {
             server_port: self.local.port(),
             ..HttpRequest::default()
         };
+        // A small notify the store can make at once (a few writes to files
+        // open already, under a lock no one holds) is answered here: the
+        // hand-over to the blocking pool and back would cost more than the
+        // post.
+        let request = if http.body.len() <= NOWAIT_BODY {
+            let request = match Request::from_http(http, &self.limits) {
+                Ok(request) => request,
+                Err(err) => return self.failure(&query, &err),
+            };
+            if let Some(Reply::Done(response)) = self.handler.handle_nowait(&request) {
+                return one_shot(response, head_request);
+            }
+            Ok(request)
+        } else {
+            Err(http)
+        };
         let server = self.clone();
         let work = move || {
-            let request = Request::from_http(http, &server.limits)?;
+            let request = match request {
+                Ok(request) => request,
+                Err(http) => Request::from_http(http, &server.limits)?,
+            };
             Ok::<_, Error>(server.handler.handle_deferring(&request))
         };
-        // Off the async workers: a request may wait for a topic's lock. No
-        // request may panic; should one, the blocking pool catches it and
-        // it alone is answered 500 (the `Err(join)` arm).
-        let handled = tokio::task::spawn_blocking(work).await;
+        // Off the async workers: a request may wait for a topic's lock.
+        // Up to IN_PLACE at once run on this thread, which stops being an
+        // async worker until the request is done (a thread of the blocking
+        // pool takes its tasks over meanwhile), so that the request starts
+        // at once rather than after a hand-over to a pool thread; the rest
+        // queue for the request pool. No request may panic; should one, it
+        // alone is answered 500.
+        let panicked = || Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)");
+        let handled = match InPlace::enter(&self.in_place) {
+            Some(_slot) => tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))).map_err(|_| panicked()),
+            None => self.pool.spawn_blocking(work).await.map_err(|join| {
+                if join.is_panic() {
+                    panicked()
+                } else {
+                    Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))
+                }
+            }),
+        };
         match handled {
             Ok(Ok((Reply::Done(response), after))) => then(one_shot(response, head_request), after),
             Ok(Ok((Reply::Tunnel(tunnel), after))) => {
@@ -479,11 +576,7 @@ impl Server {
                     }
                 }
             }
-            Ok(Err(err)) => self.failure(&query, &err),
-            Err(join) if join.is_panic() => {
-                self.failure(&query, &Error::new(ErrorKind::Io, "the request handler panicked (a bug: please report it)"))
-            }
-            Err(join) => self.failure(&query, &Error::new(ErrorKind::Io, format!("the request handler failed: {join}"))),
+            Ok(Err(err)) | Err(err) => self.failure(&query, &err),
         }
     }
 

@@ -66,6 +66,15 @@ impl AsUser<'_> {
         self.store.notify(topic, event)
     }
 
+    /// [`Store::notify_nowait`], if this user may post to `topic`: `None`
+    /// (nothing done) when the post cannot be made at once.
+    pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {
+        if let Err(err) = self.check(Operation::Post, topic) {
+            return Some(Err(err));
+        }
+        self.store.notify_nowait(topic, event)
+    }
+
     /// [`Store::events`], if this user may read `topic`.
     pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
         self.check(Operation::Read, topic)?;

@@ -46,6 +46,15 @@ impl Writer<'_> {
         self.ordinary && self.head.garbage >= min && self.head.garbage > self.head.live
     }
 
+    /// Whether appending one more record could leave the topic wanting a
+    /// compaction ([`Writer::wants_compaction`]): an append adds at most
+    /// one superseded record and takes at most one live id away.
+    pub(crate) fn may_want_compaction_after_append(&self) -> bool {
+        let min = if self.is_reserved() { COMPACT_MIN_GARBAGE_RESERVED } else { COMPACT_MIN_GARBAGE };
+        let garbage = self.head.garbage + 1;
+        self.ordinary && garbage >= min && garbage > self.head.live.saturating_sub(1)
+    }
+
     /// True for a `kn_routes` or `kn_subtopics` topic.
     fn is_reserved(&self) -> bool {
         self.dir.file_name().is_some_and(|n| n == crate::topic::ROUTES_SEGMENT || n == crate::topic::SUBTOPICS_SEGMENT)

@@ -175,6 +175,15 @@ impl<'c> Writer<'c> {
         }
     }
 
+    /// Whether appending `event` is a few writes to files open already:
+    /// no blob to store, no index to grow, no compaction to run after it
+    /// (what a caller that must not block checks first).
+    pub(crate) fn appends_at_once(&self, event: &Event) -> bool {
+        let blob = self.config.blob_bytes > 0 && event.payload().len() > self.config.blob_bytes;
+        let grows = self.ordinary && index_full(self.head.used, self.head.slots);
+        !blob && !grows && !self.may_want_compaction_after_append()
+    }
+
     /// The checkpoint of the last record in the log, as of now (0: none).
     pub(crate) fn last_seq(&self) -> u64 {
         self.head.next_seq.saturating_sub(1)

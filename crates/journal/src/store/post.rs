@@ -144,6 +144,67 @@ impl Store {
         Ok(report)
     }
 
+    /// [`Store::notify`] when it can be made at once, for a server's event
+    /// loop, which must not block: to a topic this store has posted to
+    /// before (its files kept open, its routes known at the generation the
+    /// head names), whose lock no process holds, with no active route to
+    /// forward along, no blob to store, no index to grow and no compaction
+    /// due, without a sync (`sync=none`) and off shared mode. Then the
+    /// post is one append under the lock, as [`Store::notify`] makes it,
+    /// with the same answer. `None`, having done nothing: call
+    /// [`Store::notify`].
+    pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {
+        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() {
+            return None;
+        }
+        let mut kept = self.take_kept(topic);
+        let answer = self.post_nowait(topic, event, &mut kept);
+        self.put_kept(kept);
+        answer
+    }
+
+    /// The work of [`Store::notify_nowait`] with `kept`, taken from the
+    /// cache (its files are back in it whatever happens, unless they no
+    /// longer match the log).
+    fn post_nowait(&self, topic: &Topic, event: Event, kept: &mut (Option<Topic>, Kept)) -> Option<Result<PostReport>> {
+        if kept.1.files.is_none() || kept.1.routes.is_none() {
+            return None;
+        }
+        if topic.is_journal() && self.journal_stale(topic, &mut kept.1) {
+            return Some(Err(self.stale_error(topic)));
+        }
+        let event = match self.normalise(event) {
+            Ok(event) => event,
+            Err(err) => return Some(Err(err)),
+        };
+        if !kept.1.files.as_ref().is_some_and(|f| f.try_lock()) {
+            return None;
+        }
+        // The lock is held: `reopen` takes it again without waiting, and
+        // gives it up (closing the files) when they no longer match.
+        let files = kept.1.files.take()?;
+        let mut writer = Writer::reopen(&self.config, !topic.is_journal(), files).ok()??;
+        let t = now();
+        let generation = writer.routes_generation();
+        let quiet = kept.1.routes.as_ref().is_some_and(|(g, routes)| *g == generation && !routes.iter().any(|r| r.route.is_active(t)));
+        if !quiet || !writer.appends_at_once(&event) {
+            kept.1.files = Some(writer.release());
+            return None;
+        }
+        let waking = self.appending(topic);
+        let appended = writer.append(&event, t.max(0.0) as u64, &self.gauge);
+        kept.1.files = Some(writer.release());
+        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
+        let id = event.id().unwrap_or(b"").to_vec();
+        let mut report = PostReport { id: id.clone(), ..PostReport::default() };
+        match appended {
+            Ok(Appended::Stored(seq)) => report.writes.push(Write { topic: topic.clone(), id, checkpoint: seq }),
+            Ok(_) => report.duplicate = true,
+            Err(err) => return Some(Err(err)),
+        }
+        Some(Ok(report))
+    }
+
     pub(super) fn stale_error(&self, topic: &Topic) -> Error {
         Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
     }
