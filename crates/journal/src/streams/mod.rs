@@ -74,10 +74,12 @@ const MAX_MARKS: usize = 1024;
 /// when it places its cursor after its own appends.
 const MARK_EVERY: u64 = 64;
 
-/// How long a watched process trusts what it knows of a stream without
-/// a change notification before it looks at the log anyway: a bound on
-/// staleness should a notification ever be missed (a watch lost with a
-/// directory replaced under a waiting reader).
+/// How long a watched process trusts that the `.head` it holds open is
+/// still the stream's (its path names the same file: the head was not
+/// rebuilt, the directory not replaced) before it looks again: a bound
+/// on staleness should a head be replaced under it (a writer rebuilding
+/// it after a crash). A removed stream's head is spoiled first (see
+/// `Streams::remove`), which every process sees at once.
 const TRUST: Duration = Duration::from_secs(1);
 
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
@@ -357,15 +359,12 @@ struct Entry {
     verify: Option<snapshot::Mark>,
     /// The snapshot did not match the log: replay the whole log.
     no_snapshot: bool,
-    /// In a watched process: the stream directory's change notifications,
-    /// a listener armed when `state` was last known to match the log, and
-    /// when that was, and the log's `.head` open for reading. While the
-    /// listener has not fired (for at most `TRUST`) and the head names
-    /// the last record read, `state` still matches the log.
-    sub: Option<crate::watch::Subscription>,
-    listener: Option<event_listener::EventListener>,
+    /// In a watched process: the log's `.head` open for reading, with its
+    /// inode, and when its path was last found to name that file. While
+    /// the head names the last record read, `state` still matches the log
+    /// (see `Streams::fresh`).
+    head: Option<(fs::File, u64)>,
     checked: Option<Instant>,
-    head: Option<fs::File>,
 }
 
 /// The last record applied to a stream's state, where its segment ends.
@@ -374,14 +373,6 @@ struct Last {
     segment: u64,
     ino: u64,
     end: u64,
-}
-
-/// True when `listener` has fired (it is then spent), without waiting
-/// and without a system call.
-fn fired(listener: &mut event_listener::EventListener) -> bool {
-    use std::future::Future;
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    std::pin::Pin::new(listener).poll(&mut cx).is_ready()
 }
 
 impl Entry {
@@ -496,63 +487,58 @@ impl Streams {
 
     /// Brings `entry` up to date with the log (records written by any
     /// process since it last looked). In a watched process, nothing is
-    /// read while the stream's change listener has not fired.
+    /// read while the stream's head names the last record read.
     fn refresh(&self, entry: &mut Entry) -> StreamResult<()> {
         if self.fresh(entry) {
             return Ok(());
         }
-        // Armed before looking: a change made after the look fires it.
+        // Opened before looking: an append made after the look changes it.
         self.arm(entry);
-        let r = self.refresh_until(entry, None, None);
-        if r.is_err() {
-            entry.listener = None;
-        }
-        r
+        self.refresh_until(entry, None, None)
     }
 
-    /// True when `entry` is known to match the log without reading it
-    /// (see `Entry::listener`): the change listener has not fired, and
-    /// the head, read with one `pread`, names the last record read. The
-    /// listener alone would do but for its delay (the notifier's thread
-    /// reads inotify's events a moment after the write); the head is
-    /// written by every append before it is acknowledged, so an append
-    /// of any process is seen by the next read. The listener sees what
-    /// the head does not: a deleted stream, a segment replaced.
+    /// True when `entry` is known to match the log without reading it:
+    /// the head, read with one `pread`, names the last record read. Every
+    /// append, of any process, writes the head before it is acknowledged,
+    /// so the next read sees it; a removed stream's head no longer
+    /// decodes (`Streams::remove`). Once per `TRUST`, one `statx` checks
+    /// that the head's path still names the file held open (not rebuilt,
+    /// the directory not replaced). No change notification is involved:
+    /// this process's own appends wake no thread of its own.
     fn fresh(&self, entry: &mut Entry) -> bool {
         let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq) else { return false };
         if !self.watched || entry.ino == 0 || entry.verify.is_some() {
             return false;
         }
-        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) || !entry.listener.as_mut().is_some_and(|l| !fired(l)) {
-            entry.listener = None;
-            return false;
+        let Some((head, ino)) = &entry.head else { return false };
+        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) {
+            if fs::metadata(entry.dir.join(log::HEAD_FILE)).map(|m| m.ino()).ok() != Some(*ino) {
+                entry.head = None;
+                return false;
+            }
+            entry.checked = Some(Instant::now());
         }
-        match entry.head.as_ref().map(log::last_seq_of) {
-            Some(Some(last)) => last == read,
-            Some(None) => {
-                // Replaced (a rebuilt head): open the new one next time.
+        match log::last_seq_of(head) {
+            Some(last) => last == read,
+            None => {
+                // Spoiled (a removed stream) or replaced: open it again.
                 entry.head = None;
                 false
             }
-            None => false,
         }
     }
 
-    /// Arms `entry`'s change listener (watching its directory first if
-    /// need be): call it when the state is about to match the log.
+    /// Opens `entry`'s head for [`Streams::fresh`] if it is not open:
+    /// call it before reading the log.
     fn arm(&self, entry: &mut Entry) {
-        entry.listener = None;
-        if !self.watched || entry.ino == 0 {
+        if !self.watched || entry.ino == 0 || entry.head.is_some() {
             return;
         }
-        if entry.sub.is_none() {
-            entry.sub = Some(self.store.hub().subscribe(&entry.dir));
+        let opened = fs::File::open(entry.dir.join(log::HEAD_FILE)).and_then(|f| f.metadata().map(|m| (m.ino(), f)));
+        if let Ok((ino, file)) = opened {
+            entry.head = Some((file, ino));
+            entry.checked = Some(Instant::now());
         }
-        if entry.head.is_none() {
-            entry.head = fs::File::open(entry.dir.join(log::HEAD_FILE)).ok();
-        }
-        entry.listener = entry.sub.as_ref().filter(|s| s.is_notified()).map(|s| s.listen());
-        entry.checked = Some(Instant::now());
     }
 
     /// Where a process that knows nothing of the stream starts reading
@@ -739,7 +725,8 @@ impl Streams {
         let placed = entry.verify.is_none()
             && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
         let stored_secs = crate::ids::now() as u64;
-        let waking = if self.watched && entry.sub.is_some() { self.store.hub().appending(&entry.dir) } else { None };
+        // This process's live readers of the stream, if any, wake at once.
+        let waking = if self.watched { self.store.hub().appending(&entry.dir) } else { None };
         let appended = w.append(event, stored_secs, &self.gauge);
         if let Some(waking) = waking {
             self.store.hub().appended(waking, matches!(appended, Ok(log::Appended::Stored(_))));
@@ -753,8 +740,7 @@ impl Streams {
         let (after, end) = w.end();
         let blob = self.writing.blob_bytes > 0 && event.payload().len() > self.writing.blob_bytes;
         let Some(cursor) = entry.cursor.as_mut().filter(|_| placed && after == segment && !blob) else {
-            // Read back by the next refresh.
-            entry.listener = None;
+            // Read back by the next refresh (the head is past the cursor).
             return Ok(seq);
         };
         cursor.last_seq = seq;
@@ -773,8 +759,8 @@ impl Streams {
         entry.since.0 += 1;
         entry.since.1 += record.event.payload().len() as u64;
         entry.last = Some(Last { record, segment, ino, end });
-        // The state matches the log again (we hold the lock): listen for
-        // the next change from here.
+        // The state matches the log again (we hold the lock): the head
+        // names this record.
         self.arm(entry);
         Ok(seq)
     }
@@ -1351,9 +1337,18 @@ impl Streams {
     }
 
     /// Removes the stream's directory: renamed away first (one atomic
-    /// step: readers see the whole stream or none), then deleted.
+    /// step: readers see the whole stream or none), then deleted. Its
+    /// head is spoiled before (its magic zeroed): a process that trusts
+    /// its cached state while the head it holds open names its last read
+    /// record ([`Streams::fresh`]) sees at once that the stream is gone.
+    /// (A writer that finds a spoiled head in place rebuilds it from the
+    /// log, FORMAT.md.)
     fn remove(&self, _path: &str, entry: &mut Entry) -> StreamResult<()> {
         entry.files = None;
+        if let Ok(head) = fs::OpenOptions::new().write(true).open(entry.dir.join(log::HEAD_FILE)) {
+            use std::os::unix::fs::FileExt;
+            let _ = head.write_all_at(&[0; 8], 0);
+        }
         let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
         match fs::rename(&entry.dir, &gone) {
             Ok(()) => {
