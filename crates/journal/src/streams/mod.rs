@@ -641,6 +641,12 @@ impl Streams {
     /// Locks the stream for writing (creating its directory if `create`),
     /// with `entry` brought up to date under the lock.
     fn writer<'s>(&'s self, entry: &mut Entry, create: bool) -> StreamResult<Option<Writer<'s>>> {
+        self.writer_held(entry, create, false)
+    }
+
+    /// [`Streams::writer`]; `held`: the caller holds the lock of the
+    /// files `entry` kept ([`log::TopicFiles::try_lock`]).
+    fn writer_held<'s>(&'s self, entry: &mut Entry, create: bool, held: bool) -> StreamResult<Option<Writer<'s>>> {
         for _ in 0..4 {
             if create {
                 if !self.dir.is_dir() {
@@ -660,11 +666,18 @@ impl Streams {
             // directory `entry.ino`: reused without a path lookup.
             let kept = entry.files.take().filter(|_| entry.ino != 0);
             let reopened = match kept {
+                Some(files) if held => Writer::reopen_held(&self.writing, false, files)?,
                 Some(files) => Writer::reopen(&self.writing, false, files)?,
                 None => None,
             };
             let (w, ino) = match reopened {
-                Some(w) => (w, entry.ino),
+                // Not removed while we waited for the lock: the head,
+                // read under it, would no longer decode (`remove` spoils
+                // it before the rename) and `reopen` would have failed.
+                Some(w) => {
+                    self.refresh_until(entry, Some(w.last_seq()), Some(entry.ino))?;
+                    return Ok(Some(w));
+                }
                 None => {
                     let ino = dir_ino(&entry.dir);
                     if ino == 0 {
@@ -1050,8 +1063,8 @@ impl Streams {
             if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
                 return None;
             }
-            // The lock is held: `writer` takes it again without waiting.
-            let mut w = match self.writer(entry, false) {
+            // The lock is held: `writer_held` does not take it again.
+            let mut w = match self.writer_held(entry, false, true) {
                 Ok(Some(w)) => w,
                 Ok(None) => return Some(Err(not_found(path))),
                 Err(e) => return Some(Err(e)),
