@@ -641,12 +641,6 @@ impl Streams {
     /// Locks the stream for writing (creating its directory if `create`),
     /// with `entry` brought up to date under the lock.
     fn writer<'s>(&'s self, entry: &mut Entry, create: bool) -> StreamResult<Option<Writer<'s>>> {
-        self.writer_held(entry, create, false)
-    }
-
-    /// [`Streams::writer`]; `held`: the caller holds the lock of the
-    /// files `entry` kept ([`log::TopicFiles::try_lock`]).
-    fn writer_held<'s>(&'s self, entry: &mut Entry, create: bool, held: bool) -> StreamResult<Option<Writer<'s>>> {
         for _ in 0..4 {
             if create {
                 if !self.dir.is_dir() {
@@ -666,7 +660,6 @@ impl Streams {
             // directory `entry.ino`: reused without a path lookup.
             let kept = entry.files.take().filter(|_| entry.ino != 0);
             let reopened = match kept {
-                Some(files) if held => Writer::reopen_held(&self.writing, false, files)?,
                 Some(files) => Writer::reopen(&self.writing, false, files)?,
                 None => None,
             };
@@ -1045,51 +1038,47 @@ impl Streams {
     }
 
     /// An append as [`Streams::append`] makes it, when it can be made at
-    /// once: in a watched process whose state of the stream is known to
-    /// match the log, without waiting for a lock (the stream's, in this
-    /// process or any other) or reading the log, without a sync
-    /// (`sync=none`: the record goes to the page cache) and with nothing
-    /// more to do (no TTL to slide, no bound topic to import from or post
-    /// to); `None` otherwise: call [`Streams::append`]. For a server's
-    /// event loop, which must not block.
+    /// once: in a watched process whose state of the stream matches the
+    /// log (the head, read under the lock, names the last record read),
+    /// without waiting for a lock (the stream's, in this process or any
+    /// other) or reading the log, without a sync (`sync=none`: the record
+    /// goes to the page cache) and with nothing more to do (no TTL to
+    /// slide, no bound topic to import from or post to); `None`
+    /// otherwise: call [`Streams::append`]. For a server's event loop,
+    /// which must not block. System calls: `flock` (try), `pread` of the
+    /// head, `fstat` of the segment, `pwrite` of the record and of the
+    /// head, `flock` (unlock).
     pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
-        if self.config().sync == crate::SyncPolicy::Always {
+        if self.config().sync == crate::SyncPolicy::Always || !self.watched {
             return None;
         }
         if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
             return None;
         }
-        self.with_plain_entry(path, |entry| {
-            if !entry.files.as_ref().is_some_and(|f| f.try_lock()) {
-                return None;
-            }
-            // The lock is held: `writer_held` does not take it again.
-            let mut w = match self.writer_held(entry, false, true) {
-                Ok(Some(w)) => w,
-                Ok(None) => return Some(Err(not_found(path))),
-                Err(e) => return Some(Err(e)),
-            };
-            let result = self.append_locked(path, req, entry, &mut w);
-            self.release(entry, w);
-            Some(result.map(|(appended, _)| appended))
-        })
-    }
-
-    /// `f` of `path`'s cached entry, when the process watches its streams,
-    /// the entry is free, its state known to match the log
-    /// ([`Streams::fresh`]) and the stream plain ([`State::is_plain`]):
-    /// what both event-loop fast paths need; `None` otherwise, without
-    /// waiting for any lock.
-    fn with_plain_entry<R>(&self, path: &str, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
-        if !self.watched {
-            return None;
-        }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut entry = cell.try_lock().ok()?;
-        if !self.fresh(&mut entry) || !entry.state.is_plain() {
+        let mut guard = cell.try_lock().ok()?;
+        let entry = &mut *guard;
+        if entry.ino == 0 || entry.verify.is_some() || !entry.state.is_plain() {
             return None;
         }
-        f(&mut entry)
+        let read = entry.cursor.as_ref()?.last_seq;
+        let files = entry.files.take()?;
+        if !files.try_lock() {
+            entry.files = Some(files);
+            return None;
+        }
+        // Held: reopened without a second `flock`. A removed stream's
+        // spoiled head, or a segment changed, fails the reopen (the files
+        // are closed, the lock released): the slow path opens afresh.
+        let mut w = Writer::reopen_held(&self.writing, false, files).ok()??;
+        if w.last_seq() != read {
+            // Another process appended: the slow path reads its records.
+            self.release(entry, w);
+            return None;
+        }
+        let result = self.append_locked(path, req, entry, &mut w);
+        self.release(entry, w);
+        Some(result.map(|(appended, _)| appended))
     }
 
     #[allow(clippy::type_complexity)]
@@ -1284,24 +1273,32 @@ impl Streams {
     }
 
     /// A catch-up read as [`Streams::read`] answers it, when it can be
-    /// answered at once from memory without waiting for a lock and
-    /// without any system call (a watched process whose state of the
-    /// stream is known to match the log, the data in memory, no TTL to
-    /// slide, no bound topic to import from); `None` otherwise: call
-    /// [`Streams::read`]. For a server's event loop, which must not block.
+    /// answered at once from memory without waiting for a lock, with one
+    /// system call (a watched process whose cached state of the stream
+    /// matches the log, [`Streams::fresh`]; the data in memory; a plain
+    /// stream, [`State::is_plain`]: no TTL to slide, no bound topic to
+    /// import from); `None` otherwise: call [`Streams::read`]. For a
+    /// server's event loop, which must not block.
     pub fn read_cached(&self, path: &str, start: Start) -> Option<Chunk> {
-        self.with_plain_entry(path, |entry| {
-            let info = Self::info(entry);
-            let from = match start {
-                Start::Beginning => 0,
-                Start::Now => info.tail,
-                Start::At(o) => o,
-            };
-            if from > info.tail || from < entry.forgotten {
-                return None;
-            }
-            Some(self.memory_chunk(entry, from, info))
-        })
+        if !self.watched {
+            return None;
+        }
+        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
+        let mut guard = cell.try_lock().ok()?;
+        let entry = &mut *guard;
+        if !self.fresh(entry) || !entry.state.is_plain() {
+            return None;
+        }
+        let info = Self::info(entry);
+        let from = match start {
+            Start::Beginning => 0,
+            Start::Now => info.tail,
+            Start::At(o) => o,
+        };
+        if from > info.tail || from < entry.forgotten {
+            return None;
+        }
+        Some(self.memory_chunk(entry, from, info))
     }
 
     /// Directories whose changes may bring `path` new data: the stream's
