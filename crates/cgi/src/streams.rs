@@ -464,8 +464,8 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
                 return Err(bad("a long-poll needs an offset"));
             }
             let chunk = streams.read(&req.path, if start == Start::Now { Start::Now } else { start })?;
-            if !chunk.pieces.is_empty() {
-                let mut r = catch_up(&chunk, req, false);
+            if chunk.records > 0 {
+                let mut r = catch_up(chunk, false);
                 r.set("Stream-Cursor", next_cursor(cursor.as_deref()));
                 return Ok(Outcome::Done(r));
             }
@@ -512,19 +512,19 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
         Some(other) => return Err(bad(format!("unknown live mode '{other}'"))),
     }
     let chunk = streams.read(&req.path, start)?;
-    Ok(Outcome::Done(plain_read(&chunk, req, start)))
+    Ok(Outcome::Done(plain_read(chunk, req, start)))
 }
 
 /// The answer to a catch-up read (no live mode) of `chunk`.
-fn plain_read(chunk: &Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
-    let etag = etag(chunk);
+fn plain_read(chunk: Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
+    let etag = etag(&chunk);
     if start != Start::Now && req.header("If-None-Match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
         let mut r = StreamResponse::new(304);
         r.set("ETag", etag);
-        with_offset(&mut r, chunk);
+        with_offset(&mut r, &chunk);
         return r;
     }
-    let mut r = catch_up(chunk, req, start == Start::Now);
+    let mut r = catch_up(chunk, start == Start::Now);
     if start != Start::Now {
         r.set("ETag", etag);
     }
@@ -558,7 +558,7 @@ pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamRes
         None => Start::Beginning,
     };
     let chunk = streams.read_cached(&req.path, start)?;
-    Some(plain_read(&chunk, req, start))
+    Some(plain_read(chunk, req, start))
 }
 
 fn etag(chunk: &Chunk) -> String {
@@ -575,12 +575,12 @@ fn with_offset(r: &mut StreamResponse, chunk: &Chunk) {
     }
 }
 
-fn catch_up(chunk: &Chunk, _req: &StreamRequest, now: bool) -> StreamResponse {
+fn catch_up(chunk: Chunk, now: bool) -> StreamResponse {
     let mut r = StreamResponse::new(200);
     r.set("Content-Type", chunk.info.content_type.clone());
-    with_offset(&mut r, chunk);
+    with_offset(&mut r, &chunk);
     r.set("Cache-Control", if now || chunk.up_to_date { "no-store" } else { "public, max-age=60, stale-while-revalidate=300" });
-    r.body = chunk.body();
+    r.body = chunk.into_body();
     r
 }
 
@@ -610,8 +610,8 @@ impl LongPoll {
             Ok(c) => c,
             Err(e) => return Some(failure(&e)),
         };
-        if !chunk.pieces.is_empty() {
-            let mut r = catch_up(&chunk, &StreamRequest::default(), false);
+        if chunk.records > 0 {
+            let mut r = catch_up(chunk, false);
             r.set("Stream-Cursor", next_cursor(self.cursor.as_deref()));
             return Some(r);
         }
@@ -645,7 +645,7 @@ impl Sse {
             Err(_) => return (Vec::new(), true),
         };
         let mut out = Vec::new();
-        if !chunk.pieces.is_empty() {
+        if chunk.records > 0 {
             out.extend_from_slice(b"event: data\n");
             let body = chunk.body();
             if self.base64 {
@@ -668,7 +668,7 @@ impl Sse {
             out.push(b'\n');
         }
         let finished = chunk.closed();
-        if !chunk.pieces.is_empty() || !self.started || finished {
+        if chunk.records > 0 || !self.started || finished {
             self.next = chunk.next;
             let mut control = serde_json::Map::new();
             control.insert("streamNextOffset".into(), offset(chunk.next).into());

@@ -291,38 +291,73 @@ pub struct Chunk {
     pub info: Info,
     /// The offset the read started after.
     pub start: u64,
-    /// The payloads of the records read, in order.
-    pub pieces: Vec<Arc<[u8]>>,
+    /// How many records holding data were read.
+    pub records: usize,
     /// Where the next read starts.
     pub next: u64,
     /// The read reached the tail.
     pub up_to_date: bool,
+    /// The response body, joined once as the records were read.
+    data: Vec<u8>,
 }
 
 impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        let json = self.info.is_json();
-        let mut out = Vec::with_capacity(self.pieces.iter().map(|p| p.len()).sum::<usize>() + self.pieces.len() + 2);
-        if json {
-            out.push(b'[');
-        }
-        for (i, p) in self.pieces.iter().enumerate() {
-            if json && i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(p);
-        }
-        if json {
-            out.push(b']');
-        }
-        out
+        self.data.clone()
+    }
+
+    /// [`Chunk::body`], without a copy.
+    pub fn into_body(self) -> Vec<u8> {
+        self.data
     }
 
     /// True when the stream is closed and this read reached its end (EOF).
     pub fn closed(&self) -> bool {
         self.info.closed && self.up_to_date
+    }
+}
+
+/// A [`Chunk`]'s body as its records are read: the payloads one after
+/// the other, or in JSON mode (each payload holding messages joined by
+/// commas) the array of the messages.
+struct Joined {
+    json: bool,
+    data: Vec<u8>,
+    records: usize,
+    bytes: usize,
+}
+
+impl Joined {
+    fn new(json: bool, capacity: usize) -> Joined {
+        let mut data = Vec::with_capacity(capacity + 2);
+        if json {
+            data.push(b'[');
+        }
+        Joined { json, data, records: 0, bytes: 0 }
+    }
+
+    /// Adds `payload`, unless the body holds a record already and would
+    /// pass `max` bytes of payload: false then (the read stops).
+    fn add(&mut self, payload: &[u8], max: usize) -> bool {
+        if self.records > 0 && self.bytes + payload.len() > max {
+            return false;
+        }
+        if self.json && self.records > 0 {
+            self.data.push(b',');
+        }
+        self.data.extend_from_slice(payload);
+        self.bytes += payload.len();
+        self.records += 1;
+        true
+    }
+
+    fn chunk(mut self, info: Info, start: u64, next: u64) -> Chunk {
+        if self.json {
+            self.data.push(b']');
+        }
+        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data }
     }
 }
 
@@ -1213,7 +1248,7 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
         }
         if from == info.tail {
-            return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
+            return Ok(Joined::new(info.is_json(), 0).chunk(info, from, from));
         }
         if from >= entry.forgotten {
             return Ok(self.memory_chunk(&entry, from, info));
@@ -1227,7 +1262,7 @@ impl Streams {
         drop(entry);
         let dir = self.stream_dir(path);
         let max = self.config().stream_max_read_bytes;
-        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+        let (mut joined, mut next) = (Joined::new(info.is_json(), 0), from);
         'read: loop {
             let records = log::read_new(&dir, &mut cursor)?;
             if records.is_empty() {
@@ -1240,17 +1275,13 @@ impl Streams {
                 if r.seq <= from || !has_data(&r) {
                     continue;
                 }
-                let payload = r.event.payload();
-                if !pieces.is_empty() && bytes + payload.len() > max {
+                if !joined.add(r.event.payload(), max) {
                     break 'read;
                 }
-                bytes += payload.len();
                 next = r.seq;
-                pieces.push(Arc::from(payload));
             }
         }
-        let up_to_date = next >= info.tail;
-        Ok(Chunk { start: from, next, pieces, up_to_date, info })
+        Ok(joined.chunk(info, from, next))
     }
 
     /// The data after `from` (at or after `entry.forgotten`: all of it in
@@ -1258,18 +1289,18 @@ impl Streams {
     /// record).
     fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
         let max = self.config().stream_max_read_bytes;
-        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
-        for (seq, payload) in entry.recent.iter().skip(first) {
-            if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
+        let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
+        // Sized once (the payloads and their commas), however many fit.
+        let capacity = wanted.clone().map(|(_, p)| p.len() + 1).sum::<usize>().min(max.saturating_add(1));
+        let (mut joined, mut next) = (Joined::new(info.is_json(), capacity), from);
+        for (seq, payload) in wanted {
+            if !joined.add(payload, max) {
                 break;
             }
-            bytes += payload.len();
             next = *seq;
-            pieces.push(payload.clone());
         }
-        let up_to_date = next >= info.tail;
-        Chunk { start: from, next, pieces, up_to_date, info }
+        joined.chunk(info, from, next)
     }
 
     /// A catch-up read as [`Streams::read`] answers it, when it can be
