@@ -75,11 +75,12 @@ const MAX_MARKS: usize = 1024;
 const MARK_EVERY: u64 = 64;
 
 /// How long a watched process trusts that the `.head` it holds open is
-/// still the stream's (its path names the same file: the head was not
-/// rebuilt, the directory not replaced) before it looks again: a bound
-/// on staleness should a head be replaced under it (a writer rebuilding
-/// it after a crash). A removed stream's head is spoiled first (see
-/// `Streams::remove`), which every process sees at once.
+/// still the stream's (its path names the same file) before it looks
+/// again. A head replaced whole, or a removed stream's, is spoiled first
+/// (FORMAT.md, "The magic doubles as a validity flag"; see
+/// `Streams::remove`), which every process sees at once: this is a bound
+/// on staleness should that ever not happen (a writer killed between
+/// the two steps).
 const TRUST: Duration = Duration::from_secs(1);
 
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
