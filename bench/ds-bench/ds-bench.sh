@@ -13,8 +13,11 @@
 # with BENCH_REF_FILE=1, file-backed too (LMDB + logs, as our store is on
 # disk). Prints a table of requests/s and the ratio serve / reference, and
 # one of the CPU time each server spent per request (user + system, from
-# /proc: the figure a busy shared machine disturbs least). Not a test:
-# nothing passes or fails; CI does not run it.
+# /proc: the figure a busy shared machine disturbs least). As a ceiling,
+# the same wrk runs against `serve`'s built-in page (`GET /index.html`,
+# 1.2 KB, no store involved): what the HTTP stack, the kernel and wrk
+# allow on this machine. Not a test: nothing passes or fails; CI does not
+# run it.
 #
 #     bench/ds-bench/ds-bench.sh
 #     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
@@ -130,6 +133,10 @@ for t in "${targets[@]}"; do
         rate[$t,append,$c]+=" $r"; cpu[$t,append,$c]+=" $u"
         read -r r u < <(read_rate "$c" "$base")
         rate[$t,read,$c]+=" $r"; cpu[$t,read,$c]+=" $u"
+        if [ "$t" = serve ]; then
+            read -r r u < <(measure -t"$c" -c"$c" -d"${secs}s" "$base/index.html")
+            rate[ceiling,$c]+=" $r"; cpu[ceiling,$c]+=" $u"
+        fi
     done
     kill "${pids[-1]}" 2>/dev/null || true
     sleep 0.5
@@ -170,4 +177,12 @@ for w in append read; do
         [ "${BENCH_REF_FILE:-0}" = 1 ] && line="$line ${cpu[ref-file,$w,$c]} |"
         echo "$line"
     done
+done
+echo
+echo "Ceiling: serve's built-in page (GET /index.html), median of $rounds"
+echo
+echo '| c | requests/s | CPU µs per request | / reference append | / reference read |'
+echo '|---|---|---|---|---|'
+for c in 1 8; do
+    echo "| $c | ${rate[ceiling,$c]} | ${cpu[ceiling,$c]} | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,append,$c]}") | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,read,$c]}") |"
 done
