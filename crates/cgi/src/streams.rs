@@ -344,7 +344,7 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
         Some(v) => Some(strict_uint(v).ok_or_else(|| bad(format!("Stream-TTL '{v}' is not a non-negative integer")))?),
         None => None,
     };
-    let fork_from = req.header("Stream-Forked-From").map(|v| percent_decode(v));
+    let fork_from = req.header("Stream-Forked-From").map(percent_decode);
     let fork_offset = match req.header("Stream-Fork-Offset") {
         Some(_) if fork_from.is_none() => return Err(bad("Stream-Fork-Offset needs Stream-Forked-From")),
         Some(v) => Some(match parse_start(v)? {
@@ -773,7 +773,7 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
             }
         }
         Outcome::Sse(mut sse) => {
-            let mut head_bytes = format!("Status: 200 OK\r\n").into_bytes();
+            let mut head_bytes = b"Status: 200 OK\r\n".to_vec();
             for (n, v) in &sse.head.headers {
                 head_bytes.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
             }
