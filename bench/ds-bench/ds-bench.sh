@@ -11,8 +11,13 @@
 # each at concurrency 1 and 8, keep-alive connections, BENCH_SECONDS
 # (default 5) per figure. The reference runs in memory (its default) and,
 # with BENCH_REF_FILE=1, file-backed too (LMDB + logs, as our store is on
-# disk). Prints a table of requests/s and the ratio serve / reference. Not a
-# test: nothing passes or fails; CI does not run it.
+# disk). Prints a table of requests/s and the ratio serve / reference, and
+# one of the CPU time each server spent per request (user + system, from
+# /proc: the figure a busy shared machine disturbs least). As a ceiling,
+# the same wrk runs against `serve`'s built-in page (`GET /index.html`,
+# 1.2 KB, no store involved): what the HTTP stack, the kernel and wrk
+# allow on this machine. Not a test: nothing passes or fails; CI does not
+# run it.
 #
 #     bench/ds-bench/ds-bench.sh
 #     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
@@ -78,6 +83,19 @@ prepare() { # base: the stream the catch-up reads read
     done
 }
 
+# CPU time (user + system, clock ticks) of the server, the last in $pids.
+ticks() { awk '{ print $14 + $15 }' "/proc/${pids[-1]}/stat"; }
+
+# "requests/s µs-of-server-CPU-per-request" of a wrk run (its arguments).
+measure() {
+    local before out
+    before=$(ticks)
+    out=$(wrk "$@")
+    awk -v t0="$before" -v t1="$(ticks)" -v hz="$(getconf CLK_TCK)" '
+        /requests in/ { n = $1 } /Requests\/sec/ { r = $2 }
+        END { printf "%s %.1f\n", r, (n > 0 ? (t1 - t0) * 1e6 / hz / n : 0) }' <<<"$out"
+}
+
 append_rate() { # base c
     local base=$1 c=$2 stamp
     stamp=$(date +%s)
@@ -85,14 +103,14 @@ append_rate() { # base c
     for i in $(seq "$c"); do
         curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$base/v1/stream/bench-append-$stamp-$i"
     done
-    wrk -t"$c" -c"$c" -d"${secs}s" -s "$work/append.lua" "$base" | awk '/Requests\/sec/ {print $2}'
+    measure -t"$c" -c"$c" -d"${secs}s" -s "$work/append.lua" "$base"
 }
 
 read_rate() { # base c
-    wrk -t"$c" -c"$c" -d"${secs}s" "$1/v1/stream/read-me?offset=-1" | awk '/Requests\/sec/ {print $2}'
+    measure -t"$1" -c"$1" -d"${secs}s" "$2/v1/stream/read-me?offset=-1"
 }
 
-declare -A rate
+declare -A rate cpu
 targets=(serve ref-memory)
 before="${BENCH_PUBSUB_BEFORE:-}"
 [ -n "$before" ] && targets=(serve-before "${targets[@]}")
@@ -111,15 +129,21 @@ for t in "${targets[@]}"; do
     bytes=$(curl -s "$base/v1/stream/read-me?offset=-1" | wc -c)
     [ "$bytes" = 10000 ] || echo "warning: $t returned $bytes bytes for the catch-up read" >&2
     for c in 1 8; do
-        rate[$t,append,$c]+=" $(append_rate "$base" "$c")"
-        rate[$t,read,$c]+=" $(read_rate "$base" "$c")"
+        read -r r u < <(append_rate "$base" "$c")
+        rate[$t,append,$c]+=" $r"; cpu[$t,append,$c]+=" $u"
+        read -r r u < <(read_rate "$c" "$base")
+        rate[$t,read,$c]+=" $r"; cpu[$t,read,$c]+=" $u"
+        if [ "$t" = serve ]; then
+            read -r r u < <(measure -t"$c" -c"$c" -d"${secs}s" "$base/index.html")
+            rate[ceiling,$c]+=" $r"; cpu[ceiling,$c]+=" $u"
+        fi
     done
     kill "${pids[-1]}" 2>/dev/null || true
     sleep 0.5
 done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for k in "${!rate[@]}"; do rate[$k]=$(echo "${rate[$k]}" | median); done
+for k in "${!rate[@]}"; do rate[$k]=$(echo "${rate[$k]}" | median); cpu[$k]=$(echo "${cpu[$k]}" | median); done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo
@@ -139,4 +163,26 @@ for w in append read; do
         if [ "${BENCH_REF_FILE:-0}" = 1 ]; then f=${rate[ref-file,$w,$c]}; line="$line $f | $(ratio "$s" "$f") |"; fi
         echo "$line"
     done
+done
+echo
+echo "Server CPU per request, µs (user + system; median of $rounds)"
+echo
+printf '| workload | c |%s serve | reference (memory) | ratio reference / serve |%s\n' "$( [ -n "$before" ] && echo ' serve before |')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo ' reference (file) |')"
+printf '|---|---|%s---|---|---|%s\n' "$( [ -n "$before" ] && echo '---|')" "$( [ "${BENCH_REF_FILE:-0}" = 1 ] && echo '---|')"
+for w in append read; do
+    for c in 1 8; do
+        line="| $w | $c |"
+        [ -n "$before" ] && line="$line ${cpu[serve-before,$w,$c]} |"
+        line="$line ${cpu[serve,$w,$c]} | ${cpu[ref-memory,$w,$c]} | $(ratio "${cpu[ref-memory,$w,$c]}" "${cpu[serve,$w,$c]}") |"
+        [ "${BENCH_REF_FILE:-0}" = 1 ] && line="$line ${cpu[ref-file,$w,$c]} |"
+        echo "$line"
+    done
+done
+echo
+echo "Ceiling: serve's built-in page (GET /index.html), median of $rounds"
+echo
+echo '| c | requests/s | CPU µs per request | / reference append | / reference read |'
+echo '|---|---|---|---|---|'
+for c in 1 8; do
+    echo "| $c | ${rate[ceiling,$c]} | ${cpu[ceiling,$c]} | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,append,$c]}") | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,read,$c]}") |"
 done

@@ -8,14 +8,15 @@
 //! follows: a long-poll ([`LongPoll`]) that waits for a change and asks
 //! again, or an SSE response ([`Sse`]) that sends what each step reads.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use kn_journal::streams::{
     is_json, offset, parse_start, Append, Chunk, Create, Info, Producer, Start, StreamError, StreamErrorKind, Streams,
 };
@@ -32,6 +33,44 @@ Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, P
 /// The request headers browsers may send (CORS preflight).
 const ALLOWED: &str = "Content-Type, Stream-TTL, Stream-Expires-At, Stream-Seq, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, \
 Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match, Kn-Topic, Authorization";
+
+/// Every response header this module sets, in canonical case, with its
+/// `HeaderName` for `serve` (made once, at compile time: no allocation
+/// per response).
+pub static HEADER_NAMES: [(&str, HeaderName); 24] = [
+    ("X-Content-Type-Options", hyper::header::X_CONTENT_TYPE_OPTIONS),
+    ("Cross-Origin-Resource-Policy", HeaderName::from_static("cross-origin-resource-policy")),
+    ("Access-Control-Allow-Origin", hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN),
+    ("Access-Control-Expose-Headers", hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS),
+    ("Content-Type", hyper::header::CONTENT_TYPE),
+    ("Stream-Next-Offset", HeaderName::from_static("stream-next-offset")),
+    ("Stream-Up-To-Date", HeaderName::from_static("stream-up-to-date")),
+    ("Stream-Closed", HeaderName::from_static("stream-closed")),
+    ("Stream-Cursor", HeaderName::from_static("stream-cursor")),
+    ("Cache-Control", hyper::header::CACHE_CONTROL),
+    ("ETag", hyper::header::ETAG),
+    ("Producer-Epoch", HeaderName::from_static("producer-epoch")),
+    ("Producer-Seq", HeaderName::from_static("producer-seq")),
+    ("Producer-Expected-Seq", HeaderName::from_static("producer-expected-seq")),
+    ("Producer-Received-Seq", HeaderName::from_static("producer-received-seq")),
+    ("Stream-TTL", HeaderName::from_static("stream-ttl")),
+    ("Stream-Expires-At", HeaderName::from_static("stream-expires-at")),
+    ("Stream-SSE-Data-Encoding", HeaderName::from_static("stream-sse-data-encoding")),
+    ("Location", hyper::header::LOCATION),
+    ("Kn-Bridge-Error", HeaderName::from_static("kn-bridge-error")),
+    ("Allow", hyper::header::ALLOW),
+    ("Access-Control-Allow-Methods", hyper::header::ACCESS_CONTROL_ALLOW_METHODS),
+    ("Access-Control-Allow-Headers", hyper::header::ACCESS_CONTROL_ALLOW_HEADERS),
+    ("Access-Control-Max-Age", hyper::header::ACCESS_CONTROL_MAX_AGE),
+];
+
+/// The `HeaderName` of a header this module sets.
+fn header_name(name: &str) -> Option<HeaderName> {
+    match HEADER_NAMES.iter().find(|(n, _)| *n == name) {
+        Some((_, h)) => Some(h.clone()),
+        None => HeaderName::from_bytes(name.as_bytes()).ok(),
+    }
+}
 
 /// How much of a body over `Config::stream_max_append_bytes` is read and
 /// dropped before answering `413` (beyond it the connection is closed).
@@ -54,17 +93,18 @@ pub struct StreamRequest {
     pub path: String,
     /// The raw query string.
     pub query: String,
-    /// Header names (any case) and values.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// The request headers.
+    pub headers: HeaderMap,
     /// The body.
     pub body: Vec<u8>,
-    /// The URL of the stream as the client named it (for `Location`).
+    /// The URL of the stream as the client named it (for the `Location`
+    /// of a `PUT`'s answer; `serve` fills it in for a `PUT` only).
     pub url: String,
 }
 
 impl StreamRequest {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| std::str::from_utf8(v).ok()).map(str::trim)
+        self.headers.get(name).and_then(|v| std::str::from_utf8(v.as_bytes()).ok()).map(str::trim)
     }
 
     fn param(&self, name: &str) -> Option<String> {
@@ -84,8 +124,8 @@ pub fn percent_decode(text: &str) -> String {
 pub struct StreamResponse {
     /// Status code.
     pub status: u16,
-    /// Headers (names in canonical case).
-    pub headers: Vec<(String, String)>,
+    /// Headers (names in canonical case, one of [`HEADER_NAMES`]).
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// Body (none is sent for `HEAD`).
     pub body: Vec<u8>,
 }
@@ -100,8 +140,8 @@ impl StreamResponse {
         r
     }
 
-    fn set(&mut self, name: &str, value: impl Into<String>) -> &mut StreamResponse {
-        self.headers.push((name.to_owned(), value.into()));
+    fn set(&mut self, name: &'static str, value: impl Into<Cow<'static, str>>) -> &mut StreamResponse {
+        self.headers.push((name, value.into()));
         self
     }
 
@@ -123,7 +163,7 @@ impl StreamResponse {
         for (n, v) in &self.headers {
             out.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
         }
-        if !self.headers.iter().any(|(n, _)| n == "Content-Type") && self.status != 204 && self.status != 304 {
+        if !self.headers.iter().any(|(n, _)| *n == "Content-Type") && self.status != 204 && self.status != 304 {
             // Apache would add its default type otherwise.
             out.extend_from_slice(b"Content-Type: application/octet-stream\r\n");
         }
@@ -267,7 +307,7 @@ pub fn failure(e: &StreamError) -> StreamResponse {
         r.set("Stream-Closed", "true");
     }
     if let Some(o) = &e.next_offset {
-        r.set("Stream-Next-Offset", o.as_str());
+        r.set("Stream-Next-Offset", o.clone());
     }
     if let Some(epoch) = e.epoch {
         r.set("Producer-Epoch", epoch.to_string());
@@ -304,7 +344,7 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
         Some(v) => Some(strict_uint(v).ok_or_else(|| bad(format!("Stream-TTL '{v}' is not a non-negative integer")))?),
         None => None,
     };
-    let fork_from = req.header("Stream-Forked-From").map(|v| percent_decode(v));
+    let fork_from = req.header("Stream-Forked-From").map(percent_decode);
     let fork_offset = match req.header("Stream-Fork-Offset") {
         Some(_) if fork_from.is_none() => return Err(bad("Stream-Fork-Offset needs Stream-Forked-From")),
         Some(v) => Some(match parse_start(v)? {
@@ -332,10 +372,10 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
     };
     let created = streams.create(&req.path, &create)?;
     let mut r = StreamResponse::new(if created.created { 201 } else { 200 });
-    r.set("Content-Type", created.info.content_type.as_str());
+    r.set("Content-Type", created.info.content_type.clone());
     with_info(&mut r, &created.info);
     if created.created {
-        r.set("Location", req.url.as_str());
+        r.set("Location", req.url.clone());
     }
     Ok(r)
 }
@@ -392,13 +432,13 @@ fn appended(req: &StreamRequest, has_producer: bool, done: kn_journal::streams::
 fn head(streams: &Streams, path: &str) -> Result<StreamResponse, StreamError> {
     let info = streams.head(path)?;
     let mut r = StreamResponse::new(200);
-    r.set("Content-Type", info.content_type.as_str());
+    r.set("Content-Type", info.content_type.clone());
     with_info(&mut r, &info);
     if let Some(ttl) = info.ttl {
         r.set("Stream-TTL", ttl.to_string());
     }
     if let Some(at) = &info.expires_at {
-        r.set("Stream-Expires-At", at.as_str());
+        r.set("Stream-Expires-At", at.clone());
     }
     r.set("Cache-Control", "no-store");
     Ok(r)
@@ -424,8 +464,8 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
                 return Err(bad("a long-poll needs an offset"));
             }
             let chunk = streams.read(&req.path, if start == Start::Now { Start::Now } else { start })?;
-            if !chunk.pieces.is_empty() {
-                let mut r = catch_up(&chunk, req, false);
+            if chunk.records > 0 {
+                let mut r = catch_up(chunk, false);
                 r.set("Stream-Cursor", next_cursor(cursor.as_deref()));
                 return Ok(Outcome::Done(r));
             }
@@ -472,19 +512,19 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
         Some(other) => return Err(bad(format!("unknown live mode '{other}'"))),
     }
     let chunk = streams.read(&req.path, start)?;
-    Ok(Outcome::Done(plain_read(&chunk, req, start)))
+    Ok(Outcome::Done(plain_read(chunk, req, start)))
 }
 
 /// The answer to a catch-up read (no live mode) of `chunk`.
-fn plain_read(chunk: &Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
-    let etag = etag(chunk);
+fn plain_read(chunk: Chunk, req: &StreamRequest, start: Start) -> StreamResponse {
+    let etag = etag(&chunk);
     if start != Start::Now && req.header("If-None-Match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
         let mut r = StreamResponse::new(304);
         r.set("ETag", etag);
-        with_offset(&mut r, chunk);
+        with_offset(&mut r, &chunk);
         return r;
     }
-    let mut r = catch_up(chunk, req, start == Start::Now);
+    let mut r = catch_up(chunk, start == Start::Now);
     if start != Start::Now {
         r.set("ETag", etag);
     }
@@ -518,7 +558,7 @@ pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamRes
         None => Start::Beginning,
     };
     let chunk = streams.read_cached(&req.path, start)?;
-    Some(plain_read(&chunk, req, start))
+    Some(plain_read(chunk, req, start))
 }
 
 fn etag(chunk: &Chunk) -> String {
@@ -535,12 +575,12 @@ fn with_offset(r: &mut StreamResponse, chunk: &Chunk) {
     }
 }
 
-fn catch_up(chunk: &Chunk, _req: &StreamRequest, now: bool) -> StreamResponse {
+fn catch_up(chunk: Chunk, now: bool) -> StreamResponse {
     let mut r = StreamResponse::new(200);
-    r.set("Content-Type", chunk.info.content_type.as_str());
-    with_offset(&mut r, chunk);
+    r.set("Content-Type", chunk.info.content_type.clone());
+    with_offset(&mut r, &chunk);
     r.set("Cache-Control", if now || chunk.up_to_date { "no-store" } else { "public, max-age=60, stale-while-revalidate=300" });
-    r.body = chunk.body();
+    r.body = chunk.into_body();
     r
 }
 
@@ -570,8 +610,8 @@ impl LongPoll {
             Ok(c) => c,
             Err(e) => return Some(failure(&e)),
         };
-        if !chunk.pieces.is_empty() {
-            let mut r = catch_up(&chunk, &StreamRequest::default(), false);
+        if chunk.records > 0 {
+            let mut r = catch_up(chunk, false);
             r.set("Stream-Cursor", next_cursor(self.cursor.as_deref()));
             return Some(r);
         }
@@ -605,7 +645,7 @@ impl Sse {
             Err(_) => return (Vec::new(), true),
         };
         let mut out = Vec::new();
-        if !chunk.pieces.is_empty() {
+        if chunk.records > 0 {
             out.extend_from_slice(b"event: data\n");
             let body = chunk.body();
             if self.base64 {
@@ -628,7 +668,7 @@ impl Sse {
             out.push(b'\n');
         }
         let finished = chunk.closed();
-        if !chunk.pieces.is_empty() || !self.started || finished {
+        if chunk.records > 0 || !self.started || finished {
             self.next = chunk.next;
             let mut control = serde_json::Map::new();
             control.insert("streamNextOffset".into(), offset(chunk.next).into());
@@ -679,11 +719,12 @@ pub fn cgi_path() -> Option<String> {
 pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::File) -> std::io::Result<()> {
     use std::io::{Read, Write};
     let env = |n: &str| std::env::var(n).ok();
-    let mut headers: Vec<(String, Vec<u8>)> = std::env::vars()
-        .filter_map(|(k, v)| k.strip_prefix("HTTP_").map(|n| (n.replace('_', "-"), v.into_bytes())))
-        .collect();
-    if let Some(ct) = env("CONTENT_TYPE") {
-        headers.push(("Content-Type".into(), ct.into_bytes()));
+    let mut headers = HeaderMap::new();
+    for (k, v) in std::env::vars() {
+        let name = if k == "CONTENT_TYPE" { "content-type".to_owned() } else if let Some(n) = k.strip_prefix("HTTP_") { n.replace('_', "-").to_ascii_lowercase() } else { continue };
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&v)) {
+            headers.append(n, v);
+        }
     }
     let method = env("REQUEST_METHOD").unwrap_or_default();
     let announced: Option<usize> = env("CONTENT_LENGTH").and_then(|v| v.trim().parse().ok());
@@ -732,7 +773,7 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
             }
         }
         Outcome::Sse(mut sse) => {
-            let mut head_bytes = format!("Status: 200 OK\r\n").into_bytes();
+            let mut head_bytes = b"Status: 200 OK\r\n".to_vec();
             for (n, v) in &sse.head.headers {
                 head_bytes.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
             }
@@ -817,14 +858,19 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
     }
     let raw_path = parts.uri.path();
     let path = percent_decode(raw_path.strip_prefix(PREFIX).unwrap_or(""));
-    let host = parts.headers.get(hyper::header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_else(|| local.to_string());
+    let url = if parts.method == hyper::Method::PUT {
+        let host = parts.headers.get(hyper::header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_else(|| local.to_string());
+        format!("http://{host}{raw_path}")
+    } else {
+        String::new()
+    };
     let req = StreamRequest {
         method: parts.method.as_str().to_owned(),
         path,
         query: parts.uri.query().unwrap_or("").to_owned(),
-        headers: parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
+        headers: parts.headers,
         body,
-        url: format!("http://{host}{raw_path}"),
+        url,
     };
     let head = req.method == "HEAD";
     // A read answered from memory, or an append made without waiting,
@@ -842,7 +888,8 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
         Outcome::Wait(poll) => to_hyper(long_poll(streams, poll).await, head),
         Outcome::Sse(sse) => {
             let (tx, rx) = tokio::sync::mpsc::channel(8);
-            let reply = to_hyper_body(&sse.head, Body::Stream(rx));
+            let mut sse = sse;
+            let reply = to_hyper_body(&mut sse.head, Body::Stream(rx));
             tokio::spawn(follow_sse(streams, sse, tx));
             reply
         }
@@ -930,15 +977,24 @@ async fn follow_sse(streams: Arc<Streams>, sse: Sse, tx: tokio::sync::mpsc::Send
 
 fn to_hyper(mut r: StreamResponse, head: bool) -> hyper::Response<Body> {
     let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(std::mem::take(&mut r.body)))) };
-    to_hyper_body(&r, body)
+    to_hyper_body(&mut r, body)
 }
 
-fn to_hyper_body(r: &StreamResponse, body: Body) -> hyper::Response<Body> {
+/// The response `r` (its headers taken) with `body`.
+fn to_hyper_body(r: &mut StreamResponse, body: Body) -> hyper::Response<Body> {
     let mut reply = hyper::Response::new(body);
     *reply.status_mut() = hyper::StatusCode::from_u16(r.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    for (n, v) in &r.headers {
-        if let (Ok(n), Ok(v)) = (hyper::header::HeaderName::from_bytes(n.as_bytes()), hyper::header::HeaderValue::from_str(v)) {
-            reply.headers_mut().append(n, v);
+    let headers = reply.headers_mut();
+    headers.reserve(r.headers.len());
+    for (n, v) in r.headers.drain(..) {
+        // Neither kind of value is copied: the static ones are this
+        // module's literals; a built one gives its buffer.
+        let value = match v {
+            Cow::Borrowed(v) => Some(HeaderValue::from_static(v)),
+            Cow::Owned(v) => HeaderValue::try_from(v).ok(),
+        };
+        if let (Some(n), Some(v)) = (header_name(n), value) {
+            headers.append(n, v);
         }
     }
     reply

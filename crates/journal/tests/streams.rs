@@ -368,7 +368,7 @@ fn a_stream_longer_than_the_journal_retention_keeps_everything() {
 /// memory and appends to it without waiting; what another store instance
 /// (another process) appends is in its very next read.
 #[test]
-fn a_watched_process_reads_from_memory_and_sees_other_appends_at_once() {
+fn a_watched_process_reads_from_memory_and_sees_other_appends_and_deletes_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let watched = Streams::watched(Arc::new(Store::open(dir.path()).unwrap()));
     watched.create("s", &Create::new("text/plain")).unwrap();
@@ -401,4 +401,26 @@ fn a_watched_process_reads_from_memory_and_sees_other_appends_at_once() {
         expected.extend_from_slice(body.as_bytes());
         assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), expected);
     }
+    // Caught up, its own appends run without waiting again.
+    let done = watched.append_nowait("s", &Append::data(Some("text/plain"), b"x")).expect("an append that need not wait");
+    assert!(done.unwrap().stored);
+    expected.push(b'x');
+    assert_eq!(watched.read_cached("s", Start::Beginning).expect("known").body(), expected);
+
+    // Another process deletes it: gone at once, for reads and appends.
+    other.delete("s").unwrap();
+    assert!(watched.read_cached("s", Start::Beginning).is_none(), "a deleted stream answered from memory");
+    let late = watched.append_nowait("s", &Append::data(Some("text/plain"), b"y"));
+    assert!(!matches!(late, Some(Ok(_))), "an append stored in a deleted stream");
+    assert_eq!(watched.append("s", &Append::data(Some("text/plain"), b"y")).unwrap_err().kind(), StreamErrorKind::NotFound);
+    assert_eq!(watched.read("s", Start::Beginning).unwrap_err().kind(), StreamErrorKind::NotFound);
+
+    // Created again, otherwise: the new stream, at once.
+    other.create("s", &Create::new("application/octet-stream")).unwrap();
+    other.append("s", &Append::data(Some("application/octet-stream"), b"new")).unwrap();
+    if let Some(cached) = watched.read_cached("s", Start::Beginning) {
+        assert_eq!(cached.body(), b"new", "the deleted stream answered from memory");
+    }
+    let chunk = watched.read("s", Start::Beginning).unwrap();
+    assert_eq!((chunk.body(), chunk.info.content_type.as_str()), (b"new".to_vec(), "application/octet-stream"));
 }

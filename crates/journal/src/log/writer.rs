@@ -143,15 +143,26 @@ impl<'c> Writer<'c> {
     /// closed, lock released) when it must be opened afresh. Opens nothing
     /// and looks no path up.
     pub(crate) fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        let Some(mut w) = Writer::reuse(config, ordinary, files)? else { return Ok(None) };
+        let Some(mut w) = Writer::reuse(config, ordinary, files, false)? else { return Ok(None) };
         Ok(if w.recover_tail()? { Some(w) } else { None })
     }
 
-    /// Locks with kept files; `None` (files closed, lock released) when the
-    /// head was replaced or the active segment changed: open afresh.
-    pub(super) fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
-        if let Err(e) = crate::shared::lock(&files.lock, crate::shared::LockKind::Exclusive, config) {
-            return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
+    /// [`Writer::reopen`] when the caller already holds the lock of
+    /// `files` ([`TopicFiles::try_lock`]): the same without a second
+    /// `flock`.
+    pub(crate) fn reopen_held(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+        let Some(mut w) = Writer::reuse(config, ordinary, files, true)? else { return Ok(None) };
+        Ok(if w.recover_tail()? { Some(w) } else { None })
+    }
+
+    /// Locks with kept files (unless `held`: the caller holds the lock);
+    /// `None` (files closed, lock released) when the head was replaced or
+    /// the active segment changed: open afresh.
+    pub(super) fn reuse(config: &'c Config, ordinary: bool, files: TopicFiles, held: bool) -> Result<Option<Writer<'c>>> {
+        if !held {
+            if let Err(e) = crate::shared::lock(&files.lock, crate::shared::LockKind::Exclusive, config) {
+                return Err(Error::io("cannot lock topic", &files.dir.join(LOCK_FILE), e));
+            }
         }
         if config.shared == crate::config::Shared::On {
             // Another host may have written both since this host read them.

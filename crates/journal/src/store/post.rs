@@ -177,7 +177,7 @@ impl Store {
             Ok(event) => event,
             Err(err) => return Some(Err(err)),
         };
-        if !kept.1.files.as_ref().is_some_and(|f| f.try_lock()) {
+        if !kept.1.files.as_ref().is_some_and(|f| f.try_lock(&self.config)) {
             return None;
         }
         // The lock is held: `reopen` takes it again without waiting, and

@@ -74,10 +74,13 @@ const MAX_MARKS: usize = 1024;
 /// when it places its cursor after its own appends.
 const MARK_EVERY: u64 = 64;
 
-/// How long a watched process trusts what it knows of a stream without
-/// a change notification before it looks at the log anyway: a bound on
-/// staleness should a notification ever be missed (a watch lost with a
-/// directory replaced under a waiting reader).
+/// How long a watched process trusts that the `.head` it holds open is
+/// still the stream's (its path names the same file) before it looks
+/// again. A head replaced whole, or a removed stream's, is spoiled first
+/// (FORMAT.md, "The magic doubles as a validity flag"; see
+/// `Streams::remove`), which every process sees at once: this is a bound
+/// on staleness should that ever not happen (a writer killed between
+/// the two steps).
 const TRUST: Duration = Duration::from_secs(1);
 
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
@@ -289,38 +292,73 @@ pub struct Chunk {
     pub info: Info,
     /// The offset the read started after.
     pub start: u64,
-    /// The payloads of the records read, in order.
-    pub pieces: Vec<Arc<[u8]>>,
+    /// How many records holding data were read.
+    pub records: usize,
     /// Where the next read starts.
     pub next: u64,
     /// The read reached the tail.
     pub up_to_date: bool,
+    /// The response body, joined once as the records were read.
+    data: Vec<u8>,
 }
 
 impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        let json = self.info.is_json();
-        let mut out = Vec::with_capacity(self.pieces.iter().map(|p| p.len()).sum::<usize>() + self.pieces.len() + 2);
-        if json {
-            out.push(b'[');
-        }
-        for (i, p) in self.pieces.iter().enumerate() {
-            if json && i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(p);
-        }
-        if json {
-            out.push(b']');
-        }
-        out
+        self.data.clone()
+    }
+
+    /// [`Chunk::body`], without a copy.
+    pub fn into_body(self) -> Vec<u8> {
+        self.data
     }
 
     /// True when the stream is closed and this read reached its end (EOF).
     pub fn closed(&self) -> bool {
         self.info.closed && self.up_to_date
+    }
+}
+
+/// A [`Chunk`]'s body as its records are read: the payloads one after
+/// the other, or in JSON mode (each payload holding messages joined by
+/// commas) the array of the messages.
+struct Joined {
+    json: bool,
+    data: Vec<u8>,
+    records: usize,
+    bytes: usize,
+}
+
+impl Joined {
+    fn new(json: bool, capacity: usize) -> Joined {
+        let mut data = Vec::with_capacity(capacity + 2);
+        if json {
+            data.push(b'[');
+        }
+        Joined { json, data, records: 0, bytes: 0 }
+    }
+
+    /// Adds `payload`, unless the body holds a record already and would
+    /// pass `max` bytes of payload: false then (the read stops).
+    fn add(&mut self, payload: &[u8], max: usize) -> bool {
+        if self.records > 0 && self.bytes + payload.len() > max {
+            return false;
+        }
+        if self.json && self.records > 0 {
+            self.data.push(b',');
+        }
+        self.data.extend_from_slice(payload);
+        self.bytes += payload.len();
+        self.records += 1;
+        true
+    }
+
+    fn chunk(mut self, info: Info, start: u64, next: u64) -> Chunk {
+        if self.json {
+            self.data.push(b']');
+        }
+        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data }
     }
 }
 
@@ -357,15 +395,12 @@ struct Entry {
     verify: Option<snapshot::Mark>,
     /// The snapshot did not match the log: replay the whole log.
     no_snapshot: bool,
-    /// In a watched process: the stream directory's change notifications,
-    /// a listener armed when `state` was last known to match the log, and
-    /// when that was, and the log's `.head` open for reading. While the
-    /// listener has not fired (for at most `TRUST`) and the head names
-    /// the last record read, `state` still matches the log.
-    sub: Option<crate::watch::Subscription>,
-    listener: Option<event_listener::EventListener>,
+    /// In a watched process: the log's `.head` open for reading, with its
+    /// inode, and when its path was last found to name that file. While
+    /// the head names the last record read, `state` still matches the log
+    /// (see `Streams::fresh`).
+    head: Option<(fs::File, u64)>,
     checked: Option<Instant>,
-    head: Option<fs::File>,
 }
 
 /// The last record applied to a stream's state, where its segment ends.
@@ -374,14 +409,6 @@ struct Last {
     segment: u64,
     ino: u64,
     end: u64,
-}
-
-/// True when `listener` has fired (it is then spent), without waiting
-/// and without a system call.
-fn fired(listener: &mut event_listener::EventListener) -> bool {
-    use std::future::Future;
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    std::pin::Pin::new(listener).poll(&mut cx).is_ready()
 }
 
 impl Entry {
@@ -437,12 +464,14 @@ impl Streams {
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
-    /// directory of every stream it keeps in memory is watched (inotify),
-    /// and its own appends wake its readers directly, so that a read of a
-    /// stream that did not change since it last looked touches no file,
-    /// while an append by any other process is seen by the next read. In
-    /// shared mode (`Config::shared`: other hosts write too, unseen by
-    /// inotify) every request looks at the log, as without this.
+    /// `.head` of every stream it keeps in memory stays open, so that a
+    /// read of a stream that did not change since it last looked costs
+    /// one `pread` (of the head) and no read of the log, while an append
+    /// by any other process, which moves the head, is seen by the next
+    /// read (`Streams::fresh`); its own appends wake its live readers
+    /// directly. In shared mode (`Config::shared`: other hosts write
+    /// through their own page caches) every request looks at the log, as
+    /// without this.
     pub fn watched(store: Arc<Store>) -> Streams {
         Streams { watched: !store.is_shared(), ..Streams::new(store) }
     }
@@ -496,63 +525,60 @@ impl Streams {
 
     /// Brings `entry` up to date with the log (records written by any
     /// process since it last looked). In a watched process, nothing is
-    /// read while the stream's change listener has not fired.
+    /// read while the stream's head names the last record read.
     fn refresh(&self, entry: &mut Entry) -> StreamResult<()> {
         if self.fresh(entry) {
             return Ok(());
         }
-        // Armed before looking: a change made after the look fires it.
+        // Opened before looking: an append made after the look changes it.
         self.arm(entry);
-        let r = self.refresh_until(entry, None, None);
-        if r.is_err() {
-            entry.listener = None;
-        }
-        r
+        self.refresh_until(entry, None, None)
     }
 
-    /// True when `entry` is known to match the log without reading it
-    /// (see `Entry::listener`): the change listener has not fired, and
-    /// the head, read with one `pread`, names the last record read. The
-    /// listener alone would do but for its delay (the notifier's thread
-    /// reads inotify's events a moment after the write); the head is
-    /// written by every append before it is acknowledged, so an append
-    /// of any process is seen by the next read. The listener sees what
-    /// the head does not: a deleted stream, a segment replaced.
+    /// True when `entry` is known to match the log without reading it:
+    /// the head, read with one `pread`, names the last record read. Every
+    /// append, of any process, writes the head before it is acknowledged,
+    /// so the next read sees it; a removed stream's head no longer
+    /// decodes (`Streams::remove`). Once per `TRUST`, one `statx` checks
+    /// that the head's path still names the file held open (not rebuilt,
+    /// the directory not replaced). No change notification is involved:
+    /// this process's own appends wake no thread of its own (the
+    /// notifier's thread reading their inotify events cost about 40 % of
+    /// an append's CPU).
     fn fresh(&self, entry: &mut Entry) -> bool {
         let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq) else { return false };
         if !self.watched || entry.ino == 0 || entry.verify.is_some() {
             return false;
         }
-        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) || !entry.listener.as_mut().is_some_and(|l| !fired(l)) {
-            entry.listener = None;
-            return false;
+        let Some((head, ino)) = &entry.head else { return false };
+        if entry.checked.is_none_or(|t| t.elapsed() >= TRUST) {
+            if fs::metadata(entry.dir.join(log::HEAD_FILE)).map(|m| m.ino()).ok() != Some(*ino) {
+                entry.head = None;
+                return false;
+            }
+            entry.checked = Some(Instant::now());
         }
-        match entry.head.as_ref().map(log::last_seq_of) {
-            Some(Some(last)) => last == read,
-            Some(None) => {
-                // Replaced (a rebuilt head): open the new one next time.
+        match log::last_seq_of(head) {
+            Some(last) => last == read,
+            None => {
+                // Spoiled (a removed stream) or replaced: open it again.
                 entry.head = None;
                 false
             }
-            None => false,
         }
     }
 
-    /// Arms `entry`'s change listener (watching its directory first if
-    /// need be): call it when the state is about to match the log.
+    /// Opens `entry`'s head for [`Streams::fresh`] if it is not open:
+    /// call it before reading the log.
     fn arm(&self, entry: &mut Entry) {
-        entry.listener = None;
-        if !self.watched || entry.ino == 0 {
+        if !self.watched || entry.ino == 0 || entry.head.is_some() {
             return;
         }
-        if entry.sub.is_none() {
-            entry.sub = Some(self.store.hub().subscribe(&entry.dir));
+        let opened = fs::File::open(entry.dir.join(log::HEAD_FILE)).and_then(|f| f.metadata().map(|m| (m.ino(), f)));
+        if let Ok((ino, file)) = opened {
+            entry.head = Some((file, ino));
+            entry.checked = Some(Instant::now());
         }
-        if entry.head.is_none() {
-            entry.head = fs::File::open(entry.dir.join(log::HEAD_FILE)).ok();
-        }
-        entry.listener = entry.sub.as_ref().filter(|s| s.is_notified()).map(|s| s.listen());
-        entry.checked = Some(Instant::now());
     }
 
     /// Where a process that knows nothing of the stream starts reading
@@ -678,7 +704,13 @@ impl Streams {
                 None => None,
             };
             let (w, ino) = match reopened {
-                Some(w) => (w, entry.ino),
+                // Not removed while we waited for the lock: the head,
+                // read under it, would no longer decode (`remove` spoils
+                // it before the rename) and `reopen` would have failed.
+                Some(w) => {
+                    self.refresh_until(entry, Some(w.last_seq()), Some(entry.ino))?;
+                    return Ok(Some(w));
+                }
                 None => {
                     let ino = dir_ino(&entry.dir);
                     if ino == 0 {
@@ -739,7 +771,8 @@ impl Streams {
         let placed = entry.verify.is_none()
             && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
         let stored_secs = crate::ids::now() as u64;
-        let waking = if self.watched && entry.sub.is_some() { self.store.hub().appending(&entry.dir) } else { None };
+        // This process's live readers of the stream, if any, wake at once.
+        let waking = if self.watched { self.store.hub().appending(&entry.dir) } else { None };
         let appended = w.append(event, stored_secs, &self.gauge);
         if let Some(waking) = waking {
             self.store.hub().appended(waking, matches!(appended, Ok(log::Appended::Stored(_))));
@@ -753,8 +786,7 @@ impl Streams {
         let (after, end) = w.end();
         let blob = self.writing.blob_bytes > 0 && event.payload().len() > self.writing.blob_bytes;
         let Some(cursor) = entry.cursor.as_mut().filter(|_| placed && after == segment && !blob) else {
-            // Read back by the next refresh.
-            entry.listener = None;
+            // Read back by the next refresh (the head is past the cursor).
             return Ok(seq);
         };
         cursor.last_seq = seq;
@@ -773,8 +805,8 @@ impl Streams {
         entry.since.0 += 1;
         entry.since.1 += record.event.payload().len() as u64;
         entry.last = Some(Last { record, segment, ino, end });
-        // The state matches the log again (we hold the lock): listen for
-        // the next change from here.
+        // The state matches the log again (we hold the lock): the head
+        // names this record.
         self.arm(entry);
         Ok(seq)
     }
@@ -1046,51 +1078,49 @@ impl Streams {
     }
 
     /// An append as [`Streams::append`] makes it, when it can be made at
-    /// once: in a watched process whose state of the stream is known to
-    /// match the log, without waiting for a lock (the stream's, in this
-    /// process or any other) or reading the log, without a sync
-    /// (`sync=none`: the record goes to the page cache) and with nothing
-    /// more to do (no TTL to slide, no bound topic to import from or post
-    /// to); `None` otherwise: call [`Streams::append`]. For a server's
-    /// event loop, which must not block.
+    /// once: in a watched process whose state of the stream matches the
+    /// log (the head, read under the lock, names the last record read),
+    /// without waiting for a lock (the stream's, in this process or any
+    /// other) or reading the log, without a sync (`sync=none`: the record
+    /// goes to the page cache) and with nothing more to do (no TTL to
+    /// slide, no bound topic to import from or post to); `None`
+    /// otherwise: call [`Streams::append`]. For a server's event loop,
+    /// which must not block. System calls: `flock` (try), `pread` of the
+    /// head, `fstat` of the segment, `pwrite` of the record and of the
+    /// head, `flock` (unlock).
     pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
-        if self.config().sync == crate::SyncPolicy::Always {
+        // On a shared store every write is a round trip to the file
+        // server, and a lock call may wait for its turn (`shared::lock`).
+        if self.config().sync == crate::SyncPolicy::Always || self.config().shared == crate::config::Shared::On || !self.watched {
             return None;
         }
         if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
             return None;
         }
-        self.with_plain_entry(path, |entry| {
-            if !entry.files.as_ref().is_some_and(|f| f.try_lock(self.config())) {
-                return None;
-            }
-            // The lock is held: `writer` takes it again without waiting.
-            let mut w = match self.writer(entry, false) {
-                Ok(Some(w)) => w,
-                Ok(None) => return Some(Err(not_found(path))),
-                Err(e) => return Some(Err(e)),
-            };
-            let result = self.append_locked(path, req, entry, &mut w);
-            self.release(entry, w);
-            Some(result.map(|(appended, _)| appended))
-        })
-    }
-
-    /// `f` of `path`'s cached entry, when the process watches its streams,
-    /// the entry is free, its state known to match the log
-    /// ([`Streams::fresh`]) and the stream plain ([`State::is_plain`]):
-    /// what both event-loop fast paths need; `None` otherwise, without
-    /// waiting for any lock.
-    fn with_plain_entry<R>(&self, path: &str, f: impl FnOnce(&mut Entry) -> Option<R>) -> Option<R> {
-        if !self.watched {
-            return None;
-        }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut entry = cell.try_lock().ok()?;
-        if !self.fresh(&mut entry) || !entry.state.is_plain() {
+        let mut guard = cell.try_lock().ok()?;
+        let entry = &mut *guard;
+        if entry.ino == 0 || entry.verify.is_some() || !entry.state.is_plain() {
             return None;
         }
-        f(&mut entry)
+        let read = entry.cursor.as_ref()?.last_seq;
+        let files = entry.files.take()?;
+        if !files.try_lock(self.config()) {
+            entry.files = Some(files);
+            return None;
+        }
+        // Held: reopened without a second `flock`. A removed stream's
+        // spoiled head, or a segment changed, fails the reopen (the files
+        // are closed, the lock released): the slow path opens afresh.
+        let mut w = Writer::reopen_held(&self.writing, false, files).ok()??;
+        if w.last_seq() != read {
+            // Another process appended: the slow path reads its records.
+            self.release(entry, w);
+            return None;
+        }
+        let result = self.append_locked(path, req, entry, &mut w);
+        self.release(entry, w);
+        Some(result.map(|(appended, _)| appended))
     }
 
     #[allow(clippy::type_complexity)]
@@ -1225,7 +1255,7 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
         }
         if from == info.tail {
-            return Ok(Chunk { start: from, next: from, pieces: Vec::new(), up_to_date: true, info });
+            return Ok(Joined::new(info.is_json(), 0).chunk(info, from, from));
         }
         if from >= entry.forgotten {
             return Ok(self.memory_chunk(&entry, from, info));
@@ -1239,7 +1269,7 @@ impl Streams {
         drop(entry);
         let dir = self.stream_dir(path);
         let max = self.config().stream_max_read_bytes;
-        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
+        let (mut joined, mut next) = (Joined::new(info.is_json(), 0), from);
         'read: loop {
             let records = log::read_new(&dir, &mut cursor)?;
             if records.is_empty() {
@@ -1252,17 +1282,13 @@ impl Streams {
                 if r.seq <= from || !has_data(&r) {
                     continue;
                 }
-                let payload = r.event.payload();
-                if !pieces.is_empty() && bytes + payload.len() > max {
+                if !joined.add(r.event.payload(), max) {
                     break 'read;
                 }
-                bytes += payload.len();
                 next = r.seq;
-                pieces.push(Arc::from(payload));
             }
         }
-        let up_to_date = next >= info.tail;
-        Ok(Chunk { start: from, next, pieces, up_to_date, info })
+        Ok(joined.chunk(info, from, next))
     }
 
     /// The data after `from` (at or after `entry.forgotten`: all of it in
@@ -1270,39 +1296,47 @@ impl Streams {
     /// record).
     fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
         let max = self.config().stream_max_read_bytes;
-        let (mut pieces, mut next, mut bytes) = (Vec::new(), from, 0usize);
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
-        for (seq, payload) in entry.recent.iter().skip(first) {
-            if *seq > info.tail || (!pieces.is_empty() && bytes + payload.len() > max) {
+        let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
+        // Sized once (the payloads and their commas), however many fit.
+        let capacity = wanted.clone().map(|(_, p)| p.len() + 1).sum::<usize>().min(max.saturating_add(1));
+        let (mut joined, mut next) = (Joined::new(info.is_json(), capacity), from);
+        for (seq, payload) in wanted {
+            if !joined.add(payload, max) {
                 break;
             }
-            bytes += payload.len();
             next = *seq;
-            pieces.push(payload.clone());
         }
-        let up_to_date = next >= info.tail;
-        Chunk { start: from, next, pieces, up_to_date, info }
+        joined.chunk(info, from, next)
     }
 
     /// A catch-up read as [`Streams::read`] answers it, when it can be
-    /// answered at once from memory without waiting for a lock and
-    /// without any system call (a watched process whose state of the
-    /// stream is known to match the log, the data in memory, no TTL to
-    /// slide, no bound topic to import from); `None` otherwise: call
-    /// [`Streams::read`]. For a server's event loop, which must not block.
+    /// answered at once from memory without waiting for a lock, with one
+    /// system call (a watched process whose cached state of the stream
+    /// matches the log, `Streams::fresh`; the data in memory; a plain
+    /// stream, `State::is_plain`: no TTL to slide, no bound topic to
+    /// import from); `None` otherwise: call [`Streams::read`]. For a
+    /// server's event loop, which must not block.
     pub fn read_cached(&self, path: &str, start: Start) -> Option<Chunk> {
-        self.with_plain_entry(path, |entry| {
-            let info = Self::info(entry);
-            let from = match start {
-                Start::Beginning => 0,
-                Start::Now => info.tail,
-                Start::At(o) => o,
-            };
-            if from > info.tail || from < entry.forgotten {
-                return None;
-            }
-            Some(self.memory_chunk(entry, from, info))
-        })
+        if !self.watched {
+            return None;
+        }
+        let cell = self.entries.try_lock().ok()?.get(path)?.clone();
+        let mut guard = cell.try_lock().ok()?;
+        let entry = &mut *guard;
+        if !self.fresh(entry) || !entry.state.is_plain() {
+            return None;
+        }
+        let info = Self::info(entry);
+        let from = match start {
+            Start::Beginning => 0,
+            Start::Now => info.tail,
+            Start::At(o) => o,
+        };
+        if from > info.tail || from < entry.forgotten {
+            return None;
+        }
+        Some(self.memory_chunk(entry, from, info))
     }
 
     /// Directories whose changes may bring `path` new data: the stream's
@@ -1351,9 +1385,18 @@ impl Streams {
     }
 
     /// Removes the stream's directory: renamed away first (one atomic
-    /// step: readers see the whole stream or none), then deleted.
+    /// step: readers see the whole stream or none), then deleted. Its
+    /// head is spoiled before (its magic zeroed): a process that trusts
+    /// its cached state while the head it holds open names its last read
+    /// record ([`Streams::fresh`]) sees at once that the stream is gone.
+    /// (A writer that finds a spoiled head in place rebuilds it from the
+    /// log, FORMAT.md.)
     fn remove(&self, _path: &str, entry: &mut Entry) -> StreamResult<()> {
         entry.files = None;
+        if let Ok(head) = fs::OpenOptions::new().write(true).open(entry.dir.join(log::HEAD_FILE)) {
+            use std::os::unix::fs::FileExt;
+            let _ = head.write_all_at(&[0; 8], 0);
+        }
         let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
         match fs::rename(&entry.dir, &gone) {
             Ok(()) => {
