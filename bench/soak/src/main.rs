@@ -298,6 +298,9 @@ struct Figures {
     p50: u128,
     p99: u128,
     probe_misses: u64,
+    /// Journals the sweep removed so far: at the first checkpoint, 0
+    /// means the notifies were timed before the sweep had any work.
+    removed: u64,
 }
 
 /// Times `probes` notifies on the hot topic (one at a time, no page load
@@ -330,17 +333,19 @@ fn measure(run: &Run, store: &Store, probe: &mut Tunnel, label: &str, probes: u6
         p50: pick(0.50),
         p99: pick(0.99),
         probe_misses,
+        removed: store.counters().map_err(|e| e.to_string())?.get(kn_journal::Counter::JournalsRemoved),
     })
 }
 
 fn print_figures(n: u64, elapsed: Duration, f: &Figures) {
     println!(
-        "after {n} page loads ({:.1} s): files {}, dirs {}, bytes {}, journals {}; hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
+        "after {n} page loads ({:.1} s): files {}, dirs {}, bytes {}, journals {} ({} removed so far); hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
         elapsed.as_secs_f64(),
         f.usage.files,
         f.usage.directories,
         f.usage.bytes,
         f.usage.journals,
+        f.removed,
         f.hot_records,
         f.hot_active,
         f.p50,
