@@ -566,6 +566,18 @@ fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
     let before = sweeps();
     store.tunnel(&t("/who/v/s/2/kn_journal"), &Selection::default()).unwrap();
     assert_eq!(sweeps(), before);
+
+    // A whole pass (`kn gc`) ends a behind sweep too: new journals do
+    // not wait for it.
+    for n in 30..60 {
+        session(&store, n);
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(store.sweep(4).unwrap().behind);
+    store.sweep_all(None).unwrap();
+    let before = sweeps();
+    store.tunnel(&t("/who/v/s/3/kn_journal"), &Selection::default()).unwrap();
+    assert_eq!(sweeps(), before, "no slice after a whole pass");
 }
 
 /// Run by `a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed`

@@ -271,6 +271,10 @@ impl Store {
         let path = self.config.root.join(index::WALK_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
         file.lock().map_err(|e| Error::io("cannot lock", &path, e))?;
+        // A whole pass removes what the queues name: the sweep is not
+        // behind (the header rewritten, the mark of a slice that was is
+        // gone), and a new journal need not wait for this pass.
+        let _ = Queue::open(&file, &path).and_then(|walk| walk.save());
         let mut run = self.start_run(grace, false);
         let mut topics = self.topics()?;
         topics.retain(|t| !t.is_reserved());
