@@ -339,8 +339,9 @@ fn measure(run: &Run, store: &Store, probe: &mut Tunnel, label: &str, probes: u6
 
 fn print_figures(n: u64, elapsed: Duration, f: &Figures) {
     println!(
-        "after {n} page loads ({:.1} s): files {}, dirs {}, bytes {}, journals {} ({} removed so far); hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
+        "after {n} page loads ({:.1} s, load average {}): files {}, dirs {}, bytes {}, journals {} ({} removed so far); hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
         elapsed.as_secs_f64(),
+        load_average(),
         f.usage.files,
         f.usage.directories,
         f.usage.bytes,
@@ -352,6 +353,13 @@ fn print_figures(n: u64, elapsed: Duration, f: &Figures) {
         f.p99,
         f.probe_misses
     );
+}
+
+/// The machine's load average over the last minute (`/proc/loadavg`):
+/// the notify latency follows it more than anything in the store, so it
+/// is printed beside each checkpoint's figures.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().map(str::to_string)).unwrap_or_else(|| "?".into())
 }
 
 fn run(args: &Args) -> Result<bool, String> {
