@@ -63,9 +63,9 @@ pub struct SweepReport {
     pub routes_removed: u64,
     /// Bytes of the files deleted (blobs left without a link included).
     pub bytes_reclaimed: u64,
-    /// The slice stopped at its budget with queued work due: the sweep is
-    /// behind, and the next slice is due at once ([`Store::sweep_due`]),
-    /// not after `sweep_interval`.
+    /// The slice stopped at its budget with queued work due (and nothing
+    /// failed): the sweep is behind, and the next slice is due at once
+    /// ([`Store::sweep_due`]), not after `sweep_interval`.
     pub behind: bool,
 }
 
@@ -237,8 +237,11 @@ impl Store {
             run.fail(e);
         }
         self.settle_owed(&mut run);
+        // A slice that failed keeps the interval's pace (a full disk, a
+        // queue it cannot write): slices back to back would only fail
+        // again.
         let now = now_secs();
-        run.report.behind = journals.has_due(now).unwrap_or(false) || topics.has_due(now).unwrap_or(false);
+        run.report.behind = run.failed.is_none() && (journals.has_due(now).unwrap_or(false) || topics.has_due(now).unwrap_or(false));
         for saved in [journals.save(), topics.save(), walk.save()] {
             if let Err(e) = saved {
                 run.fail(e);
