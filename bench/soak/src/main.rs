@@ -298,6 +298,9 @@ struct Figures {
     p50: u128,
     p99: u128,
     probe_misses: u64,
+    /// Journals the sweep removed so far: at the first checkpoint, 0
+    /// means the notifies were timed before the sweep had any work.
+    removed: u64,
 }
 
 /// Times `probes` notifies on the hot topic (one at a time, no page load
@@ -330,23 +333,33 @@ fn measure(run: &Run, store: &Store, probe: &mut Tunnel, label: &str, probes: u6
         p50: pick(0.50),
         p99: pick(0.99),
         probe_misses,
+        removed: store.counters().map_err(|e| e.to_string())?.get(kn_journal::Counter::JournalsRemoved),
     })
 }
 
 fn print_figures(n: u64, elapsed: Duration, f: &Figures) {
     println!(
-        "after {n} page loads ({:.1} s): files {}, dirs {}, bytes {}, journals {}; hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
+        "after {n} page loads ({:.1} s, load average {}): files {}, dirs {}, bytes {}, journals {} ({} removed so far); hot kn_routes {} records ({} active); notify p50 {} us, p99 {} us; probe misses {}",
         elapsed.as_secs_f64(),
+        load_average(),
         f.usage.files,
         f.usage.directories,
         f.usage.bytes,
         f.usage.journals,
+        f.removed,
         f.hot_records,
         f.hot_active,
         f.p50,
         f.p99,
         f.probe_misses
     );
+}
+
+/// The machine's load average over the last minute (`/proc/loadavg`):
+/// the notify latency follows it more than anything in the store, so it
+/// is printed beside each checkpoint's figures.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().map(str::to_string)).unwrap_or_else(|| "?".into())
 }
 
 fn run(args: &Args) -> Result<bool, String> {

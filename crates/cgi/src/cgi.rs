@@ -96,7 +96,8 @@ fn serve_one() -> ExitCode {
     if store.sweep_due() {
         // pubsub.cgi has no daemon: a request does a bounded slice of the
         // sweep, at most one per KN_SWEEP_INTERVAL_MS across every
-        // process, once its response is written. The output stays open:
+        // process (every request's while the sweep is behind), once its
+        // response is written. The output stays open:
         // closing it first would end the response while the process still
         // runs, which costs more under mod_cgid than the slice (see
         // `exit_before_end_of_output`).

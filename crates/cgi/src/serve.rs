@@ -250,14 +250,18 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
 
 /// The sweep in the background (kn-journal's `Store::sweep`): a slice
 /// every `sweep_interval`, on the blocking pool, for as long as the server
-/// runs. Slices of other processes (pubsub.cgi, `kn gc`) share its queue.
+/// runs, and slices back to back while the sweep is behind. Slices of
+/// other processes (pubsub.cgi, `kn gc`) share its queue.
 async fn sweeper(store: Arc<Store>) {
     let interval = store.config().sweep_interval.max(Duration::from_millis(100));
     loop {
         tokio::time::sleep(interval).await;
-        if store.sweep_due() {
+        while store.sweep_due() {
             let store = store.clone();
-            let _ = tokio::task::spawn_blocking(move || store.sweep(store.config().sweep_budget)).await;
+            let slice = tokio::task::spawn_blocking(move || store.sweep(store.config().sweep_budget)).await;
+            if !matches!(slice, Ok(Ok(ref report)) if report.behind) {
+                break;
+            }
         }
     }
 }

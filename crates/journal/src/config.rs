@@ -97,7 +97,7 @@ impl std::str::FromStr for Shared {
 /// | `topic_grace` | 1 day: an empty topic untouched this long is removed by the sweep | `KN_TOPIC_GRACE` (seconds) |
 /// | `tombstone_ttl` | 300 s: the expiry of a deleted route (one without `kn_expires`) and of one the sweep removes | `KN_TOMBSTONE_TTL` (seconds) |
 /// | `sweep_budget` | 16 directories per sweep slice (a request's or a `serve` round's; 0: no slices) | `KN_SWEEP_BUDGET` |
-/// | `sweep_threads` | 1: threads one sweep slice removes with (a busy `serve` wants more) | `KN_SWEEP_THREADS` |
+/// | `sweep_threads` | 4: threads one sweep slice removes with (no more than it has topics to look at; 1 for a small server) | `KN_SWEEP_THREADS` |
 /// | `sweep_interval` | 1 s between sweep slices, across processes | `KN_SWEEP_INTERVAL_MS` |
 /// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
 /// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
@@ -244,7 +244,8 @@ pub struct Config {
     /// Threads one sweep slice looks at its queued journals and topics
     /// with, and settles its route deletions with (at least 1): removal
     /// is file-system work, and a busy server creates sessions on many
-    /// threads at once.
+    /// threads at once; while the sweep is behind, new sessions wait for
+    /// its slices, which then want all the machine can give.
     pub sweep_threads: usize,
     /// Least time between two sweep slices, across every process of the
     /// store (a slice that is not due costs one `stat`).
@@ -330,7 +331,7 @@ impl Config {
             topic_grace: Duration::from_secs(24 * 3600),
             tombstone_ttl: Duration::from_secs(300),
             sweep_budget: 16,
-            sweep_threads: 1,
+            sweep_threads: 4,
             sweep_interval: Duration::from_secs(1),
             access_rules: None,
             forward_retries: 12,

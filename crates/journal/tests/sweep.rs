@@ -524,6 +524,62 @@ fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
     assert_eq!(removed, 40);
 }
 
+/// A slice that stops at its budget with queued work due says so
+/// (`behind`); the next one is then due at once, whatever the interval,
+/// and a tunnel that creates a journal meanwhile does a slice first (one
+/// on a journal that exists does not): journals are never made faster
+/// than the sweep removes them. Once caught up, the interval holds again.
+#[test]
+fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
+    let dir = scratch("kn-journal-sweep-");
+    let mut c = config(dir.path());
+    c.journal_grace = Duration::ZERO;
+    c.topic_grace = Duration::ZERO;
+    c.heartbeat_stale = Duration::from_millis(200);
+    c.sweep_interval = Duration::from_secs(3600);
+    let store = Store::open_with(c).unwrap();
+    for n in 0..30 {
+        session(&store, n);
+    }
+    // Stale, and their entries due (in whole seconds).
+    std::thread::sleep(Duration::from_millis(1200));
+    let report = store.sweep(8).unwrap();
+    assert!(report.behind, "{report:?}");
+    assert!(store.sweep_due(), "behind: due at once despite the interval");
+
+    let sweeps = || store.counters().unwrap().get(Counter::Sweeps);
+    let before = sweeps();
+    let new = t("/who/v/s/1/kn_journal");
+    store.tunnel(&new, &Selection::default()).unwrap();
+    assert_eq!(sweeps(), before + 1, "a new journal helps the sweep first");
+    store.tunnel(&new, &Selection::default()).unwrap();
+    assert_eq!(sweeps(), before + 1, "a journal that exists does not");
+
+    let mut slices = 0;
+    while store.sweep(8).unwrap().behind {
+        slices += 1;
+        assert!(slices < 30, "the sweep does not catch up");
+    }
+    assert!(!store.sweep_due(), "caught up: the interval holds again");
+    assert!(!dir.path().join("who/u").exists());
+    // Not behind: a new journal does not wait for the sweep.
+    let before = sweeps();
+    store.tunnel(&t("/who/v/s/2/kn_journal"), &Selection::default()).unwrap();
+    assert_eq!(sweeps(), before);
+
+    // A whole pass (`kn gc`) ends a behind sweep too: new journals do
+    // not wait for it.
+    for n in 30..60 {
+        session(&store, n);
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(store.sweep(4).unwrap().behind);
+    store.sweep_all(None).unwrap();
+    let before = sweeps();
+    store.tunnel(&t("/who/v/s/3/kn_journal"), &Selection::default()).unwrap();
+    assert_eq!(sweeps(), before, "no slice after a whole pass");
+}
+
 /// Run by `a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed`
 /// in a child process: sweeps slices until killed.
 #[test]

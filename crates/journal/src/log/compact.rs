@@ -306,16 +306,19 @@ pub(crate) fn unlinked(file: &File) -> bool {
 /// directory goes, then each noted `.blobs/` entry of `root` left with no
 /// other link. Returns the bytes of the files deleted (blobs included).
 /// A crash half-way leaves a hidden directory the next sweep deletes.
+/// In a store without `.blobs/` (no payload was ever large enough) no
+/// segment is read: no record can refer to a blob.
 pub(crate) fn remove_topic_dir(dir: &Path, root: &Path) -> Result<u64> {
     let mut blobs = Vec::new();
     let mut bytes = 0u64;
+    let has_blobs = root.join(super::blob::BLOBS_DIR).is_dir();
     for entry in walkdir::WalkDir::new(dir).follow_links(false) {
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_file() {
             continue;
         }
         bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
-        if is_segment_file(entry.file_name()) {
+        if has_blobs && is_segment_file(entry.file_name()) {
             blobs.extend(refs_of_segment(entry.path()).unwrap_or_default().into_iter().map(|(_, b)| b));
         }
     }

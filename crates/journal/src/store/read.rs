@@ -183,6 +183,7 @@ impl Store {
     /// and returns the initially selected events. Then call
     /// [`Tunnel::next`] / [`Tunnel::wait`] for events as they land.
     pub fn tunnel(&self, topic: &Topic, selection: &Selection) -> Result<TunnelStart> {
+        self.help_sweep_before_creating(topic);
         let mut report = PostReport::default();
         let jobs = self.ensure_topic(topic, &mut report)?;
         // Routes on kn_subtopics fire for the announcements.

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -31,6 +32,7 @@ use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
 use super::post::{Job, PostReport, Stored};
 use super::read::Selection;
+use super::routes::RouteList;
 use super::sweep_index::{self as index, Due, DueQueue, Owed, Queue};
 use super::{Destination, HEARTBEAT_FILE, Store};
 
@@ -61,6 +63,10 @@ pub struct SweepReport {
     pub routes_removed: u64,
     /// Bytes of the files deleted (blobs left without a link included).
     pub bytes_reclaimed: u64,
+    /// The slice stopped at its budget with queued work due (and nothing
+    /// failed): the sweep is behind, and the next slice is due at once
+    /// ([`Store::sweep_due`]), not after `sweep_interval`.
+    pub behind: bool,
 }
 
 /// The grace periods of one sweep.
@@ -128,8 +134,9 @@ enum Look {
 
 impl Store {
     /// True when a sweep slice is due: `sweep_budget` is not 0 and no
-    /// process ran one in the last `sweep_interval` (one `stat` of the
-    /// sweep's queue file).
+    /// process ran one in the last `sweep_interval`, or the last one
+    /// stopped at its budget with work due ([`SweepReport::behind`]): one
+    /// `stat` of the sweep's queue file.
     pub fn sweep_due(&self) -> bool {
         if self.config.sweep_budget == 0 {
             return false;
@@ -164,8 +171,44 @@ impl Store {
             Ok(false) => return Ok(SweepReport::default()),
             Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
+        self.slice(&file, &path, budget)
+    }
+
+    /// Called before `journal` is created (a tunnel opens it), with no
+    /// lock held: when the journal does not exist yet and the sweep is
+    /// behind ([`SweepReport::behind`]), does one slice of
+    /// `sweep_budget` first, waiting for a slice running meanwhile (and
+    /// doing none if that one caught up). Journals are thus never made
+    /// faster than the sweep removes them: whatever share of the machine
+    /// the sweep gets, the store stays as large as the sessions still
+    /// live, and a new session waits for a slice only while the sweep is
+    /// behind. Best effort: an error is the next slice's to report.
+    pub(super) fn help_sweep_before_creating(&self, journal: &Topic) {
+        if self.config.sweep_budget == 0 || !journal.is_journal() || !self.sweep_behind() || self.dir(journal).is_dir() {
+            return;
+        }
+        let path = self.config.root.join(index::WALK_FILE);
+        let Ok(file) = log::open_shared(&path, false) else { return };
+        if crate::shared::lock(&file, crate::shared::LockKind::Exclusive, &self.config).is_err() || !self.sweep_behind() {
+            return;
+        }
+        let _ = self.slice(&file, &path, self.config.sweep_budget);
+    }
+
+    /// True when the last slice stopped at its budget with work due: it
+    /// marked the sweep's queue file with the time 0 (one `stat`).
+    fn sweep_behind(&self) -> bool {
+        let path = self.config.root.join(index::WALK_FILE);
+        fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t == UNIX_EPOCH)
+    }
+
+    /// One slice of [`Store::sweep`], with `file` (the walk's queue in
+    /// `path`) locked.
+    fn slice(&self, file: &File, path: &Path, budget: usize) -> Result<SweepReport> {
         let mut run = self.start_run(None, true);
-        let walk_share = (budget / 8).max(1).min(budget);
+        // While the sweep is behind, the queues take the whole budget:
+        // the walk, a backstop, waits until they are drained.
+        let walk_share = if self.sweep_behind() { 0 } else { (budget / 8).max(1).min(budget) };
         let queue_share = budget.saturating_sub(walk_share).max(budget.min(1));
         let t = now_secs();
         let root = &self.config.root;
@@ -184,8 +227,8 @@ impl Store {
         if let Err(e) = drained {
             run.fail(e);
         }
-        let mut walk = Queue::open(&file, &path)?;
-        let left = budget - run.report.visited.min(budget);
+        let mut walk = Queue::open(file, path)?;
+        let left = if walk_share == 0 { 0 } else { budget - run.report.visited.min(budget) };
         if let Err(e) = self.walk(&mut walk, left, &mut run) {
             run.fail(e);
         }
@@ -194,12 +237,30 @@ impl Store {
             run.fail(e);
         }
         self.settle_owed(&mut run);
+        // A slice that failed keeps the interval's pace (a full disk, a
+        // queue it cannot write): slices back to back would only fail
+        // again.
+        let now = now_secs();
+        run.report.behind = run.failed.is_none() && (journals.has_due(now).unwrap_or(false) || topics.has_due(now).unwrap_or(false));
         for saved in [journals.save(), topics.save(), walk.save()] {
             if let Err(e) = saved {
                 run.fail(e);
             }
         }
-        self.drop_dead_kept();
+        if run.report.behind {
+            // Marked (time 0) for every process: the next slice is due at
+            // once (`sweep_due`), and whoever creates a journal helps
+            // first (`help_sweep_before_creating`). The queues fill as
+            // fast as journals are made: a sweep that waited
+            // `sweep_interval` between slices of `budget` would fall
+            // further behind for as long as that rate lasts. Best effort:
+            // only the file's owner may set its time; for another user,
+            // the next slice comes after the interval.
+            let _ = file.set_modified(UNIX_EPOCH);
+        } else {
+            // Not on every slice of a catch-up: two `fstat`s per kept set.
+            self.drop_dead_kept();
+        }
         self.finish(run)
     }
 
@@ -213,6 +274,10 @@ impl Store {
         let path = self.config.root.join(index::WALK_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
         crate::shared::lock(&file, crate::shared::LockKind::Exclusive, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
+        // A whole pass removes what the queues name: the sweep is not
+        // behind (the header rewritten, the mark of a slice that was is
+        // gone), and a new journal need not wait for this pass.
+        let _ = Queue::open(&file, &path).and_then(|walk| walk.save());
         let mut run = self.start_run(grace, false);
         let mut topics = self.topics()?;
         topics.retain(|t| !t.is_reserved());
@@ -485,7 +550,9 @@ impl Store {
         }
         if topic.is_journal() {
             self.remove_journal(topic, run.grace.journal, run)?;
-        } else {
+        } else if self.is_empty_topic(topic)? {
+            // Looked at before taking its locks: the walk visits every
+            // topic, most of them in use.
             self.prune_topic(topic, run.grace.topic, run)?;
         }
         Ok(children)
@@ -543,7 +610,10 @@ impl Store {
     /// and its directory set aside and deleted. True when it was removed.
     fn prune_topic(&self, topic: &Topic, grace: Duration, run: &mut Run) -> Result<bool> {
         let dir = self.dir(topic);
-        if !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
+        // Whether it is empty is read once, under the locks: a topic
+        // quiet that long is rarely posted to, and the look at its events
+        // and announcements is most of what a prune costs.
+        if !quiet(&dir, grace) {
             return Ok(false);
         }
         let Some(lock) = lock_topic(&dir, &self.config)? else { return Ok(false) };
@@ -643,8 +713,13 @@ impl Store {
             *at = (*at).max(o.removed_at);
         }
         let mut ids = Vec::new();
-        for route in self.routes(source)? {
-            let Ok(Destination::Local(to)) = self.route_target(route.destination()) else { continue };
+        let t = now();
+        for listed in self.current_routes(source)?.iter() {
+            let route = &listed.route;
+            if !route.is_active(t) {
+                continue;
+            }
+            let Ok(Destination::Local(to)) = listed.destination(self) else { continue };
             let Some(&removed_at) = into.get(&to) else { continue };
             // A route made after the removal is into a journal created
             // again since (by a tunnel): it stays.
@@ -720,6 +795,24 @@ impl Store {
             .collect();
         self.run_forwarding(jobs, &mut PostReport::default())?;
         result.map(|_| n)
+    }
+
+    /// The routes of `source` (active or not): the list a post to it
+    /// kept when the source's route generation still names it (one look
+    /// at the source's head, under its lock), else read (and kept). A
+    /// source that many removed journals were routed from (a chat room)
+    /// is posted to often, and its list is then read once per change, not
+    /// once per slice.
+    fn current_routes(&self, source: &Topic) -> Result<RouteList> {
+        let mut prepare = || Ok(());
+        let (writer, kept) = self.writer(source, self.take_kept(source), &mut prepare)?;
+        let generation = writer.routes_generation();
+        let listed = kept.1.routes.as_ref().filter(|(g, _)| *g == generation).map(|(_, r)| Arc::clone(r));
+        self.keep(writer, kept);
+        match listed {
+            Some(routes) => Ok(routes),
+            None => self.read_routes(source, Some(generation)),
+        }
     }
 
     /// Deletes the active routes of `source` into local journals that do

@@ -174,6 +174,15 @@ impl<'c> DueQueue<'c> {
         Ok(out)
     }
 
+    /// True when an entry is due at `now` (seconds): what [`DueQueue::pop`]
+    /// would take next, left in the queue.
+    pub(super) fn has_due(&mut self, now: u64) -> Result<bool> {
+        let offset = self.offset;
+        let next = self.pop(now, 1);
+        self.offset = offset;
+        Ok(!next?.is_empty())
+    }
+
     /// Records what was consumed (the header), and rewrites the file
     /// without its consumed part once that is large.
     pub(super) fn save(&mut self) -> Result<()> {
