@@ -324,8 +324,11 @@ fn a_sweep_slice_drops_the_files_a_process_kept_of_topics_another_removed() {
     assert_eq!(cron.sweep_all(Some(Duration::ZERO)).unwrap().journals_removed, 1);
     // The long-lived process still holds the deleted files open...
     assert!(deleted_open_files(dir.path()) >= 3, "{}", deleted_open_files(dir.path()));
-    // ...until its next slice, which has nothing else to do.
-    server.sweep(1).unwrap();
+    // ...until its next slice that catches up (one that stops at its
+    // budget with work due leaves them to the next: the sweep is then
+    // behind, and slices follow at once). On a loaded machine the
+    // session's own queue entries may be due by now: room for them.
+    server.sweep(64).unwrap();
     assert_eq!(deleted_open_files(dir.path()), 0);
 }
 
@@ -519,7 +522,9 @@ fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
         assert!(report.visited <= 16, "{report:?}");
         removed += report.journals_removed;
         slices += 1;
-        assert!(slices <= 15, "{removed} journals removed in {slices} slices: not through the queue");
+        // About 6 slices; the walk alone would take 200. The margin is
+        // for a loaded machine, where sessions made late are due late.
+        assert!(slices <= 40, "{removed} journals removed in {slices} slices: not through the queue");
     }
     assert_eq!(removed, 40);
 }
