@@ -2,8 +2,8 @@
 //! while journals go stale and are removed (by `kn gc --grace 0` in a
 //! loop, by `pubsub-cgi serve`'s background sweep and by the slices of
 //! pubsub.cgi requests), other processes open tunnels on them, post to
-//! them and route into them, through the real CGI binary and through
-//! `serve`. Every answer is a success or the stale answer (`404 Expired`),
+//! them and route into them, through the real CGI binary, through
+//! `serve` and through a sensor (`kn-post` into the store). Every answer is a success or the stale answer (`404 Expired`),
 //! never another error; afterwards `kn verify` finds nothing wrong, no
 //! half-removed directory is left, and every journal still there reads.
 
@@ -155,6 +155,39 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
                     expired.fetch_add(1, Ordering::Relaxed);
                 }
                 wrong.check("serve", &resp.status.to_string(), &resp.text());
+                answers.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+            n
+        }));
+    }
+    // A sensor: kn-post straight into the store (its own process, as cron
+    // and procmail run it), to the journals and to a topic emptied at
+    // once. Exit 0 is stored; 69 is a journal found stale (its message
+    // says so): the sensor's form of `404 Expired`.
+    {
+        let (stop, wrong, root, answers, expired) = (stop.clone(), wrong.clone(), root.clone(), answers.clone(), expired.clone());
+        let kn_post = support::cargo_bin("kn-post");
+        workers.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let target = if n % 2 == 0 { journal(n / 2 % JOURNALS) } else { format!("/tmp/{}", n % 3) };
+                let mut command = Command::new(&kn_post);
+                sweep_env(&mut command).arg("--root").arg(&root).args(["-q", "-m", "sensor", &target]);
+                if n % 2 == 1 {
+                    command.arg("kn_expires=+0");
+                }
+                let out = command.stdin(Stdio::null()).output().unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+                let status = match out.status.code() {
+                    Some(0) => "200".to_string(),
+                    Some(69) if stderr.contains("expired") => {
+                        expired.fetch_add(1, Ordering::Relaxed);
+                        "404 Expired".to_string()
+                    }
+                    code => format!("exit {code:?}"),
+                };
+                wrong.check(&format!("kn-post {target}"), &status, &stderr);
                 answers.fetch_add(1, Ordering::Relaxed);
                 n += 1;
             }
