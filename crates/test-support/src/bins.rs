@@ -178,9 +178,16 @@ fn build_bins(layout: &TargetLayout) -> Result<(), String> {
 /// `cargo build <what>` into `target_dir`, with the profile and target
 /// triple of this test executable.
 fn cargo_build(layout: &TargetLayout, target_dir: &Path, what: &[&str]) -> Result<(), String> {
+    cargo(layout, target_dir, "build", what).map(|_| ())
+}
+
+/// Runs `cargo <command> --quiet <what>` in the workspace, into
+/// `target_dir`, with the profile and target of this test executable;
+/// its standard output, or why it failed.
+fn cargo(layout: &TargetLayout, target_dir: &Path, command: &str, what: &[&str]) -> Result<String, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args(["build", "--quiet"]).args(what).arg("--target-dir").arg(target_dir);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([command, "--quiet"]).args(what).arg("--target-dir").arg(target_dir);
     match layout.profile.as_str() {
         "debug" => {}
         "release" => {
@@ -193,10 +200,26 @@ fn cargo_build(layout: &TargetLayout, target_dir: &Path, what: &[&str]) -> Resul
     if let Some(triple) = &layout.triple {
         cmd.args(["--target", triple]);
     }
-    let out = cmd.output().map_err(|e| format!("running cargo build: {e}"))?;
+    let out = cmd.output().map_err(|e| format!("running cargo {command}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        return Err(format!("cargo build {} failed ({}):\n{}", what.join(" "), out.status, String::from_utf8_lossy(&out.stderr)));
+        return Err(format!("cargo {command} {} failed ({}):\n{stdout}{}", what.join(" "), out.status, String::from_utf8_lossy(&out.stderr)));
     }
-    Ok(())
+    Ok(stdout)
+}
+
+/// Runs the integration test `test` of `package` built with the
+/// `failpoints` feature (tests that arm faults inside the library itself,
+/// `#![cfg(feature = "failpoints")]`, which a plain `cargo test` compiles
+/// to nothing), into `<target>/failpoints` like [`failpoint_cgi`]; returns
+/// its output (`test result: ok. N passed; ...`), or panics with it when a
+/// test failed.
+pub fn failpoint_tests(package: &str, test: &str) -> String {
+    let layout = target_layout();
+    let target = layout.target_dir.join("failpoints");
+    match cargo(&layout, &target, "test", &["-p", package, "--features", "failpoints", "--test", test]) {
+        Ok(out) => out,
+        Err(e) => panic!("{e}"),
+    }
 }
 

@@ -1,0 +1,22 @@
+//! kn-journal's failpoint tests that arm faults inside the library itself
+//! (`crates/journal/tests/blob_failpoints.rs`: a post failing between
+//! storing a blob, linking it and writing its record leaves no record
+//! without its blob). They need kn-journal built with the `failpoints`
+//! feature, which a plain `cargo test --workspace` does not turn on (it
+//! would compile the fault hooks into every test's store): this test
+//! builds and runs them in `<target>/failpoints`, so that the README's
+//! one test command runs them too.
+
+mod support;
+
+#[test]
+fn kn_journals_blob_failpoint_tests_pass() {
+    let out = support::failpoint_tests("kn-journal", "blob_failpoints");
+    let passed: usize = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("test result: ok. "))
+        .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert!(passed >= 1, "no failpoint test ran:\n{out}");
+    println!("{}", out.lines().filter(|l| l.starts_with("test result")).collect::<Vec<_>>().join("\n"));
+}
