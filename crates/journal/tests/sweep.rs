@@ -500,11 +500,7 @@ fn routes_into_removed_journals_are_deleted_per_source_and_forwarded() {
 #[test]
 fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
     let dir = scratch("kn-journal-sweep-");
-    let mut c = config(dir.path());
-    c.journal_grace = Duration::ZERO;
-    c.topic_grace = Duration::ZERO;
-    c.heartbeat_stale = Duration::from_millis(200);
-    let store = Store::open_with(c).unwrap();
+    let store = Store::open_with(fast_config(dir.path())).unwrap();
     for i in 0..400 {
         store.notify(&t(&format!("/big/t{i}")), ev(&[("kn_payload", "x")])).unwrap();
     }
@@ -537,10 +533,7 @@ fn stale_journals_are_found_through_their_queue_whatever_the_store_size() {
 #[test]
 fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
     let dir = scratch("kn-journal-sweep-");
-    let mut c = config(dir.path());
-    c.journal_grace = Duration::ZERO;
-    c.topic_grace = Duration::ZERO;
-    c.heartbeat_stale = Duration::from_millis(200);
+    let mut c = fast_config(dir.path());
     c.sweep_interval = Duration::from_secs(3600);
     let store = Store::open_with(c).unwrap();
     for n in 0..30 {
@@ -590,7 +583,7 @@ fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
 #[test]
 fn child_sweeps_until_killed() {
     let Some(root) = std::env::var_os("KN_SWEEP_KILL_CHILD") else { return };
-    let store = Store::open_with(kill_config(Path::new(&root))).unwrap();
+    let store = Store::open_with(fast_config(Path::new(&root))).unwrap();
     loop {
         store.sweep(8).unwrap();
     }
@@ -600,9 +593,10 @@ fn exists(root: &Path, topic: &Topic) -> bool {
     root.join(&topic.as_str()[1..]).is_dir()
 }
 
-/// The settings of the kill test and its child: journals stale 200 ms
-/// after their last tunnel, removed and pruned at once.
-fn kill_config(root: &Path) -> Config {
+/// Journals stale 200 ms after their last tunnel, removed and pruned at
+/// once: the settings of the kill test and its child, and of the tests of
+/// the queues.
+fn fast_config(root: &Path) -> Config {
     let mut c = config(root);
     c.journal_grace = Duration::ZERO;
     c.topic_grace = Duration::ZERO;
@@ -627,7 +621,7 @@ fn queued(root: &Path, file: &str) -> Vec<String> {
 #[test]
 fn a_sweep_killed_at_any_step_loses_nothing_and_shows_nothing_half_removed() {
     let dir = scratch("kn-journal-sweep-");
-    let store = Store::open_with(kill_config(dir.path())).unwrap();
+    let store = Store::open_with(fast_config(dir.path())).unwrap();
     let sessions = 150;
     let journals: Vec<Topic> = (0..sessions).map(|n| session(&store, n)).collect();
     for (n, journal) in journals.iter().enumerate() {
