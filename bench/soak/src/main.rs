@@ -228,7 +228,7 @@ impl Run {
         }
         let subscribed = Instant::now();
         let marks: Vec<usize> = rooms.iter().map(|r| self.ledger_len(*r)).collect();
-        if self.hot_every > 0 && i % self.hot_every == 0 {
+        if self.hot_every > 0 && i.is_multiple_of(self.hot_every) {
             let id = format!("hot{i}");
             self.client.route(HOT, &journal, &id)?;
             self.client.unroute(HOT, &id)?;
@@ -282,7 +282,7 @@ fn phase(run: &Arc<Run>, range: std::ops::Range<u64>, concurrency: usize, done: 
                 }
                 run.page_load(i);
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 1000 == 0 {
+                if n.is_multiple_of(1000) {
                     eprintln!("kn-soak: {n}/{total} page loads");
                 }
             });
@@ -384,7 +384,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let store = Store::open(&root).map_err(|e| e.to_string())?;
     let mut probe = client.tunnel(PROBE_JOURNAL)?;
     client.route(HOT, PROBE_JOURNAL, "probe")?;
-    let hot_every = if args.hot_cycles == 0 { 0 } else { (page_loads(args) / args.hot_cycles).max(1) };
+    let hot_every = page_loads(args).checked_div(args.hot_cycles).map_or(0, |n| n.max(1));
     let run = Arc::new(Run {
         client: client.clone(),
         rooms: args.rooms,
