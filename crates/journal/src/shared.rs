@@ -388,7 +388,7 @@ pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config)
 /// another open file holds it. In shared mode the call is one of the
 /// process's lock calls on the volume, taken one at a time ([`lock`]).
 pub(crate) fn try_lock(file: &std::fs::File, kind: LockKind, config: &crate::Config) -> std::io::Result<bool> {
-    let tried = one_lock_call_at_a_time(config, || match kind {
+    let tried = one_lock_call_at_a_time(config, Turn::Try, || match kind {
         LockKind::Exclusive => file.try_lock(),
         LockKind::Shared => file.try_lock_shared(),
     });
@@ -405,14 +405,7 @@ pub(crate) fn try_lock(file: &std::fs::File, kind: LockKind, config: &crate::Con
 /// holds must not delay the unlock it waits for. An error is left to the
 /// close of the file, which drops the lock as well.
 pub(crate) fn unlock(file: &std::fs::File, config: &crate::Config) {
-    let _ = one_lock_call_at_a_time_as(config, Turn::Unlock, || file.unlock());
-}
-
-/// Runs `call`, a lock system call on `config`'s store, alone among the
-/// process's lock calls on that store when it is shared ([`lock`] says
-/// why); on a local store it just runs it.
-fn one_lock_call_at_a_time<T>(config: &crate::Config, call: impl FnOnce() -> T) -> T {
-    one_lock_call_at_a_time_as(config, Turn::Try, call)
+    let _ = one_lock_call_at_a_time(config, Turn::Unlock, || file.unlock());
 }
 
 /// Which queue a lock call waits in for its turn: unlocks go first.
@@ -446,7 +439,10 @@ fn turns() -> std::sync::MutexGuard<'static, Turns> {
     TURNS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn one_lock_call_at_a_time_as<T>(config: &crate::Config, turn: Turn, call: impl FnOnce() -> T) -> T {
+/// Runs `call`, a lock system call on `config`'s store, alone among the
+/// process's lock calls on that store when it is shared ([`lock`] says
+/// why), waiting for its `turn`; on a local store it just runs it.
+fn one_lock_call_at_a_time<T>(config: &crate::Config, turn: Turn, call: impl FnOnce() -> T) -> T {
     /// Gives the turn back, also if `call` unwinds.
     struct Done;
     impl Drop for Done {
@@ -584,7 +580,7 @@ mod tests {
                 for _ in 0..8 {
                     s.spawn(|| {
                         for _ in 0..5 {
-                            one_lock_call_at_a_time(&config, || {
+                            one_lock_call_at_a_time(&config, Turn::Try, || {
                                 most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                                 std::thread::sleep(Duration::from_millis(2));
                                 now.fetch_sub(1, Ordering::SeqCst);
@@ -618,13 +614,13 @@ mod tests {
         let (release, held) = mpsc::channel::<()>();
         let config = &config;
         std::thread::scope(|s| {
-            s.spawn(move || one_lock_call_at_a_time(config, || held.recv().unwrap()));
+            s.spawn(move || one_lock_call_at_a_time(config, Turn::Try, || held.recv().unwrap()));
             wait_until(&|t| t.busy);
             for _ in 0..3 {
-                s.spawn(|| one_lock_call_at_a_time_as(config, Turn::Try, || order.lock().unwrap().push("try")));
+                s.spawn(|| one_lock_call_at_a_time(config, Turn::Try, || order.lock().unwrap().push("try")));
             }
             wait_until(&|t| t.tries_waiting >= 3);
-            s.spawn(|| one_lock_call_at_a_time_as(config, Turn::Unlock, || order.lock().unwrap().push("unlock")));
+            s.spawn(|| one_lock_call_at_a_time(config, Turn::Unlock, || order.lock().unwrap().push("unlock")));
             wait_until(&|t| t.unlocks_waiting >= 1);
             release.send(()).unwrap();
         });

@@ -42,17 +42,21 @@ impl Writer<'_> {
     /// On `kn_routes` and `kn_subtopics` the minimum is
     /// `COMPACT_MIN_GARBAGE_RESERVED`.
     pub(crate) fn wants_compaction(&self) -> bool {
-        let min = if self.is_reserved() { COMPACT_MIN_GARBAGE_RESERVED } else { COMPACT_MIN_GARBAGE };
-        self.ordinary && self.head.garbage >= min && self.head.garbage > self.head.live
+        self.wants_compaction_at(self.head.garbage, self.head.live)
     }
 
     /// Whether appending one more record could leave the topic wanting a
     /// compaction ([`Writer::wants_compaction`]): an append adds at most
     /// one superseded record and takes at most one live id away.
     pub(crate) fn may_want_compaction_after_append(&self) -> bool {
+        self.wants_compaction_at(self.head.garbage + 1, self.head.live.saturating_sub(1))
+    }
+
+    /// The rule of [`Writer::wants_compaction`] for `garbage` superseded
+    /// records and `live` ids.
+    fn wants_compaction_at(&self, garbage: u64, live: u64) -> bool {
         let min = if self.is_reserved() { COMPACT_MIN_GARBAGE_RESERVED } else { COMPACT_MIN_GARBAGE };
-        let garbage = self.head.garbage + 1;
-        self.ordinary && garbage >= min && garbage > self.head.live.saturating_sub(1)
+        self.ordinary && garbage >= min && garbage > live
     }
 
     /// True for a `kn_routes` or `kn_subtopics` topic.

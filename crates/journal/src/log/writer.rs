@@ -75,8 +75,7 @@ fn shared_fresh(config: &Config, file: File) -> File {
 
 impl TopicFiles {
     /// Takes the topic's lock if no process holds it, without waiting;
-    /// [`Writer::reopen`] then finds it held (a lock of the same open
-    /// file) and does not wait either.
+    /// [`Writer::reopen_held`] then goes on under it.
     pub(crate) fn try_lock(&self, config: &Config) -> bool {
         crate::shared::try_lock(&self.lock, crate::shared::LockKind::Exclusive, config).unwrap_or(false)
     }

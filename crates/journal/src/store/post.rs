@@ -180,10 +180,10 @@ impl Store {
         if !kept.1.files.as_ref().is_some_and(|f| f.try_lock(&self.config)) {
             return None;
         }
-        // The lock is held: `reopen` takes it again without waiting, and
+        // The lock is held: `reopen_held` does not take it again, and
         // gives it up (closing the files) when they no longer match.
         let files = kept.1.files.take()?;
-        let mut writer = Writer::reopen(&self.config, !topic.is_journal(), files).ok()??;
+        let mut writer = Writer::reopen_held(&self.config, !topic.is_journal(), files).ok()??;
         let t = now();
         let generation = writer.routes_generation();
         let quiet = kept.1.routes.as_ref().is_some_and(|(g, routes)| *g == generation && !routes.iter().any(|r| r.route.is_active(t)));
