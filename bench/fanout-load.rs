@@ -4,13 +4,14 @@
 //! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
-//! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID", stop when stdin closes
+//! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID threads=T", stop when stdin closes
 //! ```
 //!
 //! `apache` starts kn-test-support's private Apache 2.4 (`mpm_event`,
-//! `mod_cgid`) with the binary `CGI` as `/kn` on the store `STORE`, sized
-//! for [`APACHE_TUNNELS`] tunnels (each an Apache worker thread and a CGI
-//! process); the other modes then drive it as `kn` on its port.
+//! `mod_cgid`) with the binary `CGI` as `/kn` on the store `STORE`, one
+//! child process sized for [`APACHE_TUNNELS`] tunnels (each an Apache
+//! worker thread and a CGI process); the other modes then drive it as
+//! `kn` on its port.
 //!
 //! Both servers are driven the way their own clients use them:
 //!
@@ -425,7 +426,7 @@ fn apache(cgi: &str, store: &str) -> Result<(), String> {
          MaxKeepAliveRequests 0\nKeepAliveTimeout 120\nLogLevel warn\n"
     );
     let server = kn_test_support::Apache::start(std::path::Path::new(cgi), store, &conf);
-    println!("apache port={} pid={}", server.port(), server.pid());
+    println!("apache port={} pid={} threads={threads}", server.port(), server.pid());
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
     drop(server);
     Ok(())
