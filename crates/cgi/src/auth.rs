@@ -94,8 +94,9 @@ fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> 
 }
 
 /// An htpasswd file (`user:hash` lines, as Apache's `htpasswd` writes
-/// them) with bcrypt (`-B`), SHA-256 (`-2`), SHA-512 (`-5`) or crypt
-/// (`-d`) hashes, checked with the `pwhash` crate. Read again when it
+/// them) with any hash Apache on Linux accepts: Apache's MD5 (`$apr1$`,
+/// `htpasswd`'s default, `-m`), bcrypt (`-B`), SHA-256 (`-2`), SHA-512
+/// (`-5`), crypt (`-d`) or SHA-1 (`{SHA}`, `-s`). Read again when it
 /// changes.
 #[derive(Debug)]
 pub struct Htpasswd {
@@ -112,10 +113,10 @@ struct State {
 }
 
 impl Htpasswd {
-    /// Reads the file at `path`. Errors name the file and line: a line
-    /// without `:`, or a hash this server cannot check (Apache's default
-    /// MD5 `$apr1$`, `{SHA}`, plain text: re-create those with
-    /// `htpasswd -B`).
+    /// Reads the file at `path`. Errors name the file, line and user: a
+    /// line without `:`, or a hash no one can check (plain text, which
+    /// `htpasswd -p` writes and Apache on Linux refuses too; a malformed
+    /// or unknown hash).
     pub fn load(path: &Path) -> Result<Htpasswd, String> {
         let (stamp, hashes) = read(path)?;
         Ok(Htpasswd { path: path.to_path_buf(), state: Mutex::new(State { stamp, hashes, verified: HashMap::new() }) })
@@ -147,7 +148,7 @@ impl Htpasswd {
         };
         // Not under the lock: a slow hash (or a flood of wrong passwords)
         // must not hold up everyone else's requests.
-        if !pwhash::unix::verify(password, &hash) {
+        if !crate::passwords::verify(password, &hash) {
             return None;
         }
         let mut state = self.state.lock().ok()?;
@@ -177,13 +178,8 @@ fn read(path: &Path) -> Result<Read, String> {
         }
         let at = format!("{}:{}", path.display(), i + 1);
         let (user, hash) = line.split_once(':').ok_or_else(|| format!("{at}: expected 'user:hash'"))?;
-        let supported = ["$2y$", "$2a$", "$2b$", "$5$", "$6$"].iter().any(|p| hash.starts_with(p))
-            || (hash.len() == 13 && !hash.starts_with('$') && !hash.starts_with('{'));
-        if !supported {
-            return Err(format!(
-                "{at}: user '{user}' has a hash serve cannot check (Apache's default MD5 '$apr1$', '{{SHA}}' and plain text are not \
-                 supported): set the password again with 'htpasswd -B' (bcrypt)"
-            ));
+        if let Err(why) = crate::passwords::kind(hash) {
+            return Err(format!("{at}: user '{user}' has {why}: set the password again with 'htpasswd -B' (bcrypt)"));
         }
         hashes.insert(user.to_string(), hash.to_string());
     }

@@ -59,6 +59,7 @@ pub mod cgi;
 pub mod cli;
 pub mod handler;
 pub mod pages;
+mod passwords;
 pub mod request;
 pub mod response;
 pub mod selftest;

@@ -329,10 +329,41 @@ fn serve_checks_basic_credentials_against_an_htpasswd_file() {
     }
 }
 
+/// What Apache itself says of `user`'s `password` in `file`
+/// (`htpasswd -v`, the same `apr_password_validate` as mod_authn_file).
+fn apache_accepts(file: &Path, user: &str, password: &str) -> bool {
+    let status = Command::new("/usr/bin/htpasswd").arg("-vb").arg(file).arg(user).arg(password).stderr(Stdio::null()).status().unwrap();
+    status.success()
+}
+
 #[test]
-fn serve_refuses_to_start_with_hashes_it_cannot_check() {
-    let dir = Dir::new("access_htpasswd_md5");
-    let Some(users) = htpasswd(dir.path(), "-m") else { return };
+fn serve_accepts_every_hash_apaches_htpasswd_writes_as_apache_does() {
+    let dir = Dir::new("access_htpasswd_kinds");
+    // Apache's MD5 (the default), bcrypt, SHA-1, crypt, SHA-512, SHA-256.
+    for flag in ["-m", "-B", "-s", "-d", "-5", "-2"] {
+        let Some(users) = htpasswd(dir.path(), flag) else { return };
+        let s = Served::start(&format!("access_htpasswd_kind{flag}"), &["--htpasswd", users.to_str().unwrap()]);
+        // crypt (-d) reads 8 characters: the wrong password differs in them.
+        for (password, right) in [("anna-secret", true), ("wrong-pw", false)] {
+            assert_eq!(apache_accepts(&users, "anna", password), right, "htpasswd -v {flag} {password}");
+            let who = s.request("do_method=whoami", &basic("anna", password));
+            if right {
+                assert!(who.code == 200 && who.body.contains("window.kn_userid = 'anna'"), "{flag}: {who:?}");
+            } else {
+                assert_eq!(who.code, 401, "{flag}: {who:?}");
+            }
+        }
+        let who = s.request("do_method=whoami", &basic("carl", "carl-secret"));
+        assert!(who.body.contains("window.kn_userid = 'carl'"), "{flag}: {who:?}");
+    }
+}
+
+#[test]
+fn serve_refuses_to_start_with_plain_text_passwords_as_apache_refuses_them() {
+    let dir = Dir::new("access_htpasswd_plain");
+    let Some(users) = htpasswd(dir.path(), "-p") else { return };
+    // Apache on Linux hands a plain password to crypt(3): never accepted.
+    assert!(!apache_accepts(&users, "anna", "anna-secret"));
     let output = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(dir.join("kn_events"))
@@ -342,7 +373,8 @@ fn serve_refuses_to_start_with_hashes_it_cannot_check() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(":1: user 'anna' has a hash serve cannot check") && stderr.contains("htpasswd -B"), "{stderr}");
+    assert!(stderr.contains(":1: user 'anna' has no hash serve (or Apache on Linux) can check: plain text ('htpasswd -p')"), "{stderr}");
+    assert!(stderr.contains("htpasswd -B"), "{stderr}");
 }
 
 #[test]
