@@ -83,6 +83,14 @@ fn serve_one() -> ExitCode {
             written
         }
         Reply::Tunnel(mut tunnel) => {
+            if let Some((topic, why)) = tunnel.why_not_notified() {
+                // Each CGI tunnel is a process with an inotify of its own
+                // (DEPLOY.md, "inotify instances"): past the user's limit
+                // it still delivers, by re-reading, and says so once in
+                // the web server's error log.
+                let every = tunnel.poll_interval().as_millis();
+                eprintln!("pubsub.cgi: the tunnel on {topic} re-reads every {every} ms (KN_POLL_MS): no change notification, {why}");
+            }
             let _ = tunnel.run(&store, &mut out);
             // The response of a tunnel ends only when this process exits
             // (no Content-Length): leave at once, without waiting on

@@ -747,6 +747,12 @@ impl TunnelReply {
         self.tunnel.is_notified()
     }
 
+    /// When the tunnel polls: its topic, and why it has no change
+    /// notification (`kn_journal::Tunnel::why_not_notified`).
+    pub fn why_not_notified(&self) -> Option<(&Topic, &str)> {
+        Some((self.tunnel.topic(), self.tunnel.why_not_notified()?))
+    }
+
     /// What to write when idle, and how often.
     pub fn keep_alive(&self) -> (&'static [u8], Duration) {
         (self.format.keep_alive(), self.keep_alive)

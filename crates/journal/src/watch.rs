@@ -31,6 +31,8 @@ struct Readers {
     count: usize,
     signal: Arc<Signal>,
     watched: bool,
+    /// Why the directory is not watched, when it is not.
+    unwatched: Option<Arc<str>>,
     created: Arc<AtomicU64>,
 }
 
@@ -77,14 +79,15 @@ impl Watcher {
         Ok(Watcher { watches, by_dir: HashMap::new(), watched, _stop: stop_write })
     }
 
-    fn watch(&mut self, dir: &Path) -> bool {
+    /// Watches `dir`; `Err` says why it cannot.
+    fn watch(&mut self, dir: &Path) -> Result<(), Arc<str>> {
         match self.watches.add(dir, MASK) {
             Ok(wd) => {
                 self.watched.lock().unwrap_or_else(|p| p.into_inner()).insert(wd.get_watch_descriptor_id(), dir.to_path_buf());
                 self.by_dir.insert(dir.to_path_buf(), wd);
-                true
+                Ok(())
             }
-            Err(_) => false,
+            Err(e) => Err(unavailable("inotify_add_watch", &e, "the user's inotify watches (fs.inotify.max_user_watches) are used up")),
         }
     }
 
@@ -179,6 +182,8 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
 pub(crate) struct Hub {
     topics: Topics,
     watcher: Mutex<Option<Watcher>>,
+    /// Why there is no watcher, when there is none.
+    no_watcher: Option<Arc<str>>,
     /// Per watched directory, the appends of this process whose change
     /// events the notifier has not seen yet (see [`Hub::appending`]).
     own: Own,
@@ -190,8 +195,14 @@ impl Hub {
     pub(crate) fn new() -> Hub {
         let topics: Topics = Arc::default();
         let own: Own = Arc::default();
-        let watcher = Watcher::start(topics.clone(), own.clone()).ok();
-        Hub { topics, watcher: Mutex::new(watcher), own }
+        let (watcher, no_watcher) = match Watcher::start(topics.clone(), own.clone()) {
+            Ok(w) => (Some(w), None),
+            Err(e) => {
+                let why = "the user's inotify instances (fs.inotify.max_user_instances) or this process's open files are used up";
+                (None, Some(unavailable("inotify_init", &e, why)))
+            }
+        };
+        Hub { topics, watcher: Mutex::new(watcher), no_watcher, own }
     }
 
     /// Starts delivering wakeups for appends in `dir`.
@@ -211,24 +222,30 @@ impl Hub {
                 count: 0,
                 signal: Arc::new(Signal::new()),
                 watched: false,
+                unwatched: None,
                 created: Arc::default(),
             });
             entry.count += 1;
             (entry.count == 1, entry.signal.clone(), entry.created.clone())
         };
-        let watching = match watcher.as_mut() {
+        let unwatched = match watcher.as_mut() {
             Some(w) if first => {
-                let ok = w.watch(dir);
+                let unwatched = w.watch(dir).err();
                 let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(entry) = map.get_mut(dir) {
-                    entry.watched = ok;
+                    entry.watched = unwatched.is_none();
+                    entry.unwatched = unwatched.clone();
                 }
-                ok
+                unwatched
             }
-            Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.watched).unwrap_or(false)).unwrap_or(false),
-            None => false,
+            Some(_) => {
+                let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+                map.get(dir).map_or_else(|| Some(Arc::from("not watched")), |e| e.unwatched.clone())
+            }
+            None => self.no_watcher.clone(),
         };
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, created }
+        let watching = unwatched.is_none();
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, unwatched, created }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
@@ -334,6 +351,15 @@ impl Hub {
     }
 }
 
+/// Why change notification failed: the call, its error, and, for the
+/// errors of a limit reached (`EMFILE`, `ENOSPC`), `limit` saying which.
+fn unavailable(call: &str, error: &std::io::Error, limit: &str) -> Arc<str> {
+    match error.raw_os_error() {
+        Some(libc::EMFILE | libc::ENOSPC) => Arc::from(format!("{call}: {error}: {limit}")),
+        _ => Arc::from(format!("{call}: {error}")),
+    }
+}
+
 /// An append announced by [`Hub::appending`], whose readers
 /// [`Hub::appended`] wakes.
 pub(crate) struct Appending {
@@ -395,6 +421,8 @@ pub(crate) struct Subscription {
     dir: PathBuf,
     signal: Arc<Signal>,
     watching: bool,
+    /// Why there are no change notifications, when there are none.
+    unwatched: Option<Arc<str>>,
     created: Arc<AtomicU64>,
 }
 
@@ -413,6 +441,12 @@ impl Subscription {
     /// False when change notification is unavailable and readers poll.
     pub(crate) fn is_notified(&self) -> bool {
         self.watching
+    }
+
+    /// Why change notification is unavailable (the system call, its
+    /// error and the limit to look at), when it is.
+    pub(crate) fn why_not_notified(&self) -> Option<&str> {
+        self.unwatched.as_deref()
     }
 
     /// How many times a segment of the directory was seen created,

@@ -316,6 +316,14 @@ impl Tunnel {
         self.subscription.is_notified()
     }
 
+    /// When this tunnel polls, why it has no change notification: the
+    /// failed inotify call and its error (e.g. `inotify_init: Too many
+    /// open files (os error 24)` once the user's
+    /// `fs.inotify.max_user_instances` are taken).
+    pub fn why_not_notified(&self) -> Option<&str> {
+        self.subscription.why_not_notified()
+    }
+
     /// True when the last [`Tunnel::next`] returned events and read all
     /// that the topic held: a reader that armed [`Tunnel::listen`] before
     /// that call may wait for it rather than call `next` again to find
