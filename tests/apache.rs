@@ -232,6 +232,96 @@ fn apache_remote_route_to_a_dead_port_is_kept_for_a_retry_and_the_notify_answers
     }
 }
 
+/// Every CGI tunnel is a process with an inotify instance of its own,
+/// counted against its user's `fs.inotify.max_user_instances` (128 by
+/// default: DEPLOY.md, "inotify instances"). With none left a tunnel must
+/// neither fail nor hang: it delivers by re-reading every `KN_POLL_MS`
+/// and says why, once, in Apache's error log. The CGIs run as `nobody`
+/// here, whose instances the test takes for a moment, so that no other
+/// test's server is touched.
+#[test]
+fn apache_tunnel_without_inotify_says_why_in_the_error_log_and_still_delivers() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        support::skip("needs root: Apache's CGIs must run as a user whose inotify instances the test can take");
+        return;
+    }
+    if !support::available(support::APACHE) {
+        return;
+    }
+    let (uid, gid) = nobody();
+    let dir = Dir::new("apache_no_inotify");
+    let store = dir.store("kn_events");
+    let apache = Apache::start(&support::pubsub_cgi(), &store, &format!("User #{uid}\nGroup #{gid}\nSetEnv KN_POLL_MS 200\n"));
+    chown_recursive(&store, uid, gid);
+    let said = "re-reads every 200 ms (KN_POLL_MS): no change notification, inotify_init: Too many open files (os error 24): \
+                the user's inotify instances (fs.inotify.max_user_instances)";
+
+    let taken = take_inotify_instances(uid);
+    let mut polling = e2e::Tunnel::open(&e2e::tunnel_url(&apache, "/who/poll/kn_journal", "p", ""));
+    polling.expect_watching("p", || apache.error_log());
+    notify(&apache, "/who/poll/kn_journal", "p1", "polled");
+    let event = polling.next(PATIENCE).unwrap_or_else(|| panic!("no event on the polling tunnel\n{}", apache.error_log()));
+    assert_eq!(event.payload_text(), "polled");
+    let log = apache.error_log();
+    assert!(log.contains(&format!("the tunnel on /who/poll/kn_journal {said}")), "{log}");
+    drop(taken);
+
+    // With an instance to be had, a tunnel is woken and says nothing.
+    let mut woken = e2e::Tunnel::open(&e2e::tunnel_url(&apache, "/who/woken/kn_journal", "w", ""));
+    woken.expect_watching("w", || apache.error_log());
+    notify(&apache, "/who/woken/kn_journal", "w1", "woken");
+    assert_eq!(woken.next(PATIENCE).map(|e| e.payload_text()).as_deref(), Some("woken"));
+    assert_eq!(apache.error_log().matches("no change notification").count(), 1, "{}", apache.error_log());
+}
+
+/// The uid and gid of `nobody`.
+fn nobody() -> (u32, u32) {
+    // SAFETY: getpwnam gets a valid C string; the record is read at once.
+    let pw = unsafe { libc::getpwnam(c"nobody".as_ptr()) };
+    assert!(!pw.is_null(), "no user nobody");
+    // SAFETY: pw is non-null and points to a passwd record.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+fn chown_recursive(path: &std::path::Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).unwrap();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_recursive(&entry.unwrap().path(), uid, gid);
+        }
+    }
+}
+
+/// Takes every inotify instance `uid` may have, until dropped.
+fn take_inotify_instances(uid: u32) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    std::thread::spawn(move || {
+        // The raw system call changes this thread's effective user only
+        // (glibc's seteuid would change every thread's); instances are
+        // counted against the effective user, and the thread then ends.
+        // SAFETY: setresuid with "unchanged" for the real and saved ids.
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, -1 as libc::c_long, uid as libc::c_long, -1 as libc::c_long) };
+        assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
+        let mut taken = Vec::new();
+        loop {
+            // SAFETY: inotify_init1 takes flags only; a new descriptor is ours.
+            let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+            if fd < 0 {
+                let error = std::io::Error::last_os_error();
+                assert_eq!(error.raw_os_error(), Some(libc::EMFILE), "inotify_init1 after {}: {error}", taken.len());
+                break;
+            }
+            // SAFETY: fd was just created and nothing else owns it.
+            taken.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+            assert!(taken.len() < 16_384, "fs.inotify.max_user_instances is too high to use up");
+        }
+        taken
+    })
+    .join()
+    .unwrap()
+}
+
 #[test]
 fn apache_tunnel_cgi_exits_when_the_client_disconnects() {
     let Some(s) = site("apache_disconnect", "") else { return };
