@@ -104,10 +104,12 @@ pub struct ServeArgs {
     /// The header in which a --trusted-proxy names the user.
     #[arg(long, value_name = "NAME", default_value = "X-Remote-User")]
     pub user_header: String,
-    /// Check Basic credentials against FILE, an htpasswd file with bcrypt
-    /// (`htpasswd -B`), SHA-256/512 (`-2`, `-5`) or crypt hashes; wrong
-    /// credentials are answered 401. The access rules are
-    /// $KN_ACCESS_RULES (docs/ACCESS.md).
+    /// Check Basic credentials against FILE, an htpasswd file as
+    /// Apache's `htpasswd` writes it: MD5 (`$apr1$`, its default), bcrypt
+    /// (`-B`), SHA-256/512 (`-2`, `-5`), crypt (`-d`) or SHA-1 (`-s`)
+    /// hashes; plain text (`-p`) is refused at start. Wrong credentials
+    /// are answered 401. The access rules are $KN_ACCESS_RULES
+    /// (docs/ACCESS.md).
     #[arg(long, value_name = "FILE")]
     pub htpasswd: Option<PathBuf>,
 }
