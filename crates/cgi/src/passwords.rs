@@ -190,5 +190,12 @@ mod tests {
             assert!(!verify("anna-secret", hash), "{hash}");
             assert!(!verify("", hash), "{hash}");
         }
+        // Taken for crypt hashes by their look: they match nothing, and
+        // nothing panics.
+        for hash in ["$2y$05$short", "$2y$", "$5$", "$6$rounds=x$", "$6$$", "............."] {
+            assert_eq!(kind(hash), Ok(Kind::Crypt), "{hash}");
+            assert!(!verify("anna-secret", hash), "{hash}");
+            assert!(!verify("", hash), "{hash}");
+        }
     }
 }
