@@ -411,17 +411,20 @@ fn apache(cgi: &str, store: &str) -> Result<(), String> {
     let store = std::path::Path::new(store);
     std::fs::create_dir_all(store).map_err(|e| format!("{}: {e}", store.display()))?;
     // Every tunnel holds a worker thread for its whole life. One child
-    // process holds them all: mpm_event ties each connection to the child
-    // that accepted it, and a keep-alive connection whose child has every
-    // thread taken by tunnels waits for a thread that never comes (the
-    // stall at about 990 tunnels of 16 children of 64 threads). Room for
-    // every tunnel, and for the publisher and the route requests beside
-    // them. The client's keep-alive connections (the publisher's, each
-    // route maker's) last the whole run: no cap on their requests, no
-    // closing while the CGI tunnels start.
+    // process holds them all (MaxRequestWorkers = ThreadsPerChild):
+    // mpm_event ties each connection to the child that accepted it, and a
+    // keep-alive connection whose child has every thread taken by tunnels
+    // waits for a thread that never comes (the stall at about 990 tunnels
+    // of 16 children of 64 threads). ServerLimit leaves two more slots for
+    // children finishing their tunnels after a graceful restart (with
+    // none, no new child could start). Room for every tunnel, and for the
+    // publisher and the route requests beside them. The client's
+    // keep-alive connections (the publisher's, each route maker's) last
+    // the whole run: no cap on their requests, no closing while the CGI
+    // tunnels start. docs/DEPLOY.md, "Many open tunnels".
     let threads = APACHE_TUNNELS + 128;
     let conf = format!(
-        "ServerLimit 1\nStartServers 1\nThreadLimit {threads}\nThreadsPerChild {threads}\n\
+        "ServerLimit 3\nStartServers 1\nThreadLimit {threads}\nThreadsPerChild {threads}\n\
          MaxRequestWorkers {threads}\nMinSpareThreads 1\nMaxSpareThreads {threads}\nListenBacklog 4096\n\
          MaxKeepAliveRequests 0\nKeepAliveTimeout 120\nLogLevel warn\n"
     );
