@@ -234,7 +234,7 @@ fn apache_remote_route_to_a_dead_port_is_kept_for_a_retry_and_the_notify_answers
 
 /// Every CGI tunnel is a process with an inotify instance of its own,
 /// counted against its user's `fs.inotify.max_user_instances` (128 by
-/// default: DEPLOY.md, "inotify instances"). With none left a tunnel must
+/// default: DEPLOY.md, "Many open tunnels"). With none left a tunnel must
 /// neither fail nor hang: it delivers by re-reading every `KN_POLL_MS`
 /// and says why, once, in Apache's error log. The CGIs run as `nobody`
 /// here, whose instances the test takes for a moment, so that no other

@@ -85,7 +85,7 @@ fn serve_one() -> ExitCode {
         Reply::Tunnel(mut tunnel) => {
             if let Some((topic, why)) = tunnel.why_not_notified() {
                 // Each CGI tunnel is a process with an inotify of its own
-                // (DEPLOY.md, "inotify instances"): past the user's limit
+                // (DEPLOY.md, "Many open tunnels"): past the user's limit
                 // it still delivers, by re-reading, and says so once in
                 // the web server's error log.
                 let every = tunnel.poll_interval().as_millis();
