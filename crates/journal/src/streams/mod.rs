@@ -298,19 +298,21 @@ pub struct Chunk {
     pub next: u64,
     /// The read reached the tail.
     pub up_to_date: bool,
-    /// The response body, joined once as the records were read.
-    data: Vec<u8>,
+    /// The response body, joined once as the records were read (and
+    /// shared by later reads of the same range, `Entry::served`).
+    data: bytes::Bytes,
 }
 
 impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        self.data.clone()
+        self.data.to_vec()
     }
 
-    /// [`Chunk::body`], without a copy.
-    pub fn into_body(self) -> Vec<u8> {
+    /// [`Chunk::body`], without a copy: shared with the other reads of
+    /// the same range that this process answered from memory.
+    pub fn into_body(self) -> bytes::Bytes {
         self.data
     }
 
@@ -358,7 +360,7 @@ impl Joined {
         if self.json {
             self.data.push(b']');
         }
-        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data }
+        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data.into() }
     }
 }
 
@@ -401,6 +403,24 @@ struct Entry {
     /// (see `Streams::fresh`).
     head: Option<(fs::File, u64)>,
     checked: Option<Instant>,
+    /// The last read answered from memory: from where, at which tail, and
+    /// what it returned (records, next, body). The same range of an
+    /// append-only stream always holds the same data, so a read of it
+    /// again shares that body instead of joining it afresh (readers that
+    /// catch up from the same offset, as the protocol's caches do).
+    served: Option<Served>,
+    /// The stream's id for ETags, with the `created` stamp it is of
+    /// (made once, not on every request).
+    id: std::cell::RefCell<Option<(String, String)>>,
+}
+
+/// See `Entry::served`.
+struct Served {
+    from: u64,
+    tail: u64,
+    records: usize,
+    next: u64,
+    body: bytes::Bytes,
 }
 
 /// The last record applied to a stream's state, where its segment ends.
@@ -848,7 +868,21 @@ impl Streams {
             expires_at: s.expires_at.clone(),
             closed: s.closed,
             topic: s.topic.clone(),
-            id: format!("{:x}", xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", s.path, s.created).as_bytes())),
+            id: Self::id(entry),
+        }
+    }
+
+    /// The id of the stream's incarnation (`Info::id`).
+    fn id(entry: &Entry) -> String {
+        let s = &entry.state;
+        let mut kept = entry.id.borrow_mut();
+        match &*kept {
+            Some((created, id)) if *created == s.created => id.clone(),
+            _ => {
+                let id = format!("{:x}", xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", s.path, s.created).as_bytes()));
+                *kept = Some((s.created.clone(), id.clone()));
+                id
+            }
         }
     }
 
@@ -1258,7 +1292,7 @@ impl Streams {
             return Ok(Joined::new(info.is_json(), 0).chunk(info, from, from));
         }
         if from >= entry.forgotten {
-            return Ok(self.memory_chunk(&entry, from, info));
+            return Ok(self.memory_chunk(&mut entry, from, info));
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
@@ -1294,7 +1328,11 @@ impl Streams {
     /// The data after `from` (at or after `entry.forgotten`: all of it in
     /// memory), at most `Config::stream_max_read_bytes` (at least one
     /// record).
-    fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
+    fn memory_chunk(&self, entry: &mut Entry, from: u64, info: Info) -> Chunk {
+        if let Some(s) = entry.served.as_ref().filter(|s| s.from == from && s.tail == info.tail) {
+            let (records, next, data) = (s.records, s.next, s.body.clone());
+            return Chunk { up_to_date: next >= info.tail, info, start: from, next, records, data };
+        }
         let max = self.config().stream_max_read_bytes;
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
         let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
@@ -1307,7 +1345,9 @@ impl Streams {
             }
             next = *seq;
         }
-        joined.chunk(info, from, next)
+        let chunk = joined.chunk(info, from, next);
+        entry.served = Some(Served { from, tail: chunk.info.tail, records: chunk.records, next, body: chunk.data.clone() });
+        chunk
     }
 
     /// A catch-up read as [`Streams::read`] answers it, when it can be
