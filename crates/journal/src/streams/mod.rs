@@ -36,7 +36,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -457,6 +457,9 @@ pub struct Streams {
     watched: bool,
     /// Records read from logs to bring states up to date.
     replayed: AtomicU64,
+    /// Live reads of this process waiting now ([`StreamWatch`]es): with
+    /// none, an append wakes no one (nor looks for whom to wake).
+    live: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Streams {
@@ -480,7 +483,7 @@ impl Streams {
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0) }
+        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -786,14 +789,16 @@ impl Streams {
     /// When `entry`'s cursor was at the end of the log, the record is
     /// applied to the state from memory and the cursor placed after it:
     /// nothing is read back.
-    fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: &Event) -> StreamResult<u64> {
+    fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: Event) -> StreamResult<u64> {
         let (segment, len) = w.end();
         let placed = entry.verify.is_none()
             && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
         let stored_secs = crate::ids::now() as u64;
         // This process's live readers of the stream, if any, wake at once.
-        let waking = if self.watched { self.store.hub().appending(&entry.dir) } else { None };
-        let appended = w.append(event, stored_secs, &self.gauge);
+        // (One that starts waiting after this look is woken by the change
+        // notification of the write, as for another process's append.)
+        let waking = if self.watched && self.live.load(Ordering::SeqCst) > 0 { self.store.hub().appending(&entry.dir) } else { None };
+        let appended = w.append(&event, stored_secs, &self.gauge);
         if let Some(waking) = waking {
             self.store.hub().appended(waking, matches!(appended, Ok(log::Appended::Stored(_))));
         }
@@ -816,7 +821,7 @@ impl Streams {
             let c = cursor.clone();
             entry.marks.insert(seq, c);
         }
-        let record = Record { seq, stored_secs, event: event.clone(), blob: None };
+        let record = Record { seq, stored_secs, event, blob: None };
         let tail = entry.state.tail;
         entry.state.apply(&record);
         if entry.state.tail != tail {
@@ -985,7 +990,7 @@ impl Streams {
         let result = (|| {
             if let Some(src) = &source {
                 for r in &src.records {
-                    self.append_record(&mut entry, &mut w, r)?;
+                    self.append_record(&mut entry, &mut w, r.clone())?;
                 }
             }
             let mut e = Event::new();
@@ -1019,7 +1024,7 @@ impl Streams {
             if !initial.is_empty() {
                 e.set(crate::event::KN_PAYLOAD, initial.clone());
             }
-            self.append_record(&mut entry, &mut w, &e)?;
+            self.append_record(&mut entry, &mut w, e)?;
             let _ = log::open_shared(&entry.dir.join(ACCESS_FILE), false);
             self.refresh(&mut entry)
         })();
@@ -1248,7 +1253,7 @@ impl Streams {
         if req.close {
             e.set(name::CLOSE, "true");
         }
-        let at = self.append_record(entry, w, &e)?;
+        let at = self.append_record(entry, w, e)?;
         if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
             self.refresh_until(entry, Some(at), None)?;
         }
@@ -1389,7 +1394,7 @@ impl Streams {
         if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
             subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
         }
-        Ok(StreamWatch { subs, poll: self.config().poll_interval })
+        Ok(StreamWatch { subs, poll: self.config().poll_interval, _live: Live::new(&self.live) })
     }
 
     // ----- delete -------------------------------------------------------
@@ -1409,7 +1414,7 @@ impl Streams {
         if entry.state.forks > 0 {
             let mut e = Event::new();
             e.set(name::OP, op::DELETE);
-            let r = self.append_record(&mut entry, &mut w, &e);
+            let r = self.append_record(&mut entry, &mut w, e);
             self.release(&mut entry, w);
             r?;
             return self.refresh(&mut entry);
@@ -1462,7 +1467,7 @@ impl Streams {
         }
         let mut e = Event::new();
         e.set(name::OP, what);
-        let r = self.append_record(&mut entry, &mut w, &e);
+        let r = self.append_record(&mut entry, &mut w, e);
         self.release(&mut entry, w);
         r?;
         self.refresh(&mut entry)?;
@@ -1623,6 +1628,23 @@ fn too_large(len: usize, max: usize) -> StreamError {
 pub struct StreamWatch {
     subs: Vec<crate::watch::Subscription>,
     poll: std::time::Duration,
+    _live: Live,
+}
+
+/// Counts a [`StreamWatch`] in `Streams::live` while it lives.
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn new(count: &Arc<AtomicUsize>) -> Live {
+        count.fetch_add(1, Ordering::SeqCst);
+        Live(count.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl StreamWatch {
