@@ -13,11 +13,14 @@
 # with BENCH_REF_FILE=1, file-backed too (LMDB + logs, as our store is on
 # disk). Prints a table of requests/s and the ratio serve / reference, and
 # one of the CPU time each server spent per request (user + system, from
-# /proc: the figure a busy shared machine disturbs least). As a ceiling,
+# /proc: the figure a busy shared machine disturbs least). As ceilings,
 # the same wrk runs against `serve`'s built-in page (`GET /index.html`,
-# 1.2 KB, no store involved): what the HTTP stack, the kernel and wrk
-# allow on this machine. Not a test: nothing passes or fails; CI does not
-# run it.
+# 1.2 KB, no store involved) and against nginx answering `return 200`
+# (a configuration of its own in a temporary prefix, one worker and
+# `worker_processes auto`, stopped at the end): what any server reaches
+# through loopback TCP and wrk on this machine, each also given as a
+# ratio to the reference's figures. Not a test: nothing passes or fails;
+# CI does not run it.
 #
 #     bench/ds-bench/ds-bench.sh
 #     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
@@ -27,8 +30,10 @@
 # also gives before -> after ratios. BENCH_ROUNDS=n (default 1) measures
 # every target n times, the targets taking turns, and reports each
 # figure's median: on a busy machine the load swings between figures.
+# BENCH_PIN=split runs wrk on CPU 0 and every server on CPU 1 (taskset),
+# BENCH_PIN=same all of them on CPU 0.
 #
-# Needs: wrk, node 20 and npm, cargo (builds pubsub-cgi --release unless
+# Needs: wrk, nginx, node 20 and npm, cargo (builds pubsub-cgi --release unless
 # BENCH_PUBSUB names a binary).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
