@@ -13,11 +13,14 @@
 # with BENCH_REF_FILE=1, file-backed too (LMDB + logs, as our store is on
 # disk). Prints a table of requests/s and the ratio serve / reference, and
 # one of the CPU time each server spent per request (user + system, from
-# /proc: the figure a busy shared machine disturbs least). As a ceiling,
+# /proc: the figure a busy shared machine disturbs least). As ceilings,
 # the same wrk runs against `serve`'s built-in page (`GET /index.html`,
-# 1.2 KB, no store involved): what the HTTP stack, the kernel and wrk
-# allow on this machine. Not a test: nothing passes or fails; CI does not
-# run it.
+# 1.2 KB, no store involved) and against nginx answering `return 200`
+# (a configuration of its own in a temporary prefix, one worker and
+# `worker_processes auto`, stopped at the end): what any server reaches
+# through loopback TCP and wrk on this machine, each also given as a
+# ratio to the reference's figures. Not a test: nothing passes or fails;
+# CI does not run it.
 #
 #     bench/ds-bench/ds-bench.sh
 #     BENCH_SECONDS=10 BENCH_PUBSUB=target/release/pubsub-cgi bench/ds-bench/ds-bench.sh
@@ -27,8 +30,10 @@
 # also gives before -> after ratios. BENCH_ROUNDS=n (default 1) measures
 # every target n times, the targets taking turns, and reports each
 # figure's median: on a busy machine the load swings between figures.
+# BENCH_PIN=split runs wrk on CPU 0 and every server on CPU 1 (taskset),
+# BENCH_PIN=same all of them on CPU 0.
 #
-# Needs: wrk, node 20 and npm, cargo (builds pubsub-cgi --release unless
+# Needs: wrk, nginx, node 20 and npm, cargo (builds pubsub-cgi --release unless
 # BENCH_PUBSUB names a binary).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -49,6 +54,15 @@ if [ -z "$pubsub" ]; then
 fi
 (cd "$here" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 
+# BENCH_PIN=split: wrk on CPU 0, every server on CPU 1; BENCH_PIN=same:
+# all on CPU 0 (taskset); unset: wherever the scheduler puts them.
+case "${BENCH_PIN:-}" in
+    split) pin_client=(taskset -c 0); pin_server=(taskset -c 1) ;;
+    same) pin_client=(taskset -c 0); pin_server=(taskset -c 0) ;;
+    "") pin_client=(); pin_server=() ;;
+    *) echo "BENCH_PIN is split or same, not '$BENCH_PIN'" >&2; exit 2 ;;
+esac
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
@@ -56,12 +70,41 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 start_serve() { # [binary]
     local port; port=$(free_port)
     rm -rf "$work/kn_events"
-    KN_STREAM_LONG_POLL_MS=500 "${1:-$pubsub}" serve --listen "127.0.0.1:$port" --root "$work/kn_events" >"$work/serve.log" 2>&1 &
+    KN_STREAM_LONG_POLL_MS=500 "${pin_server[@]}" "${1:-$pubsub}" serve --listen "127.0.0.1:$port" --root "$work/kn_events" >"$work/serve.log" 2>&1 &
+    pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
+}
+# nginx answering `return 200` (no body, no file, no upstream): what any
+# server can reach here through loopback TCP and wrk. $1: worker_processes
+# (1 or auto). Its own prefix and configuration in $work, in the
+# foreground (daemon off), stopped with the others.
+start_nginx() {
+    local port; port=$(free_port)
+    mkdir -p "$work/nginx-$1/logs"
+    cat >"$work/nginx-$1/nginx.conf" <<NGINX
+worker_processes $1;
+pid $work/nginx-$1/nginx.pid;
+error_log $work/nginx-$1/logs/error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx-$1/body;
+    proxy_temp_path $work/nginx-$1/proxy;
+    fastcgi_temp_path $work/nginx-$1/fastcgi;
+    uwsgi_temp_path $work/nginx-$1/uwsgi;
+    scgi_temp_path $work/nginx-$1/scgi;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$port;
+        location / { return 200; }
+    }
+}
+NGINX
+    "${pin_server[@]}" nginx -p "$work/nginx-$1" -c "$work/nginx-$1/nginx.conf" -g 'daemon off;' >"$work/nginx-$1/out.log" 2>&1 &
     pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
 }
 start_ref() {
     local port; port=$(free_port)
-    (cd "$here" && exec node ref-server.mjs "$port" ${1:+"$1"} >"$work/ref-$port.log" 2>&1) &
+    (cd "$here" && exec "${pin_server[@]}" node ref-server.mjs "$port" ${1:+"$1"} >"$work/ref-$port.log" 2>&1) &
     pids+=($!); wait_port "$port"; base="http://127.0.0.1:$port"
 }
 
@@ -83,14 +126,19 @@ prepare() { # base: the stream the catch-up reads read
     done
 }
 
-# CPU time (user + system, clock ticks) of the server, the last in $pids.
-ticks() { awk '{ print $14 + $15 }' "/proc/${pids[-1]}/stat"; }
+# CPU time (user + system, clock ticks) of the server, the last in $pids,
+# and of its children (nginx's workers).
+ticks() {
+    local p=${pids[-1]}
+    # shellcheck disable=SC2046
+    cat "/proc/$p/stat" $(pgrep -P "$p" | sed 's|.*|/proc/&/stat|') 2>/dev/null | awk '{ t += $14 + $15 } END { print t }'
+}
 
 # "requests/s µs-of-server-CPU-per-request" of a wrk run (its arguments).
 measure() {
     local before out
     before=$(ticks)
-    out=$(wrk "$@")
+    out=$("${pin_client[@]}" wrk "$@")
     awk -v t0="$before" -v t1="$(ticks)" -v hz="$(getconf CLK_TCK)" '
         /requests in/ { n = $1 } /Requests\/sec/ { r = $2 }
         END { printf "%s %.1f\n", r, (n > 0 ? (t1 - t0) * 1e6 / hz / n : 0) }' <<<"$out"
@@ -111,13 +159,23 @@ read_rate() { # base c
 }
 
 declare -A rate cpu
-targets=(serve ref-memory)
+targets=(serve ref-memory nginx-1 nginx-auto)
 before="${BENCH_PUBSUB_BEFORE:-}"
 [ -n "$before" ] && targets=(serve-before "${targets[@]}")
 [ "${BENCH_REF_FILE:-0}" = 1 ] && targets+=(ref-file)
 rounds="${BENCH_ROUNDS:-1}"
 for round in $(seq "$rounds"); do
 for t in "${targets[@]}"; do
+    if [[ $t = nginx-* ]]; then
+        start_nginx "${t#nginx-}"
+        for c in 1 8; do
+            read -r r u < <(measure -t"$c" -c"$c" -d"${secs}s" "$base/")
+            rate[$t,$c]+=" $r"; cpu[$t,$c]+=" $u"
+        done
+        kill "${pids[-1]}" 2>/dev/null || true
+        sleep 0.5
+        continue
+    fi
     case $t in
         serve) start_serve ;;
         serve-before) start_serve "$before" ;;
@@ -179,10 +237,13 @@ for w in append read; do
     done
 done
 echo
-echo "Ceiling: serve's built-in page (GET /index.html), median of $rounds"
+echo "Ceilings: what a server that does (almost) nothing reaches here, median of $rounds"
 echo
-echo '| c | requests/s | CPU µs per request | / reference append | / reference read |'
-echo '|---|---|---|---|---|'
+echo '| c | server | requests/s | CPU µs per request | / reference append | / reference read |'
+echo '|---|---|---|---|---|---|'
 for c in 1 8; do
-    echo "| $c | ${rate[ceiling,$c]} | ${cpu[ceiling,$c]} | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,append,$c]}") | $(ratio "${rate[ceiling,$c]}" "${rate[ref-memory,read,$c]}") |"
+    for k in "ceiling,$c:serve GET /index.html (1.2 KB, no store)" "nginx-1,$c:nginx return 200, 1 worker" "nginx-auto,$c:nginx return 200, worker_processes auto"; do
+        key=${k%%:*}; name=${k#*:}
+        echo "| $c | $name | ${rate[$key]} | ${cpu[$key]} | $(ratio "${rate[$key]}" "${rate[ref-memory,append,$c]}") | $(ratio "${rate[$key]}" "${rate[ref-memory,read,$c]}") |"
+    done
 done

@@ -65,6 +65,7 @@ pub mod response;
 pub mod selftest;
 pub mod serve;
 pub mod streams;
+mod wake;
 
 pub use kn_wire::{status_event, Format, Page, Params};
 pub use kn_journal::fresh_id;

@@ -228,7 +228,9 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
                     let _ = stream.set_nodelay(true);
                     match server.connections.clone().try_acquire_owned() {
                         Ok(permit) => {
-                            tokio::spawn(connection(server.clone(), stream, peer, permit));
+                            // Its own wakes (a request body read) poll it again
+                            // at once instead of moving it to another worker.
+                            tokio::spawn(crate::wake::coalesced(connection(server.clone(), stream, peer, permit)));
                         }
                         // Full: answer 503 if few are waiting for that,
                         // else close at once (dropping the stream).

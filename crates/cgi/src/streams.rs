@@ -127,12 +127,12 @@ pub struct StreamResponse {
     /// Headers (names in canonical case, one of [`HEADER_NAMES`]).
     pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// Body (none is sent for `HEAD`).
-    pub body: Vec<u8>,
+    pub body: Bytes,
 }
 
 impl StreamResponse {
     fn new(status: u16) -> StreamResponse {
-        let mut r = StreamResponse { status, headers: Vec::new(), body: Vec::new() };
+        let mut r = StreamResponse { status, headers: Vec::new(), body: Bytes::new() };
         r.set("X-Content-Type-Options", "nosniff");
         r.set("Cross-Origin-Resource-Policy", "cross-origin");
         r.set("Access-Control-Allow-Origin", "*");
@@ -148,7 +148,7 @@ impl StreamResponse {
     fn text(status: u16, message: &str) -> StreamResponse {
         let mut r = StreamResponse::new(status);
         r.set("Content-Type", "text/plain; charset=utf-8");
-        r.body = format!("{message}\n").into_bytes();
+        r.body = format!("{message}\n").into_bytes().into();
         r
     }
 
@@ -976,7 +976,7 @@ async fn follow_sse(streams: Arc<Streams>, sse: Sse, tx: tokio::sync::mpsc::Send
 }
 
 fn to_hyper(mut r: StreamResponse, head: bool) -> hyper::Response<Body> {
-    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(Bytes::from(std::mem::take(&mut r.body)))) };
+    let body = if head || r.status == 204 || r.status == 304 { Body::Full(None) } else { Body::Full(Some(std::mem::take(&mut r.body))) };
     to_hyper_body(&mut r, body)
 }
 

@@ -424,3 +424,39 @@ fn a_watched_process_reads_from_memory_and_sees_other_appends_and_deletes_at_onc
     let chunk = watched.read("s", Start::Beginning).unwrap();
     assert_eq!((chunk.body(), chunk.info.content_type.as_str()), (b"new".to_vec(), "application/octet-stream"));
 }
+
+#[test]
+fn reads_of_the_same_range_share_one_body_until_the_stream_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let watched = Streams::watched(Arc::new(Store::open(dir.path()).unwrap()));
+    let text = |body: &'static [u8]| Append::data(Some("text/plain"), body);
+    watched.create("s", &Create::new("text/plain")).unwrap();
+    watched.append("s", &text(b"ab")).unwrap();
+    watched.append("s", &text(b"c")).unwrap();
+    let first = watched.read("s", Start::Beginning).unwrap().into_body();
+    let again = watched.read_cached("s", Start::Beginning).expect("known").into_body();
+    assert_eq!(&again[..], b"abc");
+    assert_eq!(again.as_ptr(), first.as_ptr(), "the same range joined again");
+    // Another range, then an append: each answered with its own data.
+    let rest = watched.read("s", Start::At(2)).unwrap();
+    assert_eq!(rest.body(), b"c");
+    watched.append("s", &text(b"d")).unwrap();
+    assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), b"abcd");
+    // Deleted and created again by another process with as many records:
+    // the same offsets, other data.
+    let other = streams_with(Config::new(dir.path()));
+    other.delete("s").unwrap();
+    other.create("s", &Create::new("text/plain")).unwrap();
+    for part in [b"w", b"x", b"y"] {
+        other.append("s", &text(part)).unwrap();
+    }
+    assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), b"wxy");
+    // And by this process.
+    watched.delete("s").unwrap();
+    watched.create("s", &Create::new("text/plain")).unwrap();
+    for part in [b"1", b"2", b"3"] {
+        watched.append("s", &text(part)).unwrap();
+    }
+    assert_eq!(watched.read("s", Start::Beginning).unwrap().body(), b"123");
+    assert_eq!(watched.read_cached("s", Start::Beginning).expect("known").body(), b"123");
+}

@@ -80,7 +80,7 @@ impl Streams {
                 // Still recorded, so that the checkpoint moves on.
                 e.set(name::OP, op::PAD);
             }
-            self.append_record(entry, w, &e)?;
+            self.append_record(entry, w, e)?;
         }
         self.refresh(entry)
     }

@@ -36,7 +36,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -298,19 +298,21 @@ pub struct Chunk {
     pub next: u64,
     /// The read reached the tail.
     pub up_to_date: bool,
-    /// The response body, joined once as the records were read.
-    data: Vec<u8>,
+    /// The response body, joined once as the records were read (and
+    /// shared by later reads of the same range, `Entry::served`).
+    data: bytes::Bytes,
 }
 
 impl Chunk {
     /// The response body: the bytes, or in JSON mode the array of the
     /// messages.
     pub fn body(&self) -> Vec<u8> {
-        self.data.clone()
+        self.data.to_vec()
     }
 
-    /// [`Chunk::body`], without a copy.
-    pub fn into_body(self) -> Vec<u8> {
+    /// [`Chunk::body`], without a copy: shared with the other reads of
+    /// the same range that this process answered from memory.
+    pub fn into_body(self) -> bytes::Bytes {
         self.data
     }
 
@@ -358,7 +360,7 @@ impl Joined {
         if self.json {
             self.data.push(b']');
         }
-        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data }
+        Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data.into() }
     }
 }
 
@@ -401,6 +403,24 @@ struct Entry {
     /// (see `Streams::fresh`).
     head: Option<(fs::File, u64)>,
     checked: Option<Instant>,
+    /// The last read answered from memory: from where, at which tail, and
+    /// what it returned (records, next, body). The same range of an
+    /// append-only stream always holds the same data, so a read of it
+    /// again shares that body instead of joining it afresh (readers that
+    /// catch up from the same offset, as the protocol's caches do).
+    served: Option<Served>,
+    /// The stream's id for ETags, with the `created` stamp it is of
+    /// (made once, not on every request).
+    id: std::cell::RefCell<Option<(String, String)>>,
+}
+
+/// See `Entry::served`.
+struct Served {
+    from: u64,
+    tail: u64,
+    records: usize,
+    next: u64,
+    body: bytes::Bytes,
 }
 
 /// The last record applied to a stream's state, where its segment ends.
@@ -437,6 +457,9 @@ pub struct Streams {
     watched: bool,
     /// Records read from logs to bring states up to date.
     replayed: AtomicU64,
+    /// Live reads of this process waiting now ([`StreamWatch`]es): with
+    /// none, an append wakes no one (nor looks for whom to wake).
+    live: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Streams {
@@ -460,7 +483,7 @@ impl Streams {
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0) }
+        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -766,14 +789,16 @@ impl Streams {
     /// When `entry`'s cursor was at the end of the log, the record is
     /// applied to the state from memory and the cursor placed after it:
     /// nothing is read back.
-    fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: &Event) -> StreamResult<u64> {
+    fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: Event) -> StreamResult<u64> {
         let (segment, len) = w.end();
         let placed = entry.verify.is_none()
             && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
         let stored_secs = crate::ids::now() as u64;
         // This process's live readers of the stream, if any, wake at once.
-        let waking = if self.watched { self.store.hub().appending(&entry.dir) } else { None };
-        let appended = w.append(event, stored_secs, &self.gauge);
+        // (One that starts waiting after this look is woken by the change
+        // notification of the write, as for another process's append.)
+        let waking = if self.watched && self.live.load(Ordering::SeqCst) > 0 { self.store.hub().appending(&entry.dir) } else { None };
+        let appended = w.append(&event, stored_secs, &self.gauge);
         if let Some(waking) = waking {
             self.store.hub().appended(waking, matches!(appended, Ok(log::Appended::Stored(_))));
         }
@@ -796,7 +821,7 @@ impl Streams {
             let c = cursor.clone();
             entry.marks.insert(seq, c);
         }
-        let record = Record { seq, stored_secs, event: event.clone(), blob: None };
+        let record = Record { seq, stored_secs, event, blob: None };
         let tail = entry.state.tail;
         entry.state.apply(&record);
         if entry.state.tail != tail {
@@ -848,7 +873,21 @@ impl Streams {
             expires_at: s.expires_at.clone(),
             closed: s.closed,
             topic: s.topic.clone(),
-            id: format!("{:x}", xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", s.path, s.created).as_bytes())),
+            id: Self::id(entry),
+        }
+    }
+
+    /// The id of the stream's incarnation (`Info::id`).
+    fn id(entry: &Entry) -> String {
+        let s = &entry.state;
+        let mut kept = entry.id.borrow_mut();
+        match &*kept {
+            Some((created, id)) if *created == s.created => id.clone(),
+            _ => {
+                let id = format!("{:x}", xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", s.path, s.created).as_bytes()));
+                *kept = Some((s.created.clone(), id.clone()));
+                id
+            }
         }
     }
 
@@ -951,7 +990,7 @@ impl Streams {
         let result = (|| {
             if let Some(src) = &source {
                 for r in &src.records {
-                    self.append_record(&mut entry, &mut w, r)?;
+                    self.append_record(&mut entry, &mut w, r.clone())?;
                 }
             }
             let mut e = Event::new();
@@ -985,7 +1024,7 @@ impl Streams {
             if !initial.is_empty() {
                 e.set(crate::event::KN_PAYLOAD, initial.clone());
             }
-            self.append_record(&mut entry, &mut w, &e)?;
+            self.append_record(&mut entry, &mut w, e)?;
             let _ = log::open_shared(&entry.dir.join(ACCESS_FILE), false);
             self.refresh(&mut entry)
         })();
@@ -1214,7 +1253,7 @@ impl Streams {
         if req.close {
             e.set(name::CLOSE, "true");
         }
-        let at = self.append_record(entry, w, &e)?;
+        let at = self.append_record(entry, w, e)?;
         if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
             self.refresh_until(entry, Some(at), None)?;
         }
@@ -1258,7 +1297,7 @@ impl Streams {
             return Ok(Joined::new(info.is_json(), 0).chunk(info, from, from));
         }
         if from >= entry.forgotten {
-            return Ok(self.memory_chunk(&entry, from, info));
+            return Ok(self.memory_chunk(&mut entry, from, info));
         }
         let mut cursor = match entry.marks.range(..=from).next_back() {
             Some((_, c)) => c.clone(),
@@ -1294,7 +1333,11 @@ impl Streams {
     /// The data after `from` (at or after `entry.forgotten`: all of it in
     /// memory), at most `Config::stream_max_read_bytes` (at least one
     /// record).
-    fn memory_chunk(&self, entry: &Entry, from: u64, info: Info) -> Chunk {
+    fn memory_chunk(&self, entry: &mut Entry, from: u64, info: Info) -> Chunk {
+        if let Some(s) = entry.served.as_ref().filter(|s| s.from == from && s.tail == info.tail) {
+            let (records, next, data) = (s.records, s.next, s.body.clone());
+            return Chunk { up_to_date: next >= info.tail, info, start: from, next, records, data };
+        }
         let max = self.config().stream_max_read_bytes;
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
         let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
@@ -1307,7 +1350,9 @@ impl Streams {
             }
             next = *seq;
         }
-        joined.chunk(info, from, next)
+        let chunk = joined.chunk(info, from, next);
+        entry.served = Some(Served { from, tail: chunk.info.tail, records: chunk.records, next, body: chunk.data.clone() });
+        chunk
     }
 
     /// A catch-up read as [`Streams::read`] answers it, when it can be
@@ -1349,7 +1394,7 @@ impl Streams {
         if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
             subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
         }
-        Ok(StreamWatch { subs, poll: self.config().poll_interval })
+        Ok(StreamWatch { subs, poll: self.config().poll_interval, _live: Live::new(&self.live) })
     }
 
     // ----- delete -------------------------------------------------------
@@ -1369,7 +1414,7 @@ impl Streams {
         if entry.state.forks > 0 {
             let mut e = Event::new();
             e.set(name::OP, op::DELETE);
-            let r = self.append_record(&mut entry, &mut w, &e);
+            let r = self.append_record(&mut entry, &mut w, e);
             self.release(&mut entry, w);
             r?;
             return self.refresh(&mut entry);
@@ -1422,7 +1467,7 @@ impl Streams {
         }
         let mut e = Event::new();
         e.set(name::OP, what);
-        let r = self.append_record(&mut entry, &mut w, &e);
+        let r = self.append_record(&mut entry, &mut w, e);
         self.release(&mut entry, w);
         r?;
         self.refresh(&mut entry)?;
@@ -1583,6 +1628,23 @@ fn too_large(len: usize, max: usize) -> StreamError {
 pub struct StreamWatch {
     subs: Vec<crate::watch::Subscription>,
     poll: std::time::Duration,
+    _live: Live,
+}
+
+/// Counts a [`StreamWatch`] in `Streams::live` while it lives.
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn new(count: &Arc<AtomicUsize>) -> Live {
+        count.fetch_add(1, Ordering::SeqCst);
+        Live(count.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl StreamWatch {
