@@ -10,7 +10,7 @@
 //! which a general-purpose watcher (the `notify` crate, before) asks for
 //! and this process would only read and throw away, one per delivery.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use event_listener::{Event as Signal, EventListener, Listener};
 use inotify::{EventMask, Inotify, WatchMask, Watches};
+
+use crate::log::Written;
 
 /// Per watched directory: subscribers, their wakeup signal, whether the
 /// directory is really watched (else subscribers poll), and how many
@@ -32,7 +34,21 @@ struct Readers {
     signal: Arc<Signal>,
     watched: bool,
     created: Arc<AtomicU64>,
+    written: Handed,
 }
+
+/// The last records this process appended to one directory, oldest first,
+/// as written (see [`Hub::appended`]): at most [`HANDED_RECORDS`], each of
+/// at most [`HANDED_FRAME_BYTES`].
+type Handed = Arc<Mutex<VecDeque<Arc<Written>>>>;
+
+/// How many of its latest appends to a directory this process keeps for
+/// the directory's readers: a reader further behind reads the file.
+const HANDED_RECORDS: usize = 4;
+
+/// The largest record handed to readers in memory (4 × this per directory
+/// with a reader, at most); larger ones are read from the file.
+const HANDED_FRAME_BYTES: usize = 16 << 10;
 
 /// The watched directories by watch descriptor, for the notifier's thread.
 type Watched = Arc<Mutex<HashMap<i32, PathBuf>>>;
@@ -212,10 +228,12 @@ impl Hub {
                 signal: Arc::new(Signal::new()),
                 watched: false,
                 created: Arc::default(),
+                written: Arc::default(),
             });
             entry.count += 1;
-            (entry.count == 1, entry.signal.clone(), entry.created.clone())
+            (entry.count == 1, entry.signal.clone(), (entry.created.clone(), entry.written.clone()))
         };
+        let (created, written) = created;
         let watching = match watcher.as_mut() {
             Some(w) if first => {
                 let ok = w.watch(dir);
@@ -228,7 +246,7 @@ impl Hub {
             Some(_) => self.topics.lock().map(|m| m.get(dir).map(|e| e.watched).unwrap_or(false)).unwrap_or(false),
             None => false,
         };
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, created }
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, created, written }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
@@ -284,17 +302,32 @@ impl Hub {
             count.fetch_add(1, Ordering::SeqCst);
             pending = Some(count);
         }
-        Some(Appending { signal: signal.clone(), pending })
+        Some(Appending { signal: signal.clone(), pending, written: readers.written.clone() })
     }
 
     /// Wakes the readers of an append announced by [`Hub::appending`];
     /// `wrote` is false when it stored nothing (a duplicate) or failed.
     pub(crate) fn appended(&self, appending: Appending, wrote: bool) {
-        let Appending { signal, pending } = appending;
+        self.appended_written(appending, wrote, None);
+    }
+
+    /// [`Hub::appended`], handing the record stored, as written, to the
+    /// readers (the latest [`HANDED_RECORDS`] are kept, before they are
+    /// woken), so that one positioned where it starts takes it from memory
+    /// instead of reading the file back (`log::read_written`).
+    pub(crate) fn appended_written(&self, appending: Appending, wrote: bool, written: Option<Written>) {
+        let Appending { signal, pending, written: handed } = appending;
         if !wrote {
             if let Some(count) = pending {
                 count.store(0, Ordering::SeqCst);
             }
+        }
+        if let Some(record) = written.filter(|w| wrote && w.frame.len() <= HANDED_FRAME_BYTES) {
+            let mut handed = handed.lock().unwrap_or_else(|p| p.into_inner());
+            if handed.len() >= HANDED_RECORDS {
+                handed.pop_front();
+            }
+            handed.push_back(Arc::new(record));
         }
         BATCH.with_borrow_mut(|batch| match batch {
             Some(held) => {
@@ -340,6 +373,8 @@ pub(crate) struct Appending {
     signal: Arc<Signal>,
     /// The directory's count of announced writes, if it is watched.
     pending: Option<Arc<AtomicU64>>,
+    /// The directory's latest appends, kept for its readers.
+    written: Handed,
 }
 
 /// True when a change of a segment of `dir` is taken for a write this
@@ -396,9 +431,16 @@ pub(crate) struct Subscription {
     signal: Arc<Signal>,
     watching: bool,
     created: Arc<AtomicU64>,
+    written: Handed,
 }
 
 impl Subscription {
+    /// The latest records this process appended to the directory, oldest
+    /// first, as written (see [`Hub::appended`]).
+    pub(crate) fn written(&self) -> Vec<Arc<Written>> {
+        self.written.lock().map(|w| w.iter().cloned().collect()).unwrap_or_default()
+    }
+
     /// A listener armed now: it fires on the next append. Arm it before
     /// re-reading, then wait on it, so no append slips in between.
     pub(crate) fn listen(&self) -> EventListener {
