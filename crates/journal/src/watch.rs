@@ -140,6 +140,7 @@ fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topic
             Err(_) => return,
         };
         let Ok(dirs) = watched.lock() else { return };
+        let mut own_writes = false;
         for event in events {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 // Events were lost (the kernel's queue overflowed): wake
@@ -148,10 +149,24 @@ fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topic
                 continue;
             }
             let (Some(dir), Some(name)) = (dirs.get(&event.wd.get_watch_descriptor_id()), event.name) else { continue };
-            changed(&topics, &own, dir, name, event.mask.contains(EventMask::MODIFY));
+            own_writes |= changed(&topics, &own, dir, name, event.mask.contains(EventMask::MODIFY));
+        }
+        drop(dirs);
+        if own_writes {
+            // This process is appending (a fan-out, most likely): let the
+            // events of its next appends gather, to be read many at once
+            // rather than one wakeup of this thread each.
+            std::thread::sleep(OWN_WRITES_PAUSE);
         }
     }
 }
+
+/// How long the notifier waits before reading again after it read change
+/// events of this process's own appends: during a fan-out to thousands of
+/// journals the kernel then hands it tens of events per read instead of
+/// one. Another process's append seen meanwhile wakes its readers at most
+/// this much later; this process's own readers are woken directly.
+const OWN_WRITES_PAUSE: Duration = Duration::from_millis(1);
 
 /// Wakes every reader after lost events, and forgets the writes of this
 /// process not seen yet.
@@ -169,18 +184,19 @@ fn overflowed(topics: &Topics, own: &Own) {
 }
 
 /// A change of the file `name` in the watched `dir`; `written` for a
-/// change of its content (`IN_MODIFY`).
-fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) {
+/// change of its content (`IN_MODIFY`). True when it was taken for an
+/// append of this process (no one woken).
+fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) -> bool {
     // Only appends matter: segment files. Heartbeats and the writer's
     // head would only cause idle wakeups.
     if !crate::log::is_segment_file(name) {
-        return;
+        return false;
     }
-    let Ok(map) = topics.lock() else { return };
-    let Some(readers) = map.get(dir) else { return };
+    let Ok(map) = topics.lock() else { return false };
+    let Some(readers) = map.get(dir) else { return false };
     if written {
         if takes_own_write(own, dir) {
-            return;
+            return true;
         }
     } else {
         // A segment created, renamed into place or removed: counted
@@ -188,6 +204,7 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
         readers.created.fetch_add(1, Ordering::SeqCst);
     }
     readers.signal.notify(usize::MAX);
+    false
 }
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
@@ -279,13 +296,20 @@ impl Hub {
     /// and the notifier skips the change event of this write instead of
     /// waking them a second time for nothing. It counts, per directory,
     /// the writes announced and not yet seen, and takes a change of a
-    /// segment for one of them only while that count is above zero. A
-    /// write of another process is never lost that way: appends hold the
-    /// topic's lock, so the announced write comes after any write whose
-    /// event the count swallows, and `appended`'s wakeup after it covers
-    /// both. An append that wrote nothing or failed sets the count back
-    /// to zero (its wakeup still goes out); an overflow of the kernel's
-    /// queue does too. A count too low only costs a wakeup for nothing.
+    /// segment for them (all of them: the count goes back to zero) only
+    /// while that count is above zero. A write of another process is not
+    /// lost that way: appends hold the topic's lock, so the announced
+    /// write comes after any write whose event the count swallows, and
+    /// `appended`'s wakeup after it covers both. (One exception: the
+    /// kernel merges a change event into the one before it while that is
+    /// unread, so another process's write that lands right after this
+    /// one may be swallowed with it; a reader that takes this one from
+    /// memory then finds the file longer, see `KeptSegment::ends_at`, and
+    /// one that had looked already reads it at its next wakeup or
+    /// keep-alive.) An append that wrote nothing or failed sets the count
+    /// back to zero (its wakeup still goes out); an overflow of the
+    /// kernel's queue does too. A count too low only costs a wakeup for
+    /// nothing.
     pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
@@ -378,11 +402,15 @@ pub(crate) struct Appending {
 }
 
 /// True when a change of a segment of `dir` is taken for a write this
-/// process announced (and counted off): see [`Hub::appending`].
+/// process announced: see [`Hub::appending`]. It takes all the writes
+/// announced so far (the count goes back to zero), not one: the kernel
+/// merges a change event into the one before it while that one is unread,
+/// so one event may stand for several writes, and a count left above zero
+/// would later swallow the event of another process's write.
 fn takes_own_write(own: &Own, dir: &Path) -> bool {
     let Ok(own) = own.lock() else { return false };
     let Some(count) = own.get(dir) else { return false };
-    count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    count.swap(0, Ordering::SeqCst) > 0
 }
 
 /// How many wakeups of one thread's appends [`WakeBatch`] holds at most
