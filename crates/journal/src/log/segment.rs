@@ -414,15 +414,16 @@ fn open_oldest_first(dir: &Path) -> Result<Vec<(u64, File)>> {
     ))
 }
 
-/// A record this process appended, as it was written: the inode of the
-/// segment file it went to, where in it the frame starts, and the frame's
-/// bytes. A segment is append-only and a record, once stored, is never
+/// A record this process appended, as it was written: the segment file it
+/// went to (its name's first seq and its inode), where in it the frame
+/// starts, and the frame's bytes. A segment is append-only and a record, once stored, is never
 /// changed in place (compaction and retention make or unlink *other*
 /// files), so these are the bytes a read of that inode at `offset` returns
 /// for as long as the inode exists: a reader positioned there can take
 /// them instead of reading the file ([`read_written`]).
 #[derive(Debug)]
 pub(crate) struct Written {
+    pub segment: u64,
     pub ino: u64,
     pub offset: u64,
     pub frame: Vec<u8>,
@@ -430,8 +431,9 @@ pub(crate) struct Written {
 
 /// Takes from `written` (appends of this process to the cursor's topic,
 /// oldest first) the records that continue `cursor` exactly: the first
-/// must start where the cursor stands in its segment (same inode, same
-/// offset), each next one where the last ended. Advances the cursor past
+/// must start where the cursor stands in its segment (same segment, same
+/// inode, same offset) and carry the next sequence number, each next one
+/// start where the last ended and carry the number after. Advances the cursor past
 /// them (whether the cursor is then caught up is the caller's to say, see
 /// [`LogCursor::caught_up`]).
 /// Empty, the cursor untouched, when the first does not match: the
@@ -442,13 +444,14 @@ pub(crate) fn read_written(cursor: &mut LogCursor, written: &[std::sync::Arc<Wri
     if cursor.ino == 0 {
         return out;
     }
-    let Some(start) = written.iter().position(|w| w.ino == cursor.ino && w.offset == cursor.offset) else { return out };
+    let at = |w: &Written, c: &LogCursor| w.segment == c.segment && w.ino == c.ino && w.offset == c.offset;
+    let Some(start) = written.iter().position(|w| at(w, cursor)) else { return out };
     for w in &written[start..] {
-        if w.ino != cursor.ino || w.offset != cursor.offset {
+        if !at(w, cursor) {
             break;
         }
         let Decoded::Record(r, len) = record::decode(&w.frame) else { break };
-        if len != w.frame.len() || r.blob.is_some() || r.seq <= cursor.last_seq {
+        if len != w.frame.len() || r.blob.is_some() || Some(r.seq) != cursor.last_seq.checked_add(1) {
             break;
         }
         cursor.offset += len as u64;
@@ -616,9 +619,9 @@ mod tests {
         let (f1, f2, f3) = (frame(5, "a"), frame(6, "b"), frame(7, "c"));
         let (o2, o3) = (100 + f1.len() as u64, 100 + (f1.len() + f2.len()) as u64);
         let written: Vec<std::sync::Arc<Written>> = vec![
-            Written { ino: 9, offset: 100, frame: f1 },
-            Written { ino: 9, offset: o2, frame: f2 },
-            Written { ino: 9, offset: o3, frame: f3.clone() },
+            Written { segment: 1, ino: 9, offset: 100, frame: f1 },
+            Written { segment: 1, ino: 9, offset: o2, frame: f2 },
+            Written { segment: 1, ino: 9, offset: o3, frame: f3.clone() },
         ]
         .into_iter()
         .map(std::sync::Arc::new)
@@ -630,9 +633,11 @@ mod tests {
         assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), [6, 7]);
         assert_eq!(got[1].event.payload(), b"c");
         assert_eq!((cursor.offset, cursor.last_seq), (o3 + f3.len() as u64, 7));
-        // Another inode, an offset between records, past the end, or a
-        // cursor not placed: nothing, the cursor untouched.
-        for mut cursor in [at(o2, 8, 5), at(o2 + 1, 9, 5), at(cursor.offset, 9, 7), at(0, 0, 0)] {
+        // Another inode, another segment, an offset between records, a
+        // sequence number that does not follow, past the end, or a cursor
+        // not placed: nothing, the cursor untouched.
+        let elsewhere = LogCursor { segment: 2, ..at(o2, 9, 5) };
+        for mut cursor in [at(o2, 8, 5), elsewhere, at(o2 + 1, 9, 5), at(o2, 9, 4), at(cursor.offset, 9, 7), at(0, 0, 0)] {
             let before = cursor.clone();
             assert!(read_written(&mut cursor, &written).is_empty());
             assert_eq!(cursor, before);
@@ -647,7 +652,7 @@ mod tests {
         let blob = record::BlobRef::of(b"elsewhere");
         let with_blob = record::encode(&Record { seq: 5, stored_secs: 1, event: e, blob: Some(blob) });
         let mut cursor = at(100, 9, 4);
-        assert!(read_written(&mut cursor, &[std::sync::Arc::new(Written { ino: 9, offset: 100, frame: with_blob })]).is_empty());
+        assert!(read_written(&mut cursor, &[std::sync::Arc::new(Written { segment: 1, ino: 9, offset: 100, frame: with_blob })]).is_empty());
         assert_eq!(cursor.offset, 100);
     }
 

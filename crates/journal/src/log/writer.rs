@@ -438,6 +438,7 @@ impl<'c> Writer<'c> {
         stored_secs: u64,
         gauge: &SpaceGauge,
     ) -> Result<Appended> {
+        self.written = None;
         // One index probe serves both the duplicate check and the update.
         let digest = if self.ordinary { event.end_to_end_digest_with_payload(payload.map(|p| &p.bytes[..])) as u64 } else { 0 };
         let id = event.id().unwrap_or(b"");
@@ -453,7 +454,6 @@ impl<'c> Writer<'c> {
         } else {
             None
         };
-        self.written = None;
         let seq = self.head.next_seq;
         let frame = record::encode_event(seq, stored_secs, event, payload.map(|p| &p.reference));
         if self.head.active_len > 0 && self.head.active_len + frame.len() as u64 > self.config.segment_bytes {
@@ -515,7 +515,7 @@ impl<'c> Writer<'c> {
             self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
         }
         if payload.is_none() && self.segment_ino != 0 && self.segment_first == self.head.active {
-            self.written = Some(Written { ino: self.segment_ino, offset, frame });
+            self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame });
         }
         Ok(Appended::Stored(seq))
     }
