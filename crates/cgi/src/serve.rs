@@ -23,8 +23,10 @@
 //! hand-over to the pool and back would cost more than it. A tunnel is a
 //! task awaiting a wakeup (a `Future`): no thread and no process per idle
 //! tunnel, so thousands of browsers can each hold one open. Its reads of
-//! the topic's files take no lock and read only what is new (an `open`, a
-//! `statx` and one `pread` from the page cache), so the task makes them
+//! the topic's files take no lock and read only what is new (a `statx`
+//! and one `pread` from the page cache of the segment it keeps open; what
+//! this process appended itself it is handed as written, and only a
+//! `statx` says the file holds nothing more), so the task makes them
 //! itself: a fan-out to a thousand tunnels then costs no hand-over to
 //! another thread and back per delivery. Ending a tunnel (its journal made
 //! stale, its watch dropped) runs on a small pool of its own.

@@ -10,7 +10,7 @@
 //! which a general-purpose watcher (the `notify` crate, before) asks for
 //! and this process would only read and throw away, one per delivery.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use event_listener::{Event as Signal, EventListener, Listener};
 use inotify::{EventMask, Inotify, WatchMask, Watches};
+
+use crate::log::Written;
 
 /// Per watched directory: subscribers, their wakeup signal, whether the
 /// directory is really watched (else subscribers poll), and how many
@@ -34,7 +36,21 @@ struct Readers {
     /// Why the directory is not watched, when it is not.
     unwatched: Option<Arc<str>>,
     created: Arc<AtomicU64>,
+    written: Handed,
 }
+
+/// The last records this process appended to one directory, oldest first,
+/// as written (see [`Hub::appended`]): at most [`HANDED_RECORDS`], each of
+/// at most [`HANDED_FRAME_BYTES`].
+type Handed = Arc<Mutex<VecDeque<Arc<Written>>>>;
+
+/// How many of its latest appends to a directory this process keeps for
+/// the directory's readers: a reader further behind reads the file.
+const HANDED_RECORDS: usize = 4;
+
+/// The largest record handed to readers in memory (4 × this per directory
+/// with a reader, at most); larger ones are read from the file.
+const HANDED_FRAME_BYTES: usize = 16 << 10;
 
 /// The watched directories by watch descriptor, for the notifier's thread.
 type Watched = Arc<Mutex<HashMap<i32, PathBuf>>>;
@@ -127,6 +143,7 @@ fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topic
             Err(_) => return,
         };
         let Ok(dirs) = watched.lock() else { return };
+        let mut own_writes = false;
         for event in events {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 // Events were lost (the kernel's queue overflowed): wake
@@ -135,10 +152,24 @@ fn notifier(mut inotify: Inotify, stop: OwnedFd, watched: Watched, topics: Topic
                 continue;
             }
             let (Some(dir), Some(name)) = (dirs.get(&event.wd.get_watch_descriptor_id()), event.name) else { continue };
-            changed(&topics, &own, dir, name, event.mask.contains(EventMask::MODIFY));
+            own_writes |= changed(&topics, &own, dir, name, event.mask.contains(EventMask::MODIFY));
+        }
+        drop(dirs);
+        if own_writes {
+            // This process is appending (a fan-out, most likely): let the
+            // events of its next appends gather, to be read many at once
+            // rather than one wakeup of this thread each.
+            std::thread::sleep(OWN_WRITES_PAUSE);
         }
     }
 }
+
+/// How long the notifier waits before reading again after it read change
+/// events of this process's own appends: during a fan-out to thousands of
+/// journals the kernel then hands it tens of events per read instead of
+/// one. Another process's append seen meanwhile wakes its readers at most
+/// this much later; this process's own readers are woken directly.
+const OWN_WRITES_PAUSE: Duration = Duration::from_millis(1);
 
 /// Wakes every reader after lost events, and forgets the writes of this
 /// process not seen yet.
@@ -156,18 +187,19 @@ fn overflowed(topics: &Topics, own: &Own) {
 }
 
 /// A change of the file `name` in the watched `dir`; `written` for a
-/// change of its content (`IN_MODIFY`).
-fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) {
+/// change of its content (`IN_MODIFY`). True when it was taken for an
+/// append of this process (no one woken).
+fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) -> bool {
     // Only appends matter: segment files. Heartbeats and the writer's
     // head would only cause idle wakeups.
     if !crate::log::is_segment_file(name) {
-        return;
+        return false;
     }
-    let Ok(map) = topics.lock() else { return };
-    let Some(readers) = map.get(dir) else { return };
+    let Ok(map) = topics.lock() else { return false };
+    let Some(readers) = map.get(dir) else { return false };
     if written {
         if takes_own_write(own, dir) {
-            return;
+            return true;
         }
     } else {
         // A segment created, renamed into place or removed: counted
@@ -175,6 +207,7 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
         readers.created.fetch_add(1, Ordering::SeqCst);
     }
     readers.signal.notify(usize::MAX);
+    false
 }
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
@@ -224,10 +257,12 @@ impl Hub {
                 watched: false,
                 unwatched: None,
                 created: Arc::default(),
+                written: Arc::default(),
             });
             entry.count += 1;
-            (entry.count == 1, entry.signal.clone(), entry.created.clone())
+            (entry.count == 1, entry.signal.clone(), (entry.created.clone(), entry.written.clone()))
         };
+        let (created, written) = created;
         let unwatched = match watcher.as_mut() {
             Some(w) if first => {
                 let unwatched = w.watch(dir).err();
@@ -245,7 +280,7 @@ impl Hub {
             None => self.no_watcher.clone(),
         };
         let watching = unwatched.is_none();
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, unwatched, created }
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, unwatched, created, written }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
@@ -278,13 +313,20 @@ impl Hub {
     /// and the notifier skips the change event of this write instead of
     /// waking them a second time for nothing. It counts, per directory,
     /// the writes announced and not yet seen, and takes a change of a
-    /// segment for one of them only while that count is above zero. A
-    /// write of another process is never lost that way: appends hold the
-    /// topic's lock, so the announced write comes after any write whose
-    /// event the count swallows, and `appended`'s wakeup after it covers
-    /// both. An append that wrote nothing or failed sets the count back
-    /// to zero (its wakeup still goes out); an overflow of the kernel's
-    /// queue does too. A count too low only costs a wakeup for nothing.
+    /// segment for them (all of them: the count goes back to zero) only
+    /// while that count is above zero. A write of another process is not
+    /// lost that way: appends hold the topic's lock, so the announced
+    /// write comes after any write whose event the count swallows, and
+    /// `appended`'s wakeup after it covers both. (One exception: the
+    /// kernel merges a change event into the one before it while that is
+    /// unread, so another process's write that lands right after this
+    /// one may be swallowed with it; a reader that takes this one from
+    /// memory then finds the file longer, see `KeptSegment::ends_at`, and
+    /// one that had looked already reads it at its next wakeup or
+    /// keep-alive.) An append that wrote nothing or failed sets the count
+    /// back to zero (its wakeup still goes out); an overflow of the
+    /// kernel's queue does too. A count too low only costs a wakeup for
+    /// nothing.
     pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
@@ -301,17 +343,32 @@ impl Hub {
             count.fetch_add(1, Ordering::SeqCst);
             pending = Some(count);
         }
-        Some(Appending { signal: signal.clone(), pending })
+        Some(Appending { signal: signal.clone(), pending, written: readers.written.clone() })
     }
 
     /// Wakes the readers of an append announced by [`Hub::appending`];
     /// `wrote` is false when it stored nothing (a duplicate) or failed.
     pub(crate) fn appended(&self, appending: Appending, wrote: bool) {
-        let Appending { signal, pending } = appending;
+        self.appended_written(appending, wrote, None);
+    }
+
+    /// [`Hub::appended`], handing the record stored, as written, to the
+    /// readers (the latest [`HANDED_RECORDS`] are kept, before they are
+    /// woken), so that one positioned where it starts takes it from memory
+    /// instead of reading the file back (`log::read_written`).
+    pub(crate) fn appended_written(&self, appending: Appending, wrote: bool, written: Option<Written>) {
+        let Appending { signal, pending, written: handed } = appending;
         if !wrote {
             if let Some(count) = pending {
                 count.store(0, Ordering::SeqCst);
             }
+        }
+        if let Some(record) = written.filter(|w| wrote && w.frame.len() <= HANDED_FRAME_BYTES) {
+            let mut handed = handed.lock().unwrap_or_else(|p| p.into_inner());
+            if handed.len() >= HANDED_RECORDS {
+                handed.pop_front();
+            }
+            handed.push_back(Arc::new(record));
         }
         BATCH.with_borrow_mut(|batch| match batch {
             Some(held) => {
@@ -366,14 +423,20 @@ pub(crate) struct Appending {
     signal: Arc<Signal>,
     /// The directory's count of announced writes, if it is watched.
     pending: Option<Arc<AtomicU64>>,
+    /// The directory's latest appends, kept for its readers.
+    written: Handed,
 }
 
 /// True when a change of a segment of `dir` is taken for a write this
-/// process announced (and counted off): see [`Hub::appending`].
+/// process announced: see [`Hub::appending`]. It takes all the writes
+/// announced so far (the count goes back to zero), not one: the kernel
+/// merges a change event into the one before it while that one is unread,
+/// so one event may stand for several writes, and a count left above zero
+/// would later swallow the event of another process's write.
 fn takes_own_write(own: &Own, dir: &Path) -> bool {
     let Ok(own) = own.lock() else { return false };
     let Some(count) = own.get(dir) else { return false };
-    count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    count.swap(0, Ordering::SeqCst) > 0
 }
 
 /// How many wakeups of one thread's appends [`WakeBatch`] holds at most
@@ -424,9 +487,16 @@ pub(crate) struct Subscription {
     /// Why there are no change notifications, when there are none.
     unwatched: Option<Arc<str>>,
     created: Arc<AtomicU64>,
+    written: Handed,
 }
 
 impl Subscription {
+    /// The latest records this process appended to the directory, oldest
+    /// first, as written (see [`Hub::appended`]).
+    pub(crate) fn written(&self) -> Vec<Arc<Written>> {
+        self.written.lock().map(|w| w.iter().cloned().collect()).unwrap_or_default()
+    }
+
     /// A listener armed now: it fires on the next append. Arm it before
     /// re-reading, then wait on it, so no append slips in between.
     pub(crate) fn listen(&self) -> EventListener {

@@ -651,6 +651,68 @@ fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
     assert!(segments > 10, "the journal should have rolled many times: {segments} segments");
 }
 
+/// A caught-up tunnel takes what its own process appended from memory, as
+/// written (`Hub::appended` hands it over), instead of reading it back:
+/// what it delivers must be exactly what a reader of the file returns,
+/// element for element and checkpoint for checkpoint, whoever wrote (this
+/// store, or another one, as good as another process, whose appends come
+/// through the notifier), whatever the record (small, too large to hand
+/// over, a payload stored as a blob), across segment rolls.
+#[test]
+fn a_tunnel_delivers_its_own_process_appends_exactly_as_the_file_holds_them() {
+    use event_listener::Listener as _;
+    let dir = scratch("kn-journal-test-");
+    let root = dir.path().join("kn_events");
+    let mut c = config(&root);
+    c.poll_interval = Duration::from_secs(60);
+    c.segment_bytes = 16 << 10;
+    c.blob_bytes = 32 << 10;
+    let own = Arc::new(Store::open_with(c.clone()).unwrap());
+    let other = Arc::new(Store::open_with(c).unwrap());
+    let j = live_journal(&own, "/who/handed/kn_journal");
+    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
+    const N: usize = 150;
+    let payload = |i: usize| match i % 10 {
+        4 => "L".repeat(20_000),  // a frame above what is handed over
+        7 => "B".repeat(40_000),  // a blob: never handed over
+        _ => format!("{i}: caf\u{e9} \u{0}\n\"quoted\""),
+    };
+    let (writer_own, writer_other, topic) = (own.clone(), other.clone(), j.clone());
+    let writer = thread::spawn(move || {
+        for i in 0..N {
+            let store = if i % 6 == 5 { &writer_other } else { &writer_own };
+            let mut e = ev(&[("n", &i.to_string()), ("kn_expires", "+3600")]);
+            e.set("kn_payload", payload(i));
+            store.notify(&topic, e).unwrap();
+            if i % 8 == 0 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < N {
+        let listener = start.tunnel.listen();
+        let got = start.tunnel.next(&own).unwrap();
+        let read_something = !got.is_empty();
+        seen.extend(got);
+        if read_something && !start.tunnel.caught_up() {
+            continue;
+        }
+        if seen.len() == N {
+            break;
+        }
+        let woken = listener.wait_timeout(Duration::from_secs(10)).is_some();
+        assert!(woken, "no wakeup within 10 s after {} of {N} events: an event was left behind", seen.len());
+    }
+    writer.join().unwrap();
+    let file = all(&own, &j);
+    assert_eq!(file.len(), N);
+    assert_eq!(seen, file, "the tunnel delivers what the file holds");
+    let segments = segment_count(&own, &j);
+    assert!(segments > 5, "the journal should have rolled: {segments} segments");
+}
+
 #[test]
 fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     let dir = scratch("kn-journal-test-");

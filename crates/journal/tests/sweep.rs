@@ -332,6 +332,37 @@ fn a_sweep_slice_drops_the_files_a_process_kept_of_topics_another_removed() {
     assert_eq!(deleted_open_files(dir.path()), 0);
 }
 
+/// A slice looks at a bounded number of kept topics (256), not at every
+/// one a long-lived process keeps: with more kept than that, the files of
+/// topics another process removed are still all dropped, over a few
+/// slices, and the topics kept alive stay usable.
+#[test]
+fn the_files_kept_of_many_topics_another_process_removed_are_dropped_over_a_few_slices() {
+    let (dir, server) = open();
+    const N: usize = 400;
+    let journals: Vec<Topic> = (0..N).map(|i| t(&format!("/who/many/{i}/kn_journal"))).collect();
+    for journal in &journals {
+        drop(server.tunnel(journal, &Selection::default()).unwrap());
+        server.notify(journal, ev(&[("kn_payload", "kept")])).unwrap();
+    }
+    let cron = Store::open_with(config(dir.path())).unwrap();
+    for journal in &journals[..N - 10] {
+        cron.expire(journal).unwrap();
+    }
+    assert_eq!(cron.sweep_all(Some(Duration::ZERO)).unwrap().journals_removed, (N - 10) as u64);
+    assert!(deleted_open_files(dir.path()) >= N - 10, "{}", deleted_open_files(dir.path()));
+    let mut slices = 0;
+    while deleted_open_files(dir.path()) > 0 && slices < 40 {
+        server.sweep(64).unwrap();
+        slices += 1;
+    }
+    assert_eq!(deleted_open_files(dir.path()), 0, "after {slices} slices");
+    for journal in &journals[N - 10..] {
+        server.notify(journal, ev(&[("kn_payload", "again")])).unwrap();
+        assert_eq!(payloads(&server, journal), ["kept", "again"]);
+    }
+}
+
 /// Run by `the_sweep_settings_come_from_the_environment` in a child
 /// process (the environment is the process's): does nothing otherwise.
 #[test]

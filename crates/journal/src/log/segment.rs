@@ -93,6 +93,17 @@ impl KeptSegment {
     }
 }
 
+impl KeptSegment {
+    /// True when `kept` is the cursor's segment, still linked, and ends
+    /// where the cursor stands (one `statx`): a reader that took the
+    /// records up to there from memory ([`read_written`]) has then read
+    /// everything the file holds, as a read of the file would have.
+    pub(crate) fn ends_at(kept: &Option<KeptSegment>, cursor: &LogCursor) -> bool {
+        let Some(kept) = kept.as_ref().filter(|k| k.ino == cursor.ino) else { return false };
+        stat_fd(&kept.file).is_ok_and(|st| st.links > 0 && st.size == cursor.offset)
+    }
+}
+
 impl Drop for KeptSegment {
     fn drop(&mut self) {
         KEPT_SEGMENTS.fetch_sub(1, Ordering::SeqCst);
@@ -403,6 +414,53 @@ fn open_oldest_first(dir: &Path) -> Result<Vec<(u64, File)>> {
     ))
 }
 
+/// A record this process appended, as it was written: the segment file it
+/// went to (its name's first seq and its inode), where in it the frame
+/// starts, and the frame's bytes. A segment is append-only and a record, once stored, is never
+/// changed in place (compaction and retention make or unlink *other*
+/// files), so these are the bytes a read of that inode at `offset` returns
+/// for as long as the inode exists: a reader positioned there can take
+/// them instead of reading the file ([`read_written`]).
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub segment: u64,
+    pub ino: u64,
+    pub offset: u64,
+    pub frame: Vec<u8>,
+}
+
+/// Takes from `written` (appends of this process to the cursor's topic,
+/// oldest first) the records that continue `cursor` exactly: the first
+/// must start where the cursor stands in its segment (same segment, same
+/// inode, same offset) and carry the next sequence number, each next one
+/// start where the last ended and carry the number after. Advances the cursor past
+/// them (whether the cursor is then caught up is the caller's to say, see
+/// [`LogCursor::caught_up`]).
+/// Empty, the cursor untouched, when the first does not match: the
+/// caller reads the file. A record with a blob is never handed over (its
+/// payload is in another file) and ends the run.
+pub(crate) fn read_written(cursor: &mut LogCursor, written: &[std::sync::Arc<Written>]) -> Vec<Record> {
+    let mut out = Vec::new();
+    if cursor.ino == 0 {
+        return out;
+    }
+    let at = |w: &Written, c: &LogCursor| w.segment == c.segment && w.ino == c.ino && w.offset == c.offset;
+    let Some(start) = written.iter().position(|w| at(w, cursor)) else { return out };
+    for w in &written[start..] {
+        if !at(w, cursor) {
+            break;
+        }
+        let Decoded::Record(r, len) = record::decode(&w.frame) else { break };
+        if len != w.frame.len() || r.blob.is_some() || Some(r.seq) != cursor.last_seq.checked_add(1) {
+            break;
+        }
+        cursor.offset += len as u64;
+        cursor.last_seq = r.seq;
+        out.push(r);
+    }
+    out
+}
+
 /// A reader's position in a topic's log: just after record `last_seq`,
 /// which ends at `offset` in segment `segment`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -423,10 +481,10 @@ impl LogCursor {
         self.last_seq
     }
 
-    /// True when the last read returned records and left nothing behind
-    /// that was in the log when it looked: the segment read to its end in
-    /// whole records, and no segment after it under the name a roll gives
-    /// it (the next sequence number). A reader whose wakeup was armed
+    /// True when the last read left nothing behind that was in the log
+    /// when it looked (whether it returned records or not): the segment
+    /// read to its end in whole records, and no segment after it under the
+    /// name a roll gives it (the next sequence number). A reader whose wakeup was armed
     /// before that read may then wait for the next wakeup instead of
     /// reading again to make sure. (A segment started after a crash
     /// recovery hid records, or by a compaction, has another name; its
@@ -447,7 +505,7 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
         return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0, caught_up: false });
     };
     let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
-    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino, caught_up: false })
+    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino, caught_up: scan.whole })
 }
 
 /// Reads the records after `cursor` and advances it. Cheap when nothing is
@@ -474,6 +532,13 @@ pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: Rea
                 if !out.is_empty() {
                     // Report what we have; the rest comes on the next call.
                     cursor.caught_up = scan.whole && (no_new_segment || !dir.join(segment_name(cursor.last_seq + 1)).exists());
+                    return Ok(out);
+                }
+                if scan.whole && no_new_segment {
+                    // At the end of the segment, and no newer one can
+                    // exist whose wakeup is not still to come (see
+                    // `ReadHints::no_new_segment`): nothing to list.
+                    cursor.caught_up = true;
                     return Ok(out);
                 }
                 // At the end of this segment, or at a frame not written
@@ -505,7 +570,12 @@ pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: Rea
                             return Ok(out);
                         }
                     }
-                    None => return Ok(out),
+                    None => {
+                        // Nothing newer: caught up if this one was read
+                        // to its end in whole records.
+                        cursor.caught_up = scan.whole;
+                        return Ok(out);
+                    }
                 }
             }
             _ => {
@@ -538,6 +608,53 @@ pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: Rea
 mod tests {
     use super::*;
     use crate::event::Event;
+
+    #[test]
+    fn written_records_are_taken_only_where_the_cursor_stands() {
+        let frame = |seq: u64, payload: &str| {
+            let mut e = Event::new();
+            e.set("kn_id", format!("id{seq}")).set("kn_payload", payload);
+            record::encode(&Record { seq, stored_secs: 1, event: e, blob: None })
+        };
+        let (f1, f2, f3) = (frame(5, "a"), frame(6, "b"), frame(7, "c"));
+        let (o2, o3) = (100 + f1.len() as u64, 100 + (f1.len() + f2.len()) as u64);
+        let written: Vec<std::sync::Arc<Written>> = vec![
+            Written { segment: 1, ino: 9, offset: 100, frame: f1 },
+            Written { segment: 1, ino: 9, offset: o2, frame: f2 },
+            Written { segment: 1, ino: 9, offset: o3, frame: f3.clone() },
+        ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+        let at = |offset: u64, ino: u64, last_seq: u64| LogCursor { last_seq, segment: 1, offset, ino, caught_up: true };
+        // Where the second starts: the second and the third, in order.
+        let mut cursor = at(o2, 9, 5);
+        let got = read_written(&mut cursor, &written);
+        assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), [6, 7]);
+        assert_eq!(got[1].event.payload(), b"c");
+        assert_eq!((cursor.offset, cursor.last_seq), (o3 + f3.len() as u64, 7));
+        // Another inode, another segment, an offset between records, a
+        // sequence number that does not follow, past the end, or a cursor
+        // not placed: nothing, the cursor untouched.
+        let elsewhere = LogCursor { segment: 2, ..at(o2, 9, 5) };
+        for mut cursor in [at(o2, 8, 5), elsewhere, at(o2 + 1, 9, 5), at(o2, 9, 4), at(cursor.offset, 9, 7), at(0, 0, 0)] {
+            let before = cursor.clone();
+            assert!(read_written(&mut cursor, &written).is_empty());
+            assert_eq!(cursor, before);
+        }
+        // A gap after the first: only the first.
+        let gap = vec![written[0].clone(), written[2].clone()];
+        let mut cursor = at(100, 9, 4);
+        assert_eq!(read_written(&mut cursor, &gap).iter().map(|r| r.seq).collect::<Vec<_>>(), [5]);
+        // A record with a blob is never taken (its payload is elsewhere).
+        let mut e = Event::new();
+        e.set("kn_id", "big");
+        let blob = record::BlobRef::of(b"elsewhere");
+        let with_blob = record::encode(&Record { seq: 5, stored_secs: 1, event: e, blob: Some(blob) });
+        let mut cursor = at(100, 9, 4);
+        assert!(read_written(&mut cursor, &[std::sync::Arc::new(Written { segment: 1, ino: 9, offset: 100, frame: with_blob })]).is_empty());
+        assert_eq!(cursor.offset, 100);
+    }
 
     fn segment(n: u64) -> (Vec<u8>, Vec<(usize, usize)>) {
         let mut bytes = Vec::new();

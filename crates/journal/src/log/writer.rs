@@ -14,7 +14,7 @@ use crate::record;
 
 use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, SharedPayload, eio, failpoint, group_writable, open_rw, sync_dir};
 use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, recovery_of, write_head_file};
-use super::segment::{Mode, scan_file, segment_name, stat_fd};
+use super::segment::{Mode, Written, scan_file, segment_name, stat_fd};
 
 /// What an append did to an ordinary topic's current state.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,6 +40,11 @@ pub(crate) struct Writer<'c> {
     /// The first seq (name) of the segment `segment` really is: it differs
     /// from `head.active` only after a roll failed half-way.
     segment_first: u64,
+    /// The inode of `segment` as last seen (0: not known).
+    segment_ino: u64,
+    /// The last record [`Writer::append_shared`] stored, as written, for
+    /// [`Writer::take_written`].
+    written: Option<Written>,
 }
 
 /// A topic's open files, kept by a process between appends (unlocked).
@@ -52,6 +57,7 @@ pub(crate) struct TopicFiles {
     pub(super) head_file: HeadFile,
     pub(super) segment: File,
     segment_first: u64,
+    segment_ino: u64,
 }
 
 /// Free space as last queried, so that the free-space check of every
@@ -180,6 +186,8 @@ impl<'c> Writer<'c> {
                 head,
                 segment: files.segment,
                 segment_first: files.segment_first,
+                segment_ino: files.segment_ino,
+                written: None,
             })),
             _ => Ok(None),
         }
@@ -230,7 +238,17 @@ impl<'c> Writer<'c> {
             head_file: self.head_file,
             segment: self.segment,
             segment_first: self.segment_first,
+            segment_ino: self.segment_ino,
         }
+    }
+
+    /// The record the last append stored, as written (its segment's
+    /// inode, offset and frame), so that this process can hand it to its
+    /// own readers instead of their reading it back (`watch.rs`). `None`
+    /// when it stored nothing, or a blob (its payload is in another file),
+    /// or the segment's inode is not known.
+    pub(crate) fn take_written(&mut self) -> Option<Written> {
+        self.written.take()
     }
 
     /// Opens the active segment named by `head`. `Err(lock)` hands the lock
@@ -256,7 +274,8 @@ impl<'c> Writer<'c> {
             Err(e) if e.kind() == IoKind::NotFound => return Ok(Err(lock)),
             Err(e) => return Err(Error::io("cannot open segment", &path, e)),
         };
-        let size = stat_fd(&segment).map_err(|e| Error::io("cannot stat segment", &path, e))?.size;
+        let stat = stat_fd(&segment).map_err(|e| Error::io("cannot stat segment", &path, e))?;
+        let (size, segment_ino) = (stat.size, stat.ino);
         if size < head.active_len || (ordinary && head.slots == 0) {
             return Ok(Err(lock));
         }
@@ -273,7 +292,7 @@ impl<'c> Writer<'c> {
             return Ok(Err(lock));
         }
         let segment_first = head.active;
-        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first }))
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first, segment_ino, written: None }))
     }
 
     /// Adopts whole records that a writer appended but did not record in
@@ -291,6 +310,7 @@ impl<'c> Writer<'c> {
         if meta.links == 0 {
             return Ok(false);
         }
+        self.segment_ino = meta.ino;
         let size = meta.size;
         if size == self.head.active_len {
             return Ok(true);
@@ -418,6 +438,7 @@ impl<'c> Writer<'c> {
         stored_secs: u64,
         gauge: &SpaceGauge,
     ) -> Result<Appended> {
+        self.written = None;
         // One index probe serves both the duplicate check and the update.
         let digest = if self.ordinary { event.end_to_end_digest_with_payload(payload.map(|p| &p.bytes[..])) as u64 } else { 0 };
         let id = event.id().unwrap_or(b"");
@@ -484,6 +505,7 @@ impl<'c> Writer<'c> {
             }
             self.write_slot(slot, id_hash(id), digest)?;
         }
+        let offset = self.head.active_len;
         self.head.next_seq = seq + 1;
         self.head.active_len += frame.len() as u64;
         self.write_head()?;
@@ -491,6 +513,9 @@ impl<'c> Writer<'c> {
             // The head is derived data, but a stale index after a power cut
             // could misjudge duplicates: keep it as durable as the log.
             self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
+        }
+        if payload.is_none() && self.segment_ino != 0 && self.segment_first == self.head.active {
+            self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame });
         }
         Ok(Appended::Stored(seq))
     }
@@ -517,6 +542,7 @@ impl<'c> Writer<'c> {
             .and_then(|f| group_writable(&f).map(|_| f))
             .map_err(|e| Error::io("cannot create segment", &path, e))?;
         self.segment_first = first;
+        self.segment_ino = stat_fd(&self.segment).map(|s| s.ino).unwrap_or(0);
         if self.config.sync == SyncPolicy::Always {
             sync_dir(&self.dir)?;
         }

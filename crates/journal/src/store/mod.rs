@@ -103,6 +103,9 @@ struct KeptCache {
     /// name topics no longer kept, or one twice (skipped when evicting,
     /// and dropped when it grows past four times the kept topics).
     order: std::collections::VecDeque<Topic>,
+    /// Where the sweep's next look for dead kept files starts, in the
+    /// order of `topics` (see `Store::drop_dead_kept`).
+    dead_check_at: usize,
 }
 
 impl KeptCache {
@@ -529,8 +532,15 @@ impl Store {
     /// Wakes this process's tunnels on a topic it has appended to (those
     /// of other processes wake through their notifier).
     pub(super) fn appended(&self, appending: Option<crate::watch::Appending>, wrote: bool) {
+        self.appended_written(appending, wrote, None);
+    }
+
+    /// [`Store::appended`], handing them the record stored as `writer`
+    /// wrote it (`Writer::take_written`), so that they need not read it
+    /// back.
+    pub(super) fn appended_written(&self, appending: Option<crate::watch::Appending>, wrote: bool, written: Option<log::Written>) {
         if let (Some(hub), Some(appending)) = (self.hub.get(), appending) {
-            hub.appended(appending, wrote);
+            hub.appended_written(appending, wrote, written);
         }
     }
 }

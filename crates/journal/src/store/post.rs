@@ -193,8 +193,9 @@ impl Store {
         }
         let waking = self.appending(topic);
         let appended = writer.append(&event, t.max(0.0) as u64, &self.gauge);
+        let written = waking.as_ref().and_then(|_| writer.take_written());
         kept.1.files = Some(writer.release());
-        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
+        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id: id.clone(), ..PostReport::default() };
         match appended {
@@ -370,11 +371,12 @@ impl Store {
         }
         let routes_generation = writer.routes_generation();
         let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
+        let written = waking.as_ref().and_then(|_| writer.take_written());
         self.keep(writer, kept);
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
-        self.appended(waking, matches!(appended, Ok(Appended::Stored(_))));
+        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         self.changed(topic);
         Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))

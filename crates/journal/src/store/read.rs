@@ -273,6 +273,22 @@ impl Tunnel {
         // shared mode, where only a fresh open is sure to see another
         // host's compaction (FORMAT.md, "Shared mode").
         let keep_at_most = if store.is_shared() { 0 } else { store.config().open_topics / 2 };
+        // What this process appended where the cursor stands, for a tunnel
+        // that had read everything before it (one following the topic as
+        // it is written, woken by that append): taken from memory, as
+        // written, instead of read back from the file. A tunnel behind
+        // reads the file. Not in shared mode, where the file server is the
+        // authority.
+        if !store.is_shared() && self.cursor.caught_up() {
+            let written = self.subscription.written();
+            let records = log::read_written(&mut self.cursor, &written);
+            if !records.is_empty() {
+                // Caught up only if the file ends there too (another
+                // process may have appended after): one `statx`.
+                self.cursor.caught_up = known && log::KeptSegment::ends_at(&self.kept, &self.cursor);
+                return Ok(records.into_iter().filter(|r| !r.event.is_expired(t)).map(with_checkpoint).collect());
+            }
+        }
         let hints = log::ReadHints { no_new_segment: known, kept: &mut self.kept, keep_at_most };
         let records = log::read_new_hinted(&self.dir, &mut self.cursor, hints)?;
         if self.cursor.caught_up() {

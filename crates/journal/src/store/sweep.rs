@@ -47,6 +47,11 @@ const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 /// is given up: the route's first delivery poisons it anyway.
 const OWED_GIVE_UP: u64 = 24 * 3600;
 
+/// How many kept topics one sweep slice of this process checks for files
+/// removed by another process (see `Store::drop_dead_kept`): all of 1,024
+/// in four slices.
+const DEAD_CHECKS_PER_SLICE: usize = 256;
+
 /// What a sweep did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -891,17 +896,34 @@ impl Store {
     /// Drops the kept files of topics removed (or rewritten) by any
     /// process: a long-lived process (`serve`) would otherwise keep the
     /// descriptors of deleted files, and their space, and fill its cache
-    /// with them. Two `fstat`s per kept set.
+    /// with them. Two `fstat`s per kept set, for at most
+    /// [`DEAD_CHECKS_PER_SLICE`] topics per slice, taking up where the last
+    /// slice left off: a server keeping thousands of journals open does not
+    /// stat them all every second (holding the cache, which every post
+    /// takes, meanwhile). A kept set that is used is checked by its use
+    /// anyway (`Writer::reuse` finds a removed segment unlinked).
     fn drop_dead_kept(&self) {
         let Ok(mut cache) = self.kept.lock() else { return };
-        let mut dropped = 0;
-        cache.topics.retain(|_, sets| {
+        let cache = &mut *cache;
+        if cache.dead_check_at >= cache.topics.len() {
+            cache.dead_check_at = 0;
+        }
+        let mut dead = Vec::new();
+        for (topic, sets) in cache.topics.iter().skip(cache.dead_check_at).take(DEAD_CHECKS_PER_SLICE) {
+            if sets.iter().any(|k| k.files.as_ref().is_some_and(|f| f.is_dead())) {
+                dead.push(topic.clone());
+            }
+        }
+        cache.dead_check_at += DEAD_CHECKS_PER_SLICE;
+        for topic in dead {
+            let Some(sets) = cache.topics.get_mut(&topic) else { continue };
             let before = sets.len();
             sets.retain(|k| !k.files.as_ref().is_some_and(|f| f.is_dead()));
-            dropped += before - sets.len();
-            !sets.is_empty()
-        });
-        cache.count -= dropped;
+            cache.count -= before - sets.len();
+            if sets.is_empty() {
+                cache.topics.remove(&topic);
+            }
+        }
     }
 
     /// Drops what this process keeps of a removed topic (open files of
