@@ -317,13 +317,11 @@ impl Hub {
     /// while that count is above zero. A write of another process is not
     /// lost that way: appends hold the topic's lock, so the announced
     /// write comes after any write whose event the count swallows, and
-    /// `appended`'s wakeup after it covers both. (One exception: the
-    /// kernel merges a change event into the one before it while that is
-    /// unread, so another process's write that lands right after this
-    /// one may be swallowed with it; a reader that takes this one from
-    /// memory then finds the file longer, see `KeptSegment::ends_at`, and
-    /// one that had looked already reads it at its next wakeup or
-    /// keep-alive.) An append that wrote nothing or failed sets the count
+    /// `appended`'s wakeup after it covers both. Nor is a write that
+    /// lands right after this one swallowed with it by the kernel, which
+    /// merges an event only into the last unread one when identical: every
+    /// append writes the `.head` after its record, so two records' changes
+    /// of a segment are never adjacent in the queue. An append that wrote nothing or failed sets the count
     /// back to zero (its wakeup still goes out); an overflow of the
     /// kernel's queue does too. A count too low only costs a wakeup for
     /// nothing.

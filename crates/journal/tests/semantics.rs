@@ -997,3 +997,65 @@ fn config_from_env_reads_the_kn_variables() {
     let stdout = String::from_utf8_lossy(&bad.stdout);
     assert!(bad.status.success() && stdout.contains("KN_SEM_CHILD_OK"), "{stdout}\n{}", String::from_utf8_lossy(&bad.stderr));
 }
+
+/// Another process's append landing right after one of this process's
+/// own, while the notifier has not read the own one's change event, is
+/// not taken for it (FORMAT.md, "Appends of the reader's own process":
+/// the kernel merges only adjacent identical events, and the `.head`
+/// written after each record keeps two records' events apart). Each round
+/// makes the notifier pause after an own write (it does, to read a
+/// fan-out's events in bulk), appends here, lets the reader (on its own
+/// thread, as a tunnel of `serve`) take it, and appends in another store;
+/// the reader must be woken for that one: it waits longer than the round.
+#[test]
+fn another_process_append_right_after_an_own_one_is_never_swallowed() {
+    use event_listener::Listener as _;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let dir = scratch("kn-journal-test-");
+    let mut c = config(&dir.path().join("kn_events"));
+    c.poll_interval = Duration::from_secs(60);
+    let own = Arc::new(Store::open_with(c.clone()).unwrap());
+    let other = Store::open_with(c).unwrap();
+    let j = live_journal(&own, "/who/merged/kn_journal");
+    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
+    const ROUNDS: usize = 300;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (own, seen, done) = (own.clone(), seen.clone(), done.clone());
+        thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let listener = start.tunnel.listen();
+                let got = start.tunnel.next(&own).unwrap();
+                let read_something = !got.is_empty();
+                seen.fetch_add(got.len(), Ordering::SeqCst);
+                if read_something && !start.tunnel.caught_up() {
+                    continue;
+                }
+                listener.wait_timeout(Duration::from_secs(10));
+            }
+        })
+    };
+    let event = |who: &str| ev(&[("kn_payload", who), ("kn_expires", "+3600")]);
+    for round in 0..ROUNDS {
+        own.notify(&j, event("own, read by the notifier")).unwrap();
+        thread::sleep(Duration::from_micros(300));
+        own.notify(&j, event("own")).unwrap();
+        thread::sleep(Duration::from_micros(150));
+        other.notify(&j, event("other")).unwrap();
+        let want = (round + 1) * 3;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::SeqCst) < want {
+            if Instant::now() > deadline {
+                done.store(true, Ordering::SeqCst);
+                panic!("round {round}: {} of {want} events read after 5 s: another process's append was taken for this one's", seen.load(Ordering::SeqCst));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    own.notify(&j, event("the last, to end the reader")).unwrap();
+    reader.join().unwrap();
+    assert!(seen.load(Ordering::SeqCst) >= ROUNDS * 3);
+}
