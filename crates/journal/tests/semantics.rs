@@ -597,6 +597,27 @@ fn own_appends_woken_directly_never_hide_another_writers_appends() {
     }
 }
 
+/// Follows `tunnel` the way `pubsub-cgi serve` follows one (arm, read,
+/// wait only when caught up) until it has delivered `n` events. Every
+/// wait must end in a wakeup within 10 s (the tests set polling to a
+/// minute): an event left behind fails the test.
+fn follow(tunnel: &mut kn_journal::Tunnel, store: &Store, n: usize) -> Vec<Event> {
+    use event_listener::Listener as _;
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let listener = tunnel.listen();
+        let got = tunnel.next(store).unwrap();
+        let read_something = !got.is_empty();
+        seen.extend(got);
+        if (read_something && !tunnel.caught_up()) || seen.len() == n {
+            continue;
+        }
+        let woken = listener.wait_timeout(Duration::from_secs(10)).is_some();
+        assert!(woken, "no wakeup within 10 s after {} of {n} events: an event was left behind", seen.len());
+    }
+    seen
+}
+
 /// A tunnel that has read to the end of its segment waits for the next
 /// wakeup without looking for a newer segment by name as long as its
 /// notifier saw no segment appear (see `Subscription::segments_created`).
@@ -606,7 +627,6 @@ fn own_appends_woken_directly_never_hide_another_writers_appends() {
 /// a wakeup: polling is set to a minute and each wait to 10 s.
 #[test]
 fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
-    use event_listener::Listener as _;
     let dir = scratch("kn-journal-test-");
     let root = dir.path().join("kn_events");
     let mut c = config(&root);
@@ -630,21 +650,7 @@ fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
             }
         }
     });
-    let mut seen = Vec::new();
-    while seen.len() < N {
-        let listener = start.tunnel.listen();
-        let got = start.tunnel.next(&own).unwrap();
-        let read_something = !got.is_empty();
-        seen.extend(got);
-        if read_something && !start.tunnel.caught_up() {
-            continue;
-        }
-        if seen.len() == N {
-            break;
-        }
-        let woken = listener.wait_timeout(Duration::from_secs(10)).is_some();
-        assert!(woken, "no wakeup within 10 s after {} of {N} events: an event was left behind", seen.len());
-    }
+    let seen = follow(&mut start.tunnel, &own, N);
     writer.join().unwrap();
     assert_eq!(payloads(&seen), (0..N).map(|i| i.to_string()).collect::<Vec<_>>());
     let segments = fs::read_dir(root.join("who/rolls/kn_journal")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(".seg-")).count();
@@ -660,7 +666,6 @@ fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
 /// over, a payload stored as a blob), across segment rolls.
 #[test]
 fn a_tunnel_delivers_its_own_process_appends_exactly_as_the_file_holds_them() {
-    use event_listener::Listener as _;
     let dir = scratch("kn-journal-test-");
     let root = dir.path().join("kn_events");
     let mut c = config(&root);
@@ -690,21 +695,7 @@ fn a_tunnel_delivers_its_own_process_appends_exactly_as_the_file_holds_them() {
             }
         }
     });
-    let mut seen = Vec::new();
-    while seen.len() < N {
-        let listener = start.tunnel.listen();
-        let got = start.tunnel.next(&own).unwrap();
-        let read_something = !got.is_empty();
-        seen.extend(got);
-        if read_something && !start.tunnel.caught_up() {
-            continue;
-        }
-        if seen.len() == N {
-            break;
-        }
-        let woken = listener.wait_timeout(Duration::from_secs(10)).is_some();
-        assert!(woken, "no wakeup within 10 s after {} of {N} events: an event was left behind", seen.len());
-    }
+    let seen = follow(&mut start.tunnel, &own, N);
     writer.join().unwrap();
     let file = all(&own, &j);
     assert_eq!(file.len(), N);
