@@ -249,7 +249,7 @@ impl Hub {
         let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let dir = absolute.as_path();
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
-        let (first, signal, created) = {
+        let (first, signal, created, written) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
             let entry = map.entry(dir.to_path_buf()).or_insert_with(|| Readers {
                 count: 0,
@@ -260,9 +260,8 @@ impl Hub {
                 written: Arc::default(),
             });
             entry.count += 1;
-            (entry.count == 1, entry.signal.clone(), (entry.created.clone(), entry.written.clone()))
+            (entry.count == 1, entry.signal.clone(), entry.created.clone(), entry.written.clone())
         };
-        let (created, written) = created;
         let unwatched = match watcher.as_mut() {
             Some(w) if first => {
                 let unwatched = w.watch(dir).err();
@@ -279,8 +278,7 @@ impl Hub {
             }
             None => self.no_watcher.clone(),
         };
-        let watching = unwatched.is_none();
-        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, watching, unwatched, created, written }
+        Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, unwatched, created, written }
     }
 
     /// Wakes the readers of `dir` (absolute) as an append seen by the
@@ -321,10 +319,10 @@ impl Hub {
     /// lands right after this one swallowed with it by the kernel, which
     /// merges an event only into the last unread one when identical: every
     /// append writes the `.head` after its record, so two records' changes
-    /// of a segment are never adjacent in the queue. An append that wrote nothing or failed sets the count
-    /// back to zero (its wakeup still goes out); an overflow of the
-    /// kernel's queue does too. A count too low only costs a wakeup for
-    /// nothing.
+    /// of a segment are never adjacent in the queue. An append that wrote
+    /// nothing or failed sets the count back to zero (its wakeup still
+    /// goes out); an overflow of the kernel's queue does too. A count too
+    /// low only costs a wakeup for nothing.
     pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
         let absolute = std::path::absolute(dir);
         let dir = absolute.as_deref().unwrap_or(dir);
@@ -481,18 +479,22 @@ pub(crate) struct Subscription {
     hub: Arc<Hub>,
     dir: PathBuf,
     signal: Arc<Signal>,
-    watching: bool,
-    /// Why there are no change notifications, when there are none.
+    /// Why there are no change notifications, when there are none (the
+    /// directory is watched when this is `None`).
     unwatched: Option<Arc<str>>,
     created: Arc<AtomicU64>,
     written: Handed,
 }
 
 impl Subscription {
-    /// The latest records this process appended to the directory, oldest
-    /// first, as written (see [`Hub::appended`]).
-    pub(crate) fn written(&self) -> Vec<Arc<Written>> {
-        self.written.lock().map(|w| w.iter().cloned().collect()).unwrap_or_default()
+    /// `f` of the latest records this process appended to the directory,
+    /// oldest first, as written (see [`Hub::appended`]), read in place
+    /// (none if a thread panicked holding them).
+    pub(crate) fn with_written<R>(&self, f: impl FnOnce(&[Arc<Written>]) -> R) -> R {
+        match self.written.lock() {
+            Ok(mut written) => f(written.make_contiguous()),
+            Err(_) => f(&[]),
+        }
     }
 
     /// A listener armed now: it fires on the next append. Arm it before
@@ -508,7 +510,7 @@ impl Subscription {
 
     /// False when change notification is unavailable and readers poll.
     pub(crate) fn is_notified(&self) -> bool {
-        self.watching
+        self.unwatched.is_none()
     }
 
     /// Why change notification is unavailable (the system call, its
@@ -527,7 +529,7 @@ impl Subscription {
     /// appeared since whose wakeup it will not get. Its read then need
     /// not look for the next segment by name (a path lookup per read).
     pub(crate) fn segments_created(&self) -> Option<u64> {
-        self.watching.then(|| self.created.load(Ordering::SeqCst))
+        self.is_notified().then(|| self.created.load(Ordering::SeqCst))
     }
 }
 

@@ -280,8 +280,8 @@ impl Tunnel {
         // reads the file. Not in shared mode, where the file server is the
         // authority.
         if !store.is_shared() && self.cursor.caught_up() {
-            let written = self.subscription.written();
-            let records = log::read_written(&mut self.cursor, &written);
+            let cursor = &mut self.cursor;
+            let records = self.subscription.with_written(|written| log::read_written(cursor, written));
             if !records.is_empty() {
                 // Caught up only if the file ends there too (another
                 // process may have appended after): one `statx`.
