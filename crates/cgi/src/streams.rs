@@ -886,9 +886,8 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
     match outcome {
         Outcome::Done(r) => to_hyper(r, head),
         Outcome::Wait(poll) => to_hyper(long_poll(streams, poll).await, head),
-        Outcome::Sse(sse) => {
+        Outcome::Sse(mut sse) => {
             let (tx, rx) = tokio::sync::mpsc::channel(8);
-            let mut sse = sse;
             let reply = to_hyper_body(&mut sse.head, Body::Stream(rx));
             tokio::spawn(follow_sse(streams, sse, tx));
             reply

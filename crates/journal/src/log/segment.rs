@@ -91,9 +91,7 @@ impl KeptSegment {
             .ok()
             .map(|_| KeptSegment { file, ino })
     }
-}
 
-impl KeptSegment {
     /// True when `kept` is the cursor's segment, still linked, and ends
     /// where the cursor stands (one `statx`): a reader that took the
     /// records up to there from memory ([`read_written`]) has then read
