@@ -1,7 +1,13 @@
 //! The clock and fresh randomness, shared by the store (event ids) and the
 //! log (route generations).
 
+use std::cell::RefCell;
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// Seconds since the epoch, now.
 pub fn now() -> f64 {
@@ -24,14 +30,60 @@ pub fn fresh_id() -> String {
     out
 }
 
-/// `N` (at most 16) random bytes. Without an entropy source, the clock, the
-/// process id and a counter mixed by xxh3: still unique within this
-/// process.
+/// How many bytes a thread's generator gives before it is seeded again.
+const RESEED_BYTES: usize = 64 << 10;
+
+/// Counts `fork`s of this process (from a `pthread_atfork` handler), so
+/// that a child never goes on with its parent's generator: the two would
+/// then make the same ids. Our own programs never fork without `exec`,
+/// but programs embedding the crate may.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// `N` (at most 16) random bytes, from this thread's ChaCha12 generator
+/// (rand's `StdRng`), seeded from the operating system (getrandom) on
+/// first use, every [`RESEED_BYTES`] and after a `fork`: one system call
+/// per thread rather than one per event id. Without an entropy source, the
+/// clock, the process id and a counter mixed by xxh3: still unique within
+/// this process.
 pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    struct Generator {
+        rng: StdRng,
+        given: usize,
+        forks: u64,
+    }
+    thread_local! {
+        static GENERATOR: RefCell<Option<Generator>> = const { RefCell::new(None) };
+    }
+    static AT_FORK: Once = Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a handler that only adds to an atomic, which
+        // is async-signal-safe as a child's fork handler must be.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forked));
+        }
+    });
     let mut bytes = [0u8; N];
-    if getrandom::fill(&mut bytes).is_err() {
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let drawn = GENERATOR.try_with(|cell| {
+        let mut generator = cell.try_borrow_mut().ok()?;
+        let forks = FORKS.load(Ordering::Relaxed);
+        let stale = generator.as_ref().is_none_or(|g| g.given >= RESEED_BYTES || g.forks != forks);
+        if stale {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).ok()?;
+            *generator = Some(Generator { rng: StdRng::from_seed(seed), given: 0, forks });
+        }
+        let generator = generator.as_mut()?;
+        generator.rng.fill_bytes(&mut bytes);
+        generator.given += N;
+        Some(())
+    });
+    if !matches!(drawn, Ok(Some(()))) {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let seed = format!("{}-{}-{n}", now(), std::process::id());
         bytes.copy_from_slice(&xxhash_rust::xxh3::xxh3_128(seed.as_bytes()).to_le_bytes()[..N]);
     }

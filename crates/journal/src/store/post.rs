@@ -170,6 +170,14 @@ impl Store {
         if kept.1.files.is_none() || kept.1.routes.is_none() {
             return None;
         }
+        // Routes as last read: an active one means forwarding, which this
+        // path never does. Seen before the lock and the fresh `kn_id`, so
+        // that a routed topic's notify costs no attempt that is thrown
+        // away (their generation is checked under the lock below).
+        let t = now();
+        if kept.1.routes.as_ref().is_some_and(|(_, routes)| routes.iter().any(|r| r.route.is_active(t))) {
+            return None;
+        }
         if topic.is_journal() && self.journal_stale(topic, &mut kept.1) {
             return Some(Err(self.stale_error(topic)));
         }
