@@ -27,6 +27,8 @@ Environment:
     KN_MAX_REPLAYS      most do_method=replay runs at once per store
                         (default 8; more: 503 with Retry-After)
     KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
+    KN_TUNNEL_MAX_TIME  seconds a tunnel stays open at most (default 0: no
+                        limit); its journal stays, the client reconnects
     KN_ACCESS_RULES     the access rules file: who may post, read, route and
                         replay where (default: none, everything allowed).
                         Under CGI the user is REMOTE_USER, set by the web

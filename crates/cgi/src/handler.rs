@@ -471,6 +471,10 @@ impl Handler {
             }
             None => None,
         };
+        // The store's longest tunnel (KN_TUNNEL_MAX_TIME): it then ends
+        // without expiring its journal, and the client reconnects.
+        let max_time = self.store.config().tunnel_max_time;
+        let closes = if max_time.is_zero() { None } else { Instant::now().checked_add(max_time) };
         let start = user.tunnel(&topic, &selection).map_err(|e| Failure::journal(e, "bad route source topic name"))?;
         let mut payload = wrote_lines(&start.created.writes);
         payload.extend_from_slice(format!("Watching for events in topic '{topic}'.").as_bytes());
@@ -505,7 +509,8 @@ impl Handler {
             initial,
             tunnel: start.tunnel,
             format,
-            deadline,
+            expires: deadline,
+            closes,
             keep_alive: self.options.keep_alive,
         })
     }
@@ -688,7 +693,10 @@ pub struct TunnelReply {
     initial: Vec<u8>,
     tunnel: Tunnel,
     format: Format,
-    deadline: Option<Instant>,
+    /// When the tunnel's `kn_expires` ends it, and its journal with it.
+    expires: Option<Instant>,
+    /// When the store's `tunnel_max_time` ends it (its journal stays).
+    closes: Option<Instant>,
     keep_alive: Duration,
 }
 
@@ -758,15 +766,22 @@ impl TunnelReply {
         (self.format.keep_alive(), self.keep_alive)
     }
 
-    /// When the tunnel's `kn_expires` closes it.
+    /// When the tunnel ends: at its `kn_expires`, or at the store's
+    /// `tunnel_max_time` if sooner.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        match (self.expires, self.closes) {
+            (Some(e), Some(c)) => Some(e.min(c)),
+            (e, c) => e.or(c),
+        }
     }
 
-    /// Ends a tunnel whose `kn_expires` passed: the journal becomes stale
-    /// at once; returns the closing bytes of the page.
+    /// Ends a tunnel at its [`TunnelReply::deadline`]; returns the
+    /// closing bytes of the page. When its `kn_expires` passed, the
+    /// journal becomes stale at once; when the store's `tunnel_max_time`
+    /// ended it, the journal stays for the client's reconnection.
     pub fn finish(&self, store: &Store) -> Vec<u8> {
-        if self.tunnel.topic().is_journal() {
+        let expired = self.expires.is_some_and(|e| Instant::now() >= e);
+        if expired && self.tunnel.topic().is_journal() {
             let _ = store.expire(self.tunnel.topic());
         }
         self.format.trailer().to_vec()
@@ -787,14 +802,14 @@ impl TunnelReply {
         let mut last_write = Instant::now();
         loop {
             let now = Instant::now();
-            if let Some(deadline) = self.deadline {
+            if let Some(deadline) = self.deadline() {
                 if now >= deadline {
                     let trailer = self.finish(store);
                     return write_flush(out, &trailer);
                 }
             }
             let until_keep_alive = every.saturating_sub(now.duration_since(last_write));
-            let wait = self.deadline.map(|d| d.saturating_duration_since(now)).unwrap_or(until_keep_alive).min(until_keep_alive);
+            let wait = self.deadline().map(|d| d.saturating_duration_since(now)).unwrap_or(until_keep_alive).min(until_keep_alive);
             let events = self.tunnel.wait(store, wait).map_err(std::io::Error::other)?;
             if let Some(chunk) = self.encode(&events) {
                 write_flush(out, &chunk)?;

@@ -1123,6 +1123,23 @@ fn tunnel_js_with_expires_ends_itself_and_makes_the_journal_stale() {
     assert_eq!(reply.status(), "404 Expired", "the journal is stale at once");
 }
 
+/// Under a web server too, KN_TUNNEL_MAX_TIME ends the tunnel's CGI
+/// process (so that an old child of a gracefully reloaded Apache finishes),
+/// and leaves its journal fresh for the reconnection.
+#[test]
+fn tunnel_max_time_ends_the_cgi_and_leaves_the_journal_fresh() {
+    let pool = Pool::new("tunnel-max-time");
+    let started = Instant::now();
+    let mut tunnel = pool.cgi().env("KN_TUNNEL_MAX_TIME", "1").get("kn_response_format=simple").path_info("/who/t/s/1/kn_journal").spawn();
+    tunnel.frames(1);
+    let status = tunnel.wait_exit(Duration::from_secs(6)).expect("the tunnel ends by itself");
+    let took = started.elapsed();
+    assert!(status.success());
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "{took:?}");
+    let reply = post(&pool, "kn_to=/who/t/s/1/kn_journal&kn_payload=meanwhile&kn_response_format=simple");
+    assert_eq!(reply.status(), "200 Notified", "the journal is not stale");
+}
+
 fn seeded_journal(pool: &Pool) -> Vec<Event> {
     let tunnel = open_journal_tunnel(pool, "07-tunnel-simple");
     route_r1(pool);

@@ -387,6 +387,37 @@ fn kn_expires_closes_the_tunnel_and_the_response_ends() {
     assert_eq!(reply.status_line, "HTTP/1.1 404 Expired", "{}", reply.text());
 }
 
+/// KN_TUNNEL_MAX_TIME ends every tunnel after that long (for a web
+/// server's graceful reload), without expiring its journal: what is posted
+/// before the client reconnects is waiting for it there. `kn_expires`
+/// still ends a tunnel sooner, and expires its journal.
+#[test]
+fn tunnel_max_time_ends_a_tunnel_and_its_journal_stays_for_the_reconnection() {
+    let server = Server::start_with(&[("KN_TUNNEL_MAX_TIME", "1")]);
+    let started = std::time::Instant::now();
+    let mut tunnel = server.tunnel("/kn/who/m/s/1/kn_journal?kn_response_format=simple");
+    assert!(tunnel.wait_for(b"0\r\n\r\n", Duration::from_secs(5)), "{}", tunnel.text());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(900), "ended after {took:?}");
+    let reply = server.post("kn_to=/who/m/s/1/kn_journal&kn_payload=meanwhile&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Notified", "the journal is not stale: {}", reply.text());
+    let mut again = server.tunnel("/kn/who/m/s/1/kn_journal?kn_response_format=simple&do_max_age=60");
+    assert!(again.wait_for(b"meanwhile", Duration::from_secs(2)), "{}", again.text());
+    // kn_expires sooner than the limit still wins, and expires the journal.
+    let mut short = server.tunnel("/kn/who/m/s/2/kn_journal?kn_response_format=simple&kn_expires=%2B0.3");
+    assert!(short.wait_for(b"0\r\n\r\n", Duration::from_secs(5)), "{}", short.text());
+    let reply = server.post("kn_to=/who/m/s/2/kn_journal&kn_payload=late&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 404 Expired", "{}", reply.text());
+}
+
+/// Without the setting a tunnel stays open (the keep-alives go on).
+#[test]
+fn without_tunnel_max_time_a_tunnel_stays_open() {
+    let server = Server::start();
+    let mut tunnel = server.tunnel("/kn/who/n/s/1/kn_journal?kn_response_format=simple");
+    assert!(!tunnel.wait_for(b"0\r\n\r\n", Duration::from_millis(2500)), "{}", tunnel.text());
+}
+
 #[test]
 fn a_client_that_goes_away_frees_its_tunnel_and_the_server_stays_healthy() {
     let server = Server::start();

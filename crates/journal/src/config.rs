@@ -93,6 +93,7 @@ impl std::str::FromStr for Shared {
 /// | `open_topics` | sets of topic files kept open between posts (at most 4 per topic): a tenth of the hard open-file limit, at least 1024 (see [`default_open_topics`]) | `KN_OPEN_TOPICS` |
 /// | `max_replays` | 8 replays (`kn-replay`) running at once per store (more: `503`) | `KN_MAX_REPLAYS` |
 /// | `replay_max_time` | 1 hour per replay (then `kn-replay` stops) | `KN_REPLAY_MAX_TIME` (seconds) |
+/// | `tunnel_max_time` | none (0): how long a tunnel stays open at most, then it ends as a tunnel whose `kn_expires` came does, and the client reconnects from its last checkpoint (for a web server's graceful reload: docs/DEPLOY.md, "Many open tunnels") | `KN_TUNNEL_MAX_TIME` (seconds) |
 /// | `journal_grace` | 1 hour: a journal stale this much longer is removed by the sweep | `KN_JOURNAL_GRACE` (seconds) |
 /// | `topic_grace` | 1 day: an empty topic untouched this long is removed by the sweep | `KN_TOPIC_GRACE` (seconds) |
 /// | `tombstone_ttl` | 300 s: the expiry of a deleted route (one without `kn_expires`) and of one the sweep removes | `KN_TOMBSTONE_TTL` (seconds) |
@@ -221,6 +222,8 @@ pub struct Config {
     /// Longest one replay may run: `kn-replay` stops there, whatever its
     /// journal and `warp` still ask for.
     pub replay_max_time: Duration,
+    /// How long a tunnel stays open at most (`Duration::ZERO`: no limit).
+    pub tunnel_max_time: Duration,
     /// A `kn_payload` longer than this is written once to a
     /// content-addressed blob file that every topic holding the event
     /// links to, instead of into each topic's log (FORMAT.md, "Blobs").
@@ -326,6 +329,7 @@ impl Config {
             open_topics: default_open_topics(),
             max_replays: 8,
             replay_max_time: Duration::from_secs(3600),
+            tunnel_max_time: Duration::ZERO,
             blob_bytes: 64 << 10,
             journal_grace: Duration::from_secs(3600),
             topic_grace: Duration::from_secs(24 * 3600),
@@ -446,6 +450,9 @@ impl Config {
         }
         if let Some(v) = var("KN_REPLAY_MAX_TIME")? {
             self.replay_max_time = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TUNNEL_MAX_TIME")? {
+            self.tunnel_max_time = Duration::from_secs(v);
         }
         if let Some(v) = var("KN_MAX_TOPIC_DEPTH")? {
             self.max_topic_depth = v;
