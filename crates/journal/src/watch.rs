@@ -10,8 +10,9 @@
 //! which a general-purpose watcher (the `notify` crate, before) asks for
 //! and this process would only read and throw away, one per delivery.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ use crate::log::Written;
 /// Per watched directory: subscribers, their wakeup signal, whether the
 /// directory is really watched (else subscribers poll), and how many
 /// segments the notifier saw appear in it (see [`Subscription::segments_created`]).
-type Topics = Arc<Mutex<HashMap<PathBuf, Readers>>>;
+type Topics = Arc<Mutex<HashMap<OsString, Readers>>>;
 
 /// The readers of one directory.
 struct Readers {
@@ -196,7 +197,7 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
         return false;
     }
     let Ok(map) = topics.lock() else { return false };
-    let Some(readers) = map.get(dir) else { return false };
+    let Some(readers) = map.get(dir.as_os_str()) else { return false };
     if written {
         if takes_own_write(own, dir) {
             return true;
@@ -222,7 +223,7 @@ pub(crate) struct Hub {
     own: Own,
 }
 
-type Own = Arc<Mutex<HashMap<PathBuf, Arc<AtomicU64>>>>;
+type Own = Arc<Mutex<HashMap<OsString, Arc<AtomicU64>>>>;
 
 impl Hub {
     pub(crate) fn new() -> Hub {
@@ -246,12 +247,11 @@ impl Hub {
     pub(crate) fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
         // Key and watch by the absolute path, as `appending` looks it up
         // (the default root is the relative `./kn_events`).
-        let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-        let dir = absolute.as_path();
+        let dir = &*key(dir);
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let (first, signal, created, written) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = map.entry(dir.to_path_buf()).or_insert_with(|| Readers {
+            let entry = map.entry(dir.as_os_str().to_owned()).or_insert_with(|| Readers {
                 count: 0,
                 signal: Arc::new(Signal::new()),
                 watched: false,
@@ -266,7 +266,7 @@ impl Hub {
             Some(w) if first => {
                 let unwatched = w.watch(dir).err();
                 let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(entry) = map.get_mut(dir) {
+                if let Some(entry) = map.get_mut(dir.as_os_str()) {
                     entry.watched = unwatched.is_none();
                     entry.unwatched = unwatched.clone();
                 }
@@ -274,18 +274,19 @@ impl Hub {
             }
             Some(_) => {
                 let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-                map.get(dir).map_or_else(|| Some(Arc::from("not watched")), |e| e.unwatched.clone())
+                map.get(dir.as_os_str()).map_or_else(|| Some(Arc::from("not watched")), |e| e.unwatched.clone())
             }
             None => self.no_watcher.clone(),
         };
         Subscription { hub: self.clone(), dir: dir.to_path_buf(), signal, unwatched, created, written }
     }
 
-    /// Wakes the readers of `dir` (absolute) as an append seen by the
-    /// notifier would: for appends seen elsewhere (`changes.rs`).
+    /// Wakes the readers of `dir` as an append seen by the notifier
+    /// would: for appends seen elsewhere (`changes.rs`).
     pub(crate) fn wake(&self, dir: &Path) {
+        let dir = key(dir);
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(readers) = map.get(dir) {
+        if let Some(readers) = map.get(dir.as_os_str()) {
             readers.created.fetch_add(1, Ordering::SeqCst);
             readers.signal.notify(usize::MAX);
         }
@@ -324,8 +325,8 @@ impl Hub {
     /// goes out); an overflow of the kernel's queue does too. A count too
     /// low only costs a wakeup for nothing.
     pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
-        let absolute = std::path::absolute(dir);
-        let dir = absolute.as_deref().unwrap_or(dir);
+        let dir = key(dir);
+        let dir = dir.as_os_str();
         let map = self.topics.lock().ok()?;
         let readers = map.get(dir)?;
         let signal = &readers.signal;
@@ -334,7 +335,7 @@ impl Hub {
             let mut own = self.own.lock().ok()?;
             let count = match own.get(dir) {
                 Some(count) => count.clone(),
-                None => own.entry(dir.to_path_buf()).or_default().clone(),
+                None => own.entry(dir.to_owned()).or_default().clone(),
             };
             count.fetch_add(1, Ordering::SeqCst);
             pending = Some(count);
@@ -387,12 +388,12 @@ impl Hub {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let last = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(entry) = map.get_mut(dir) else { return };
+            let Some(entry) = map.get_mut(dir.as_os_str()) else { return };
             entry.count -= 1;
             let last = entry.count == 0;
             if last {
-                map.remove(dir);
-                self.own.lock().map(|mut own| own.remove(dir)).ok();
+                map.remove(dir.as_os_str());
+                self.own.lock().map(|mut own| own.remove(dir.as_os_str())).ok();
             }
             last
         };
@@ -401,6 +402,18 @@ impl Hub {
                 w.unwatch(dir);
             }
         }
+    }
+}
+
+/// The path `dir`'s readers are kept and watched under: `dir` itself
+/// when absolute (as a store's topic directories are when its root is),
+/// else made absolute. Maps keyed by it hash its bytes, not its
+/// components one by one as a `Path` key would: every append looks it up.
+fn key(dir: &Path) -> Cow<'_, Path> {
+    if dir.is_absolute() {
+        Cow::Borrowed(dir)
+    } else {
+        Cow::Owned(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
     }
 }
 
@@ -431,7 +444,7 @@ pub(crate) struct Appending {
 /// would later swallow the event of another process's write.
 fn takes_own_write(own: &Own, dir: &Path) -> bool {
     let Ok(own) = own.lock() else { return false };
-    let Some(count) = own.get(dir) else { return false };
+    let Some(count) = own.get(dir.as_os_str()) else { return false };
     count.swap(0, Ordering::SeqCst) > 0
 }
 
