@@ -176,21 +176,33 @@ impl Outbox {
     }
 }
 
+/// Bytes of a slot read at once: a state with no lagging route (32
+/// bytes) or a few is read whole in one `pread`; a longer one takes a
+/// second for the rest.
+const SLOT_FIRST_READ: usize = 512;
+
+/// The newer of the two slots' states that is whole and intact, if any.
 fn read_state(file: &File) -> std::io::Result<Option<State>> {
     let mut best: Option<State> = None;
     for slot in 0..2u64 {
-        let mut buf = vec![0u8; 12];
-        if file.read_exact_at(&mut buf, slot * SLOT_BYTES).is_err() {
+        let at = slot * SLOT_BYTES;
+        let mut buf = vec![0u8; SLOT_FIRST_READ];
+        let Ok(got) = read_at_most(file, &mut buf, at) else { continue };
+        if got < 12 {
             continue;
         }
         let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as u64;
         if len > SLOT_BYTES - 12 {
             continue;
         }
-        buf.resize(12 + len as usize, 0);
-        if file.read_exact_at(&mut buf[12..], slot * SLOT_BYTES + 12).is_err() {
-            continue;
+        let whole = 12 + len as usize;
+        if whole > got {
+            buf.resize(whole, 0);
+            if file.read_exact_at(&mut buf[got..], at + got as u64).is_err() {
+                continue;
+            }
         }
+        buf.truncate(whole);
         if let Some(state) = State::decode(&buf) {
             if best.as_ref().is_none_or(|b| state.generation > b.generation) {
                 best = Some(state);
@@ -198,6 +210,21 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
         }
     }
     Ok(best)
+}
+
+/// Reads into `buf` at `at` until it is full or the file ends; how many
+/// bytes were read.
+fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == IoKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// What became of one delivery along one route.
@@ -787,6 +814,25 @@ mod tests {
         let f = fs::OpenOptions::new().write(true).open(dir.path().join(FORWARDED_FILE)).unwrap();
         f.write_all_at(b"\xff\xff", (state.generation % 2) * SLOT_BYTES + 14).unwrap();
         assert_eq!(Outbox::lock(dir.path(), &crate::Config::new(dir.path())).unwrap().state.unwrap().cursor, 1);
+    }
+
+    #[test]
+    fn a_state_longer_than_the_first_read_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::Config::new(dir.path());
+        let lag = |i: u64| Lag { route_id: format!("route-{i:020}").into_bytes(), from: i, attempts: 1, next_at: 2.5 };
+        let mut state = State { cursor: 9, lagging: (0..60).map(lag).collect(), ..State::default() };
+        assert!(state.encode().len() > SLOT_FIRST_READ);
+        let mut outbox = Outbox::lock(dir.path(), &config).unwrap();
+        outbox.save(&mut state).unwrap();
+        drop(outbox);
+        assert_eq!(Outbox::lock(dir.path(), &config).unwrap().state.as_ref(), Some(&state));
+        // The other slot, short this time: the newer (short) one wins.
+        let mut outbox = Outbox::lock(dir.path(), &config).unwrap();
+        let mut short = State { lagging: Vec::new(), ..state.clone() };
+        outbox.save(&mut short).unwrap();
+        drop(outbox);
+        assert_eq!(Outbox::lock(dir.path(), &config).unwrap().state.as_ref(), Some(&short));
     }
 
     #[test]
