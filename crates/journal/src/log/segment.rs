@@ -256,18 +256,9 @@ fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, in
     let mut bytes = Vec::new();
     match size {
         Some(size) => {
-            use std::os::unix::fs::FileExt;
             bytes.resize(usize::try_from(size.saturating_sub(from)).unwrap_or(0), 0);
-            let mut got = 0;
             // A file cut short meanwhile (a torn tail repaired) reads less.
-            while got < bytes.len() {
-                match file.read_at(&mut bytes[got..], from + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == IoKind::Interrupted => {}
-                    Err(e) => return Err(Error::io("cannot read segment", path, e)),
-                }
-            }
+            let got = super::read_at_most(file, &mut bytes, from).map_err(|e| Error::io("cannot read segment", path, e))?;
             bytes.truncate(got);
         }
         None => {

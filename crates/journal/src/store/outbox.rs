@@ -187,7 +187,7 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
     for slot in 0..2u64 {
         let at = slot * SLOT_BYTES;
         let mut buf = vec![0u8; SLOT_FIRST_READ];
-        let Ok(got) = read_at_most(file, &mut buf, at) else { continue };
+        let Ok(got) = log::read_at_most(file, &mut buf, at) else { continue };
         if got < 12 {
             continue;
         }
@@ -210,21 +210,6 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
         }
     }
     Ok(best)
-}
-
-/// Reads into `buf` at `at` until it is full or the file ends; how many
-/// bytes were read.
-fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == IoKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// What became of one delivery along one route.
