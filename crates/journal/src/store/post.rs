@@ -173,9 +173,10 @@ impl Store {
         // Routes as last read: an active one means forwarding, which this
         // path never does. Seen before the lock and the fresh `kn_id`, so
         // that a routed topic's notify costs no attempt that is thrown
-        // away (their generation is checked under the lock below).
-        let t = now();
-        if kept.1.routes.as_ref().is_some_and(|(_, routes)| routes.iter().any(|r| r.route.is_active(t))) {
+        // away. A route inactive now (expired or deleted) stays so: under
+        // the lock below only their generation is checked.
+        let checked = now();
+        if kept.1.routes.as_ref().is_some_and(|(_, routes)| routes.iter().any(|r| r.route.is_active(checked))) {
             return None;
         }
         if topic.is_journal() && self.journal_stale(topic, &mut kept.1) {
@@ -194,7 +195,7 @@ impl Store {
         let mut writer = Writer::reopen_held(&self.config, !topic.is_journal(), files).ok()??;
         let t = now();
         let generation = writer.routes_generation();
-        let quiet = kept.1.routes.as_ref().is_some_and(|(g, routes)| *g == generation && !routes.iter().any(|r| r.route.is_active(t)));
+        let quiet = kept.1.routes.as_ref().is_some_and(|(g, _)| *g == generation);
         if !quiet || !writer.appends_at_once(&event) {
             kept.1.files = Some(writer.release());
             return None;
