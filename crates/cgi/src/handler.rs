@@ -21,25 +21,43 @@ thread_local! {
     /// The topics whose forwarding a request left for after its reply
     /// (see [`Handler::handle_deferring`]).
     static AFTER_REPLY: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The topics whose notify left its forwarding for right after the
+    /// reply (a fan-out, `Store::notify_deferring`).
+    static DEFERRED: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// What is to happen once the client has the reply: the new routes'
-/// initial populations (PROTOCOL.md 3.3), which old clients read only
-/// after the route request returns.
+/// What is to happen once the client has the reply: the forwarding of a
+/// notify to a topic with many routes (`KN_FORWARD_INLINE`), and the new
+/// routes' initial populations (PROTOCOL.md 3.3), which old clients read
+/// only after the route request returns.
 pub struct AfterReply {
     store: Arc<Store>,
+    /// Populations, to start once the reply has reached the client.
     topics: Vec<Topic>,
+    /// Deferred forwarding, to start as soon as the reply is on its way.
+    deferred: Vec<Topic>,
 }
 
 impl AfterReply {
     /// True when there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.topics.is_empty()
+        self.topics.is_empty() && self.deferred.is_empty()
     }
 
-    /// Carries the populations (errors stay in the outbox, for the
-    /// topic's next writer).
+    /// Splits off the deferred forwarding, which need not wait for the
+    /// reply to reach the client (nothing the client reads depends on
+    /// its order with the reply): `(deferred, populations)`.
+    pub fn split(self) -> (AfterReply, AfterReply) {
+        let AfterReply { store, topics, deferred } = self;
+        (AfterReply { store: store.clone(), topics: Vec::new(), deferred }, AfterReply { store, topics, deferred: Vec::new() })
+    }
+
+    /// Carries the deferred forwarding, then the populations (errors stay
+    /// in the outbox, for the topic's next writer).
     pub fn run(self) {
+        for topic in &self.deferred {
+            self.store.complete_deferred(topic);
+        }
         for topic in &self.topics {
             let _ = self.store.complete_forwarding(topic);
         }
@@ -139,9 +157,11 @@ impl Handler {
     /// topic's next writer.
     pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
         AFTER_REPLY.with(|after| after.borrow_mut().clear());
+        DEFERRED.with(|deferred| deferred.borrow_mut().clear());
         let reply = self.handle_now(request);
         let topics = AFTER_REPLY.with(|after| std::mem::take(&mut *after.borrow_mut()));
-        (reply, AfterReply { store: self.store.clone(), topics })
+        let deferred = DEFERRED.with(|deferred| std::mem::take(&mut *deferred.borrow_mut()));
+        (reply, AfterReply { store: self.store.clone(), topics, deferred })
     }
 
     /// The answer to a request that can be made at once, without waiting
@@ -356,7 +376,16 @@ impl Handler {
 
     fn notify(&self, params: &Params, path_info: &[u8], user: &AsUser) -> Outcome {
         let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
-        notified(user.notify(&topic, params.elements()))
+        let report = user.notify_deferring(&topic, params.elements());
+        if report.as_ref().is_ok_and(|r| r.forwarding_deferred) {
+            DEFERRED.with(|deferred| {
+                let mut deferred = deferred.borrow_mut();
+                if !deferred.contains(&topic) {
+                    deferred.push(topic);
+                }
+            });
+        }
+        notified(report)
     }
 
     /// [`Handler::notify`] when the store can make it at once; `None`

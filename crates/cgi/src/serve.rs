@@ -569,7 +569,14 @@ impl Server {
             }),
         };
         match handled {
-            Ok(Ok((Reply::Done(response), after))) => then(one_shot(response, head_request), after),
+            Ok(Ok((Reply::Done(response), after))) => {
+                let (deferred, populations) = after.split();
+                if !deferred.is_empty() {
+                    // A fan-out: carried while the reply goes out.
+                    tokio::task::spawn_blocking(move || deferred.run());
+                }
+                then(one_shot(response, head_request), populations)
+            }
             Ok(Ok((Reply::Tunnel(tunnel), after))) => {
                 if !after.is_empty() {
                     tokio::task::spawn_blocking(move || after.run());

@@ -83,6 +83,7 @@ impl std::str::FromStr for Shared {
 /// | `remote_max_redirects` | 5 (GETs only; POSTs follow none) | `KN_REMOTE_MAX_REDIRECTS` |
 /// | `http_proxy` | none (`HTTP_PROXY` and the like are never read) | `KN_HTTP_PROXY` (`http://host:port`) |
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
+/// | `forward_inline` | 32 active routes: a notify to a topic with more is answered once its event is stored, and forwarded right after, many events to a journal at a time (0: always before the answer) | `KN_FORWARD_INLINE` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
@@ -177,6 +178,13 @@ pub struct Config {
     /// Most deliveries one post may cause (a guard against routing loops
     /// that duplicate suppression cannot end, e.g. through transforms).
     pub max_forwards: usize,
+    /// Most active routes a notify forwards along before it is answered
+    /// ([`Store::notify_deferring`](crate::Store::notify_deferring)): a
+    /// topic with more (a fan-out to many subscribers) has its event
+    /// stored and answered at once, and its forwarding completed right
+    /// after, by the caller, through the outbox (FORMAT.md, "Deferred
+    /// forwarding"). 0: every notify forwards before its answer.
+    pub forward_inline: usize,
     /// Most active routes one topic may have: creating one more is refused
     /// ([`ErrorKind::Forbidden`]), so that one client cannot make every
     /// post to a topic write without bound.
@@ -320,6 +328,7 @@ impl Config {
             remote_max_redirects: crate::http::DEFAULT_MAX_REDIRECTS,
             http_proxy: None,
             max_forwards: 100_000,
+            forward_inline: 32,
             max_routes: 10_000,
             max_filter_bytes: 4096,
             max_topic_depth: 32,
@@ -441,6 +450,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_FORWARDS")? {
             self.max_forwards = v;
+        }
+        if let Some(v) = var("KN_FORWARD_INLINE")? {
+            self.forward_inline = v;
         }
         if let Some(v) = var("KN_MAX_ROUTES")? {
             self.max_routes = v;

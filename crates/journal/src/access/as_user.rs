@@ -66,6 +66,12 @@ impl AsUser<'_> {
         self.store.notify(topic, event)
     }
 
+    /// [`Store::notify_deferring`], if this user may post to `topic`.
+    pub fn notify_deferring(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        self.check(Operation::Post, topic)?;
+        self.store.notify_deferring(topic, event)
+    }
+
     /// [`Store::notify_nowait`], if this user may post to `topic`: `None`
     /// (nothing done) when the post cannot be made at once.
     pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {

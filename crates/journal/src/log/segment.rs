@@ -405,7 +405,8 @@ fn open_oldest_first(dir: &Path) -> Result<Vec<(u64, File)>> {
 
 /// A record this process appended, as it was written: the segment file it
 /// went to (its name's first seq and its inode), where in it the frame
-/// starts, and the frame's bytes. A segment is append-only and a record, once stored, is never
+/// starts, and the frame's bytes (or the frames of consecutive records
+/// appended together, `Writer::append_run`). A segment is append-only and a record, once stored, is never
 /// changed in place (compaction and retention make or unlink *other*
 /// files), so these are the bytes a read of that inode at `offset` returns
 /// for as long as the inode exists: a reader positioned there can take
@@ -439,13 +440,18 @@ pub(crate) fn read_written(cursor: &mut LogCursor, written: &[std::sync::Arc<Wri
         if !at(w, cursor) {
             break;
         }
-        let Decoded::Record(r, len) = record::decode(&w.frame) else { break };
-        if len != w.frame.len() || r.blob.is_some() || Some(r.seq) != cursor.last_seq.checked_add(1) {
-            break;
+        // One frame, or the consecutive frames of a run (`append_run`).
+        let mut rest = &w.frame[..];
+        while !rest.is_empty() {
+            let Decoded::Record(r, len) = record::decode(rest) else { return out };
+            if r.blob.is_some() || Some(r.seq) != cursor.last_seq.checked_add(1) {
+                return out;
+            }
+            rest = &rest[len..];
+            cursor.offset += len as u64;
+            cursor.last_seq = r.seq;
+            out.push(r);
         }
-        cursor.offset += len as u64;
-        cursor.last_seq = r.seq;
-        out.push(r);
     }
     out
 }
@@ -635,6 +641,18 @@ mod tests {
         let gap = vec![written[0].clone(), written[2].clone()];
         let mut cursor = at(100, 9, 4);
         assert_eq!(read_written(&mut cursor, &gap).iter().map(|r| r.seq).collect::<Vec<_>>(), [5]);
+        // A run of frames in one piece (`append_run`): all of them, in
+        // order; a run that breaks off (a wrong seq) gives what came before.
+        let run: Vec<u8> = [frame(5, "a"), frame(6, "b"), frame(7, "c")].concat();
+        let mut cursor = at(100, 9, 4);
+        let one = [std::sync::Arc::new(Written { segment: 1, ino: 9, offset: 100, frame: run.clone() })];
+        assert_eq!(read_written(&mut cursor, &one).iter().map(|r| r.seq).collect::<Vec<_>>(), [5, 6, 7]);
+        assert_eq!((cursor.offset, cursor.last_seq), (100 + run.len() as u64, 7));
+        let broken: Vec<u8> = [frame(5, "a"), frame(9, "b")].concat();
+        let mut cursor = at(100, 9, 4);
+        let one = [std::sync::Arc::new(Written { segment: 1, ino: 9, offset: 100, frame: broken })];
+        assert_eq!(read_written(&mut cursor, &one).iter().map(|r| r.seq).collect::<Vec<_>>(), [5]);
+        assert_eq!(cursor.last_seq, 5);
         // A record with a blob is never taken (its payload is elsewhere).
         let mut e = Event::new();
         e.set("kn_id", "big");

@@ -520,6 +520,84 @@ impl<'c> Writer<'c> {
         Ok(Appended::Stored(seq))
     }
 
+    /// Appends `events` to a journal (whose events are never checked for
+    /// duplicates) as consecutive records, in order, with one write of
+    /// their frames and one of the head: the copies one forwarding pass
+    /// delivers to a journal (FORMAT.md, "Forwarding", "Deferred
+    /// forwarding"). Returns their seqs. An event whose payload is large
+    /// enough for a blob, or a run that would not fit the active segment,
+    /// is appended one record at a time, as [`Writer::append`] does.
+    /// A crash part-way leaves whole records the head does not name yet,
+    /// or a torn last one: the next writer adopts or truncates them
+    /// (`recover_tail`), as after a single append.
+    pub(crate) fn append_run(&mut self, events: &[Event], stored_secs: u64, gauge: &SpaceGauge) -> Result<Vec<u64>> {
+        self.written = None;
+        let blob = |e: &Event| self.config.blob_bytes > 0 && e.payload().len() > self.config.blob_bytes;
+        if self.ordinary || events.len() < 2 || events.iter().any(blob) {
+            return self.append_each(events, stored_secs, gauge);
+        }
+        let first = self.head.next_seq;
+        let mut frames = Vec::new();
+        for (i, event) in events.iter().enumerate() {
+            frames.extend_from_slice(&record::encode_event(first + i as u64, stored_secs, event, None));
+        }
+        let total = frames.len() as u64;
+        if self.head.active_len > 0 && self.head.active_len + total > self.config.segment_bytes {
+            return self.append_each(events, stored_secs, gauge);
+        }
+        gauge.check(&self.dir, self.config.reserve_bytes, total)?;
+        let offset = self.head.active_len;
+        let path = || self.dir.join(segment_name(self.head.active));
+        let written = if failpoint("append-eio") {
+            self.segment.write_all_at(&frames[..frames.len() / 2], offset).and(Err(eio()))
+        } else {
+            self.segment.write_all_at(&frames, offset)
+        };
+        if let Err(e) = written {
+            let _ = self.segment.set_len(offset);
+            return Err(Error::io("cannot append to", &path(), e));
+        }
+        if self.config.sync == SyncPolicy::Always {
+            let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
+            if let Err(e) = synced {
+                let _ = self.segment.set_len(offset);
+                return Err(Error::io("cannot sync", &path(), e));
+            }
+        }
+        let n = events.len() as u64;
+        self.head.next_seq = first + n;
+        self.head.active_len += total;
+        self.write_head()?;
+        if self.config.sync == SyncPolicy::Always {
+            self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
+        }
+        if self.segment_ino != 0 && self.segment_first == self.head.active {
+            self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame: frames });
+        }
+        Ok((first..first + n).collect())
+    }
+
+    /// [`Writer::append_run`] one record at a time; the records written
+    /// are handed over together when they are consecutive.
+    fn append_each(&mut self, events: &[Event], stored_secs: u64, gauge: &SpaceGauge) -> Result<Vec<u64>> {
+        let mut seqs = Vec::with_capacity(events.len());
+        let mut run: Option<Written> = None;
+        for event in events {
+            if let Appended::Stored(seq) = self.append(event, stored_secs, gauge)? {
+                seqs.push(seq);
+            }
+            run = match (run, self.written.take()) {
+                (Some(mut run), Some(w)) if w.ino == run.ino && w.segment == run.segment && w.offset == run.offset + run.frame.len() as u64 => {
+                    run.frame.extend_from_slice(&w.frame);
+                    Some(run)
+                }
+                (_, w) => w,
+            };
+        }
+        self.written = run;
+        Ok(seqs)
+    }
+
     /// Seals the active segment and starts a new one at `next_seq`. The
     /// head names the new segment before the file exists, so a crash
     /// in between leaves nothing a reader could misplace.

@@ -86,6 +86,10 @@ pub struct Store {
     changes: crate::changes::ChangeLog,
     /// The access rules (`Config::access_rules`).
     access: crate::access::Source,
+    /// Topics whose deferred forwarding a thread of this process is
+    /// completing, each with whether it must look again when done
+    /// ([`Store::complete_deferred`]).
+    deferred: Mutex<HashMap<Topic, bool>>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -204,6 +208,7 @@ impl Store {
             shared_setting,
             changes: Default::default(),
             access,
+            deferred: Default::default(),
         })
     }
 

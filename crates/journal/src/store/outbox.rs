@@ -81,6 +81,19 @@ pub(super) struct State {
     /// lagging routes).
     pub(super) cursor: u64,
     pub(super) lagging: Vec<Lag>,
+    /// The first of the events after the cursor that no forwarding has
+    /// started on yet (0: none known): set by a deferred notify
+    /// ([`Store::notify_deferring`]), cleared by the drain that is about
+    /// to deliver them. Those from it on need no search for a copy
+    /// delivered before, and are delivered a route at a time, many to a
+    /// journal in one append. Written after the lagging routes, where a
+    /// reader that does not know it stops reading (and then searches).
+    pub(super) fresh_from: u64,
+    /// The last event a drain may have started to deliver (saved before
+    /// it starts on events other than its own post's): a deferred notify
+    /// whose event is not past it does not mark it fresh, since a drain
+    /// killed before the mark may have delivered it in part.
+    pub(super) tried: u64,
 }
 
 impl State {
@@ -96,6 +109,8 @@ impl State {
             body.extend_from_slice(&lag.attempts.to_le_bytes());
             body.extend_from_slice(&lag.next_at.to_bits().to_le_bytes());
         }
+        body.extend_from_slice(&self.fresh_from.to_le_bytes());
+        body.extend_from_slice(&self.tried.to_le_bytes());
         let mut out = Vec::with_capacity(body.len() + 12);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -116,11 +131,16 @@ impl State {
             return None;
         }
         let mut r = Reader(body);
-        let mut state = State { generation: r.u64()?, cursor: r.u64()?, lagging: Vec::new() };
+        let mut state = State { generation: r.u64()?, cursor: r.u64()?, lagging: Vec::new(), fresh_from: 0, tried: 0 };
         for _ in 0..r.u32()? {
             let n = r.u32()? as usize;
             let route_id = r.take(n)?.to_vec();
             state.lagging.push(Lag { route_id, from: r.u64()?, attempts: r.u32()?, next_at: f64::from_bits(r.u64()?) });
+        }
+        // Absent in a state written before it existed: none known.
+        if !r.0.is_empty() {
+            state.fresh_from = r.u64()?;
+            state.tried = r.u64()?;
         }
         Some(state)
     }
@@ -245,6 +265,36 @@ impl Store {
         result.map(|_| report)
     }
 
+    /// Completes the forwarding a deferred notify left pending
+    /// ([`Store::notify_deferring`]), as [`Store::complete_forwarding`]
+    /// does; for the server that answered it, right after its answer.
+    /// One thread of this process at a time drains a topic: a call made
+    /// while another drains it returns at once, and that one looks again
+    /// when it is done, so that posts arriving during a fan-out are
+    /// carried together by its next pass.
+    pub fn complete_deferred(&self, topic: &Topic) {
+        {
+            let mut running = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(again) = running.get_mut(topic) {
+                *again = true;
+                return;
+            }
+            running.insert(topic.clone(), false);
+        }
+        loop {
+            // Errors stay in the outbox, for the topic's next writer.
+            let _ = self.complete_forwarding(topic);
+            let mut running = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            match running.get_mut(topic) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    running.remove(topic);
+                    return;
+                }
+            }
+        }
+    }
+
     pub(super) fn complete_forwarding_into(&self, topic: &Topic, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
         let dir = self.checked_dir(topic)?;
         if !dir.join(FORWARDED_FILE).exists() {
@@ -335,6 +385,32 @@ impl Store {
         }
     }
 
+    /// Records that the event `seq` of `topic`, just stored by a deferred
+    /// notify, is to be forwarded by the next drain, and that no
+    /// forwarding has started on it (`State::fresh_from`) unless a drain
+    /// may have reached it already (`State::tried`). Lists the topic in
+    /// `.outbox/`, so that a background pass completes it should the
+    /// caller not (the drain that delivers it takes the topic off).
+    pub(super) fn record_deferred(&self, topic: &Topic, seq: u64) -> Result<()> {
+        let dir = self.dir(topic);
+        let mut outbox = Outbox::lock(&dir, &self.config)?;
+        // New (or unreadable): nothing before this post is pending.
+        let mut state = outbox.state.clone().unwrap_or(State { cursor: seq.saturating_sub(1), ..State::default() });
+        if seq <= state.cursor {
+            return Ok(()); // forwarded already
+        }
+        if seq <= state.tried {
+            // A drain got there first (and may have been killed): the
+            // caller's drain, or the topic's next writer, completes it.
+            return Ok(());
+        }
+        if state.fresh_from <= state.cursor {
+            state.fresh_from = seq;
+        }
+        self.mark_outbox(topic, true);
+        outbox.save(&mut state)
+    }
+
     /// Records that route `route_id` of `from` is to carry the current
     /// events from `first` on (its initial population) before anything
     /// newer, then leaves them for [`Store::complete_forwarding`].
@@ -383,9 +459,22 @@ impl Store {
             // event (excluded) or, without one, up to the end; read back
             // from the log [`BATCH`] events at a time, oldest first.
             let upto = end - u64::from(own.is_some());
+            // From the moment this drain starts on the events before its
+            // own they may be delivered in part: the state says so first,
+            // and those no forwarding had started on (a deferred notify's,
+            // from `fresh`) are fresh no more.
+            let fresh = match state.fresh_from {
+                fresh if fresh > state.cursor && fresh <= upto => std::mem::take(&mut state.fresh_from),
+                _ => u64::MAX,
+            };
+            if state.cursor < upto {
+                state.tried = state.tried.max(upto);
+                outbox.save(&mut state)?;
+            }
             while state.cursor < upto {
-                let pending = self.events_between(topic, state.cursor, upto)?;
+                let mut pending = self.events_between(topic, state.cursor, upto)?;
                 let complete = pending.len() < BATCH;
+                let untried = pending.iter().position(|(seq, _)| *seq >= fresh).map_or(Vec::new(), |at| pending.split_off(at));
                 for (seq, mut event) in pending {
                     // Each recovered event has the budget its own post had:
                     // past `max_forwards` its forwarding stops there, as its
@@ -396,6 +485,10 @@ impl Store {
                     report.writes.append(&mut own_report.writes);
                     report.poisoned.append(&mut own_report.poisoned);
                     state.cursor = seq;
+                }
+                if let Some(&(last, _)) = untried.last() {
+                    self.deliver_run(topic, &urls, &active, &mut state, untried, report, queue);
+                    state.cursor = last;
                 }
                 if complete {
                     // The rest up to `upto` is not current (superseded,
@@ -418,10 +511,14 @@ impl Store {
                 format!("forwarding from '{topic}' took more than {} deliveries (KN_MAX_FORWARDS); stopped there", self.config.max_forwards),
             ));
         }
+        if state.fresh_from <= state.cursor {
+            state.fresh_from = 0; // delivered, or nothing to deliver
+        }
         if state != before || outbox.state.is_none() {
             let lagging = !state.lagging.is_empty();
             let was_lagging = !before.lagging.is_empty();
-            if lagging != was_lagging || outbox.state.is_none() {
+            // A deferred notify listed the topic too.
+            if lagging != was_lagging || outbox.state.is_none() || before.fresh_from != 0 {
                 self.mark_outbox(topic, lagging);
             }
             outbox.save(&mut state)?;
@@ -606,39 +703,55 @@ impl Store {
         &self,
         urls: &SourceUrls,
         listed: &ListedRoute,
-        (event, shared): (&Event, Option<&Arc<SharedPayload>>),
+        event: (&Event, Option<&Arc<SharedPayload>>),
         recovered: bool,
         report: &mut PostReport,
         queue: &mut VecDeque<Job>,
     ) -> Delivery {
-        let route = &listed.route;
-        // The route's creator must still have the right to read the source
-        // and post to the destination (docs/ACCESS.md). Unreadable rules
-        // deliver nothing now and keep the route for a retry.
-        match listed.may_deliver(self) {
-            Ok(None) => {}
-            Ok(Some(refused)) => return Delivery::Permanent(Counter::PoisonedOther, Error::new(ErrorKind::Forbidden, refused)),
-            Err(err) => return Delivery::Transient(err),
+        if let Some(refused) = self.may_deliver(listed) {
+            return refused;
         }
+        let Some((copy, shared)) = self.copy_for(urls, listed, event) else { return Delivery::Done };
+        match listed.destination(self) {
+            Ok(Destination::Local(topic)) => match self.store_copy(&topic, copy, shared, recovered, report, queue) {
+                Ok(()) => Delivery::Done,
+                Err(err) => classify_local(err),
+            },
+            Ok(Destination::Remote(url)) => self.deliver_remote(&url, copy, shared),
+            Err(reason) => Delivery::Permanent(Counter::PoisonedBadName, Error::new(ErrorKind::BadTopic, reason)),
+        }
+    }
+
+    /// Whether the route's creator may still read the source and post to
+    /// the destination (docs/ACCESS.md): `None` when so. Unreadable rules
+    /// deliver nothing now and keep the route for a retry.
+    fn may_deliver(&self, listed: &ListedRoute) -> Option<Delivery> {
+        match listed.may_deliver(self) {
+            Ok(None) => None,
+            Ok(Some(refused)) => Some(Delivery::Permanent(Counter::PoisonedOther, Error::new(ErrorKind::Forbidden, refused))),
+            Err(err) => Some(Delivery::Transient(err)),
+        }
+    }
+
+    /// The copy of `event` that travels `listed` (PROTOCOL.md 4.1 steps 1
+    /// to 3), with its shared payload if it still has one; `None` when the
+    /// event does not travel this route (filtered out, or its transform
+    /// failed or is not allowed).
+    fn copy_for(&self, urls: &SourceUrls, listed: &ListedRoute, (event, shared): (&Event, Option<&Arc<SharedPayload>>)) -> Option<(Event, Option<Arc<SharedPayload>>)> {
+        let route = &listed.route;
         let route_id = route.id().to_vec();
         let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
         if !listed.passes(self, payload) {
-            return Delivery::Done;
+            return None;
         }
         let mut out = event.clone();
         let mut shared = shared.cloned();
         if let Some(spec) = route.event.get("kn_content_transform") {
             let allowed = remote::parse_content_transform(spec).and_then(|(url, _)| self.config.outbound.check(url));
-            if allowed.is_err() {
-                return Delivery::Done;
-            }
-            match remote::content_transform(self.remote.as_ref(), spec, payload) {
-                Ok(payload) => {
-                    out.set(KN_PAYLOAD, payload);
-                    shared = None;
-                }
-                Err(_) => return Delivery::Done, // the event does not travel this route
-            }
+            allowed.ok()?;
+            let payload = remote::content_transform(self.remote.as_ref(), spec, payload).ok()?;
+            out.set(KN_PAYLOAD, payload);
+            shared = None;
         }
         out.strip_hop_by_hop();
         let location = match route.event.get("kn_uri") {
@@ -646,26 +759,118 @@ impl Store {
             None => format!("{}/{}", urls.routes, String::from_utf8_lossy(&route_id)).into_bytes(),
         };
         out.set(KN_ROUTE_LOCATION, location).set(KN_ROUTE_ID, route_id).set(KN_ROUTED_FROM, urls.topic.as_bytes());
-        match listed.destination(self) {
-            Ok(Destination::Local(topic)) => match self.store_copy(&topic, out, shared, recovered, report, queue) {
-                Ok(()) => Delivery::Done,
-                Err(err) => classify_local(err),
-            },
-            Ok(Destination::Remote(url)) => {
-                if let Some(shared) = &shared {
-                    out.set(KN_PAYLOAD, shared.bytes.clone());
-                }
-                if let Err(err) = self.config.outbound.check(&url) {
-                    return Delivery::Permanent(Counter::PoisonedOther, err);
-                }
-                match remote::deliver_to(self.remote.as_ref(), &url, &out) {
-                    Ok(()) => Delivery::Done,
-                    Err(RemoteFailure::Refused(err)) => Delivery::Permanent(Counter::PoisonedRefused, err),
-                    Err(RemoteFailure::Unusable(err)) => Delivery::Permanent(Counter::PoisonedBadName, err),
-                    Err(RemoteFailure::Unavailable(err)) => Delivery::Transient(err),
-                }
+        Some((out, shared))
+    }
+
+    /// Delivers a copy to another server.
+    fn deliver_remote(&self, url: &str, mut copy: Event, shared: Option<Arc<SharedPayload>>) -> Delivery {
+        if let Some(shared) = &shared {
+            copy.set(KN_PAYLOAD, shared.bytes.clone());
+        }
+        if let Err(err) = self.config.outbound.check(url) {
+            return Delivery::Permanent(Counter::PoisonedOther, err);
+        }
+        match remote::deliver_to(self.remote.as_ref(), url, &copy) {
+            Ok(()) => Delivery::Done,
+            Err(RemoteFailure::Refused(err)) => Delivery::Permanent(Counter::PoisonedRefused, err),
+            Err(RemoteFailure::Unusable(err)) => Delivery::Permanent(Counter::PoisonedBadName, err),
+            Err(RemoteFailure::Unavailable(err)) => Delivery::Transient(err),
+        }
+    }
+
+    /// Delivers `events` (after the cursor, in order, none of them tried
+    /// before: a deferred notify's) along every active route that does not
+    /// lag, a route at a time: the copies bound for one journal are
+    /// appended together, under one lock, with one write
+    /// (`Writer::append_run`), and its tunnels take them in one wakeup.
+    /// What a route cannot take now makes it lag from there, as
+    /// [`Store::deliver_all`] does; each event has its own
+    /// `max_forwards` budget.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_run(
+        &self,
+        source: &Topic,
+        urls: &SourceUrls,
+        active: &[&ListedRoute],
+        state: &mut State,
+        mut events: Vec<(u64, Event)>,
+        report: &mut PostReport,
+        queue: &mut VecDeque<Job>,
+    ) {
+        let events: Vec<(u64, Event, Option<Arc<SharedPayload>>)> = events
+            .drain(..)
+            .map(|(seq, mut event)| {
+                let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
+                (seq, event, payload)
+            })
+            .collect();
+        let mut budget = vec![0usize; events.len()];
+        for route in active {
+            if state.lagging.iter().any(|l| l.route_id == route.route.id()) {
+                continue; // it gets these events when it catches up
             }
-            Err(reason) => Delivery::Permanent(Counter::PoisonedBadName, Error::new(ErrorKind::BadTopic, reason)),
+            let first = events[0].0;
+            let failed = match self.may_deliver(route) {
+                Some(refused) => Some((first, refused)),
+                None => {
+                    let mut copies = Vec::new();
+                    for (i, (seq, event, payload)) in events.iter().enumerate() {
+                        if budget[i] >= self.config.max_forwards {
+                            continue; // that event's post would have stopped there
+                        }
+                        budget[i] += 1;
+                        if let Some((copy, shared)) = self.copy_for(urls, route, (event, payload.as_ref())) {
+                            copies.push((*seq, copy, shared));
+                        }
+                    }
+                    self.deliver_copies(route, copies, report, queue)
+                }
+            };
+            match failed {
+                None => {}
+                Some((_, Delivery::Done)) => {}
+                Some((seq, Delivery::Transient(err))) => {
+                    let _ = self.count(Counter::DeliveriesRetried, 1);
+                    if self.config.forward_retries == 0 {
+                        self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
+                        continue;
+                    }
+                    let next_at = now() + self.config.forward_backoff.as_secs_f64();
+                    state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
+                }
+                Some((_, Delivery::Permanent(counter, err))) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
+            }
+        }
+    }
+
+    /// Delivers one route's copies in order: to a local journal together
+    /// ([`Store::store_copies`]), elsewhere one by one. The first that
+    /// fails, with its seq: the copies after it are not delivered.
+    fn deliver_copies(
+        &self,
+        route: &ListedRoute,
+        copies: Vec<(u64, Event, Option<Arc<SharedPayload>>)>,
+        report: &mut PostReport,
+        queue: &mut VecDeque<Job>,
+    ) -> Option<(u64, Delivery)> {
+        let first = copies.first()?.0;
+        let dest = match route.destination(self) {
+            Ok(dest) => dest,
+            Err(reason) => return Some((first, Delivery::Permanent(Counter::PoisonedBadName, Error::new(ErrorKind::BadTopic, reason)))),
+        };
+        match dest {
+            Destination::Local(topic) if topic.is_journal() && copies.iter().all(|(_, _, shared)| shared.is_none()) => {
+                let copies = copies.into_iter().map(|(_, copy, _)| copy).collect();
+                self.store_copies(&topic, copies, report, queue).err().map(|err| (first, classify_local(err)))
+            }
+            Destination::Local(topic) => copies.into_iter().find_map(|(seq, copy, shared)| match self.store_copy(&topic, copy, shared, false, report, queue) {
+                Ok(()) => None,
+                Err(err) => Some((seq, classify_local(err))),
+            }),
+            Destination::Remote(url) => copies.into_iter().find_map(|(seq, copy, shared)| match self.deliver_remote(&url, copy, shared) {
+                Delivery::Done => None,
+                failed => Some((seq, failed)),
+            }),
         }
     }
 
@@ -690,6 +895,32 @@ impl Store {
         let Some(stored) = self.append_event(dest, kept, &copy, payload.as_deref(), now(), create, search)? else { return Ok(()) };
         report.writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
         queue.push_back(Job::stored(dest.clone(), copy, payload, stored));
+        Ok(())
+    }
+
+    /// Stores `copies`, in order, in the journal `dest` (created if
+    /// needed) with one append, and queues their own forwarding. A stale
+    /// journal refuses them.
+    fn store_copies(&self, dest: &Topic, copies: Vec<Event>, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
+            if log::failpoint(point) {
+                return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
+            }
+        }
+        let mut kept = self.take_kept(dest);
+        if self.journal_stale(dest, &mut kept.1) {
+            self.put_kept(kept);
+            return Err(self.stale_error(dest));
+        }
+        let create = || -> Result<()> {
+            queue.extend(self.ensure_topic(dest, report)?);
+            Ok(())
+        };
+        let stored = self.append_copies(dest, kept, &copies, now(), create)?;
+        for (copy, stored) in copies.into_iter().zip(stored) {
+            report.writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
+            queue.push_back(Job::stored(dest.clone(), copy, None, stored));
+        }
         Ok(())
     }
 
@@ -773,9 +1004,19 @@ mod tests {
             generation: 7,
             cursor: 42,
             lagging: vec![Lag { route_id: b"r1".to_vec(), from: 40, attempts: 2, next_at: 1.5 }],
+            fresh_from: 43,
+            tried: 41,
         };
         let bytes = state.encode();
-        assert_eq!(State::decode(&bytes), Some(state));
+        assert_eq!(State::decode(&bytes), Some(state.clone()));
+        // As written before `fresh_from` and `tried` existed (and as a
+        // binary of then reads it, ignoring them): none known.
+        let body = &bytes[12..bytes.len() - 16];
+        let mut old = MAGIC.to_vec();
+        old.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        old.extend_from_slice(&crate::record::crc32c(&[body]).to_le_bytes());
+        old.extend_from_slice(body);
+        assert_eq!(State::decode(&old), Some(State { fresh_from: 0, tried: 0, ..state }));
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 1;

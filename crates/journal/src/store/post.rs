@@ -58,6 +58,11 @@ pub struct PostReport {
     pub id: Vec<u8>,
     /// Routes that failed and were poisoned.
     pub poisoned: Vec<Poisoned>,
+    /// The event was stored and its forwarding left pending in the
+    /// outbox ([`Store::notify_deferring`]): the caller completes it with
+    /// [`Store::complete_deferred`] once it has answered. `writes` then
+    /// holds no forwarded copy.
+    pub forwarding_deferred: bool,
     /// Deliveries along routes so far, counted against `max_forwards`
     /// across every `run` sharing this report (a route's initial
     /// population runs once per event).
@@ -115,18 +120,40 @@ impl Store {
     /// route. A duplicate on an ordinary topic is neither stored nor
     /// forwarded (`report.duplicate`).
     pub fn notify(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        self.check_notify(topic)?;
+        self.post_with(topic, event, false)
+    }
+
+    /// [`Store::notify`] for a server, which answers before a fan-out:
+    /// on a topic with more active routes than `Config::forward_inline`,
+    /// the event is stored and its forwarding left pending in the outbox
+    /// (`report.forwarding_deferred`), for the caller to complete with
+    /// [`Store::complete_deferred`] once it has answered. The drain that
+    /// completes it delivers a route at a time, the copies bound for one
+    /// journal in one append (FORMAT.md, "Deferred forwarding"). With
+    /// fewer routes, exactly [`Store::notify`].
+    pub fn notify_deferring(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        self.check_notify(topic)?;
+        self.post_with(topic, event, true)
+    }
+
+    fn check_notify(&self, topic: &Topic) -> Result<()> {
         if topic.is_reserved() {
             return Err(Error::new(
                 ErrorKind::ReservedTopic,
                 format!("can't post to '{topic}': kn_routes and kn_subtopics topics are written by the server only"),
             ));
         }
-        self.post(topic, event)
+        Ok(())
     }
 
     /// Posts with forwarding like [`Store::notify`], but also to reserved
     /// topics (for tools that restore routes, and the server itself).
     pub fn post(&self, topic: &Topic, event: Event) -> Result<PostReport> {
+        self.post_with(topic, event, false)
+    }
+
+    fn post_with(&self, topic: &Topic, event: Event, defer: bool) -> Result<PostReport> {
         if topic.is_journal() {
             let mut kept = self.take_kept(topic);
             let stale = self.journal_stale(topic, &mut kept.1);
@@ -139,7 +166,7 @@ impl Store {
         let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id, ..PostReport::default() };
-        let stored = self.run(Job { topic: topic.clone(), event, payload, stored: None }, &mut report)?;
+        let stored = self.run(Job { topic: topic.clone(), event, payload, stored: None }, &mut report, defer)?;
         report.duplicate = !stored;
         Ok(report)
     }
@@ -249,20 +276,49 @@ impl Store {
     /// event was stored (false: a duplicate). Once it is stored, only
     /// `max_forwards` fails the post: a delivery that cannot be made now
     /// stays in the topic's outbox.
-    pub(super) fn run(&self, mut job: Job, report: &mut PostReport) -> Result<bool> {
+    /// With `defer`, a topic with more active routes than
+    /// `Config::forward_inline` has its event's forwarding left pending
+    /// ([`Store::notify_deferring`]).
+    pub(super) fn run(&self, mut job: Job, report: &mut PostReport, defer: bool) -> Result<bool> {
         let _wakes = crate::watch::WakeBatch::open();
         let mut queue = VecDeque::new();
         if job.stored.is_none() {
             let Some(stored) = self.run_job(&job, report, &mut queue)? else { return Ok(false) };
             job.stored = Some(stored);
         }
-        if let Err(err) = self.forward_stored(job, report, &mut queue) {
+        if defer && self.defer_forwarding(&job) {
+            report.forwarding_deferred = true;
+        } else if let Err(err) = self.forward_stored(job, report, &mut queue) {
             if err.kind() == ErrorKind::TooManyDeliveries {
                 return Err(err);
             }
         }
         self.run_forwarding(queue, report)?;
         Ok(true)
+    }
+
+    /// Whether the forwarding of `job` (stored) is left pending, for
+    /// [`Store::notify_deferring`]: its topic has more active routes than
+    /// `Config::forward_inline`, and the outbox recorded it. Anything that
+    /// cannot be read or written here forwards before the answer instead.
+    fn defer_forwarding(&self, job: &Job) -> bool {
+        let limit = self.config.forward_inline;
+        let Some(stored) = &job.stored else { return false };
+        if limit == 0 {
+            return false;
+        }
+        let routes = match &stored.routes {
+            Some(routes) => Arc::clone(routes),
+            None => match self.read_routes(&job.topic, stored.routes_generation) {
+                Ok(routes) => routes,
+                Err(_) => return false,
+            },
+        };
+        let t = now();
+        if routes.iter().filter(|r| r.route.is_active(t)).count() <= limit {
+            return false;
+        }
+        self.record_deferred(&job.topic, stored.seq).is_ok()
     }
 
     /// Forwards a stored event along its topic's active routes (nothing to
@@ -389,6 +445,36 @@ impl Store {
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         self.changed(topic);
         Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))
+    }
+
+    /// Appends `copies` to the journal `topic` under its lock, as
+    /// consecutive records written together (`Writer::append_run`); what
+    /// [`Store::append_event`] does for one event, for many.
+    pub(super) fn append_copies(
+        &self,
+        topic: &Topic,
+        kept: (Option<Topic>, Kept),
+        copies: &[Event],
+        stored_at: f64,
+        create: impl FnOnce() -> Result<()>,
+    ) -> Result<Vec<Stored>> {
+        let mut create = Some(create);
+        let mut prepare = || create.take().map_or(Ok(()), |c| c());
+        let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
+        let waking = self.appending(topic);
+        let appended = writer.append_run(copies, stored_at.max(0.0) as u64, &self.gauge);
+        if appended.is_ok() && writer.wants_compaction() {
+            // Best effort: the copies are stored whatever happens here.
+            let _ = writer.compact_wanted(now());
+        }
+        let routes_generation = writer.routes_generation();
+        let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
+        let written = waking.as_ref().and_then(|_| writer.take_written());
+        self.keep(writer, kept);
+        self.appended_written(waking, appended.as_ref().is_ok_and(|seqs| !seqs.is_empty()), written);
+        let seqs = appended?;
+        self.changed(topic);
+        Ok(seqs.into_iter().map(|seq| Stored { seq, routes_generation: Some(routes_generation), routes: routes.clone() }).collect())
     }
 
     /// A locked writer of `topic`: from the files in `kept` when they still
