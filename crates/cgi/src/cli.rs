@@ -29,6 +29,10 @@ Environment:
     KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
     KN_TUNNEL_MAX_TIME  seconds a tunnel stays open at most (default 0: no
                         limit); its journal stays, the client reconnects
+    KN_FORWARD_INLINE   most routes a notify forwards along before its
+                        answer (default 32); a topic with more is answered
+                        once stored and forwarded right after, many events
+                        to a journal at a time (0: always before)
     KN_ACCESS_RULES     the access rules file: who may post, read, route and
                         replay where (default: none, everything allowed).
                         Under CGI the user is REMOTE_USER, set by the web

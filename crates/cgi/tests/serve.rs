@@ -410,6 +410,42 @@ fn tunnel_max_time_ends_a_tunnel_and_its_journal_stays_for_the_reconnection() {
     assert_eq!(reply.status_line, "HTTP/1.1 404 Expired", "{}", reply.text());
 }
 
+/// KN_FORWARD_INLINE: a notify to a topic with more routes is answered
+/// once its event is stored (its status lists that one write), and every
+/// tunnel then gets every event, in order; at the limit, the copies are
+/// written before the answer and listed in it, as the original did.
+#[test]
+fn a_fan_out_past_forward_inline_is_answered_first_and_every_tunnel_gets_every_event_in_order() {
+    let server = Server::start_with(&[("KN_FORWARD_INLINE", "2")]);
+    let journal = |i: usize| format!("/who/fan{i}/s/1/kn_journal");
+    let mut tunnels: Vec<Tunnel> = (0..3).map(|i| server.tunnel(&format!("/kn{}?kn_response_format=simple", journal(i)))).collect();
+    for i in 0..2 {
+        let reply = server.post(&format!("do_method=route&kn_from=/what/fan&kn_to={}&kn_response_format=simple", journal(i)));
+        assert_eq!(reply.status_line, "HTTP/1.1 200 Routed", "{}", reply.text());
+    }
+    let wrote = |text: &str| text.matches("Wrote to '").count();
+    // Two routes, two inline at most: the copies are in the answer.
+    let reply = server.post("kn_to=/what/fan&kn_payload=inline&kn_response_format=simple");
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+    assert_eq!(wrote(&reply.text()), 3, "{}", reply.text());
+    let reply = server.post(&format!("do_method=route&kn_from=/what/fan&kn_to={}&kn_response_format=simple", journal(2)));
+    assert_eq!(reply.status_line, "HTTP/1.1 200 Routed", "{}", reply.text());
+    // Three: answered once stored, forwarded right after.
+    for n in 0..10 {
+        let reply = server.post(&format!("kn_to=/what/fan&kn_payload=fanned-{n}-&kn_response_format=simple"));
+        assert_eq!(reply.status_line, "HTTP/1.1 200 Notified");
+        assert_eq!(wrote(&reply.text()), 1, "{}", reply.text());
+        assert!(reply.text().contains("Wrote to '/what/fan'"), "{}", reply.text());
+    }
+    for (i, tunnel) in tunnels.iter_mut().enumerate() {
+        assert!(tunnel.wait_for(b"fanned-9-", Duration::from_secs(5)), "tunnel {i}: {}", tunnel.text());
+        let text = String::from_utf8_lossy(&tunnel.seen).into_owned();
+        let at: Vec<usize> = (0..10).map(|n| text.find(&format!("fanned-{n}-")).unwrap_or_else(|| panic!("tunnel {i} lacks {n}: {text}"))).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "tunnel {i}: out of order: {text}");
+        assert_eq!(text.matches("fanned-").count(), 10, "tunnel {i}: each once: {text}");
+    }
+}
+
 /// Without the setting a tunnel stays open (the keep-alives go on).
 #[test]
 fn without_tunnel_max_time_a_tunnel_stays_open() {

@@ -899,8 +899,11 @@ impl Store {
     }
 
     /// Stores `copies`, in order, in the journal `dest` (created if
-    /// needed) with one append, and queues their own forwarding. A stale
-    /// journal refuses them.
+    /// needed) with one append, and queues their own forwarding unless
+    /// the journal is known to have no active route. A stale journal
+    /// refuses them. Not listed in `report.writes`: a deferred drain's
+    /// copies are as many as its events times its routes, and no answer
+    /// lists them.
     fn store_copies(&self, dest: &Topic, copies: Vec<Event>, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
         for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
             if log::failpoint(point) {
@@ -917,9 +920,20 @@ impl Store {
             Ok(())
         };
         let stored = self.append_copies(dest, kept, &copies, now(), create)?;
-        for (copy, stored) in copies.into_iter().zip(stored) {
-            report.writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
-            queue.push_back(Job::stored(dest.clone(), copy, None, stored));
+        // Queued jobs are held until the drain ends: only copies that may
+        // go further. Static routes from a journal are refused, so none
+        // has an active route unless a tool restored one into its
+        // `kn_routes` (a route made after the append above does not
+        // carry these copies: they were stored before it).
+        let t = now();
+        let routed = match stored.first().and_then(|s| s.routes.as_ref()) {
+            Some(routes) => routes.iter().any(|r| r.route.is_active(t)),
+            None => self.dir(&dest.routes()).exists(),
+        };
+        if routed {
+            for (copy, stored) in copies.into_iter().zip(stored) {
+                queue.push_back(Job::stored(dest.clone(), copy, None, stored));
+            }
         }
         Ok(())
     }
