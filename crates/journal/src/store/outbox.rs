@@ -258,6 +258,8 @@ impl Store {
     /// server right after a route's reply. Returns what it stored and
     /// poisoned; a topic without routes costs a directory lookup.
     pub fn complete_forwarding(&self, topic: &Topic) -> Result<PostReport> {
+        // Readers of this process woken in groups, as a post's fan-out.
+        let _wakes = crate::watch::WakeBatch::open();
         let mut report = PostReport::default();
         let mut queue = VecDeque::new();
         let result = self.complete_forwarding_into(topic, &mut report, &mut queue);
