@@ -81,19 +81,18 @@ pub(super) struct State {
     /// lagging routes).
     pub(super) cursor: u64,
     pub(super) lagging: Vec<Lag>,
-    /// The first of the events after the cursor that no forwarding has
-    /// started on yet (0: none known): set by a deferred notify
-    /// ([`Store::notify_deferring`]), cleared by the drain that is about
-    /// to deliver them. Those from it on need no search for a copy
-    /// delivered before, and are delivered a route at a time, many to a
-    /// journal in one append. Written after the lagging routes, where a
-    /// reader that does not know it stops reading (and then searches).
-    pub(super) fresh_from: u64,
-    /// The last event a drain may have started to deliver (saved before
-    /// it starts on events other than its own post's): a deferred notify
-    /// whose event is not past it does not mark it fresh, since a drain
-    /// killed before the mark may have delivered it in part.
-    pub(super) tried: u64,
+    /// The last event a drain may have started to deliver: every drain
+    /// raises it to the end of what it is about to deliver, and writes
+    /// it, before it delivers anything. So the events after it have never
+    /// been delivered anywhere (a deferred notify's, or one whose post was
+    /// killed before its drain), need no search for an earlier copy, and
+    /// are delivered a route at a time, many to a journal in one append;
+    /// those up to it may have been delivered in part by a drain that was
+    /// killed. `None`: not known (a state written before it existed, or
+    /// a new one), taken as the end of the log at the next drain. Written
+    /// after the lagging routes, where a reader that does not know it
+    /// stops reading.
+    pub(super) tried: Option<u64>,
 }
 
 impl State {
@@ -109,14 +108,21 @@ impl State {
             body.extend_from_slice(&lag.attempts.to_le_bytes());
             body.extend_from_slice(&lag.next_at.to_bits().to_le_bytes());
         }
-        body.extend_from_slice(&self.fresh_from.to_le_bytes());
-        body.extend_from_slice(&self.tried.to_le_bytes());
+        if let Some(tried) = self.tried {
+            body.extend_from_slice(&tried.to_le_bytes());
+        }
         let mut out = Vec::with_capacity(body.len() + 12);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&crate::record::crc32c(&[&body]).to_le_bytes());
         out.extend_from_slice(&body);
         out
+    }
+
+    /// A new state: every event up to `cursor` forwarded, none after it
+    /// tried.
+    fn at(cursor: u64) -> State {
+        State { cursor, tried: Some(cursor), ..State::default() }
     }
 
     fn decode(slot: &[u8]) -> Option<State> {
@@ -131,7 +137,7 @@ impl State {
             return None;
         }
         let mut r = Reader(body);
-        let mut state = State { generation: r.u64()?, cursor: r.u64()?, lagging: Vec::new(), fresh_from: 0, tried: 0 };
+        let mut state = State { generation: r.u64()?, cursor: r.u64()?, lagging: Vec::new(), tried: None };
         for _ in 0..r.u32()? {
             let n = r.u32()? as usize;
             let route_id = r.take(n)?.to_vec();
@@ -139,8 +145,7 @@ impl State {
         }
         // Absent in a state written before it existed: none known.
         if !r.0.is_empty() {
-            state.fresh_from = r.u64()?;
-            state.tried = r.u64()?;
+            state.tried = Some(r.u64()?);
         }
         Some(state)
     }
@@ -181,6 +186,17 @@ impl Outbox {
         crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
         let state = read_state(&file).map_err(|e| Error::io("cannot read forwarding state", &path, e))?;
         Ok(Outbox { file, path, state })
+    }
+
+    /// Writes `state` before a drain delivers what it marks as tried:
+    /// with `sync=always` flushed too, so that no power cut can leave a
+    /// delivery made and its mark lost.
+    pub(super) fn save_before_delivering(&mut self, state: &mut State, config: &crate::Config) -> Result<()> {
+        self.save(state)?;
+        if config.sync == crate::config::SyncPolicy::Always {
+            self.file.sync_data().map_err(|e| Error::io("cannot sync forwarding state", &self.path, e))?;
+        }
+        Ok(())
     }
 
     pub(super) fn save(&mut self, state: &mut State) -> Result<()> {
@@ -380,7 +396,7 @@ impl Store {
         let end = log::cursor_at_end(dir)?.last_seq();
         match outbox.state.clone() {
             None => {
-                outbox.save(&mut State { cursor: end, ..State::default() })?;
+                outbox.save(&mut State::at(end))?;
                 Ok(false)
             }
             Some(state) => Ok(state.cursor < end || !state.lagging.is_empty()),
@@ -388,29 +404,21 @@ impl Store {
     }
 
     /// Records that the event `seq` of `topic`, just stored by a deferred
-    /// notify, is to be forwarded by the next drain, and that no
-    /// forwarding has started on it (`State::fresh_from`) unless a drain
-    /// may have reached it already (`State::tried`). Lists the topic in
-    /// `.outbox/`, so that a background pass completes it should the
-    /// caller not (the drain that delivers it takes the topic off).
+    /// notify, is to be forwarded: lists the topic in `.outbox/`, so that
+    /// a background pass completes it should the caller not (the drain
+    /// that delivers it takes the topic off), and starts the topic's
+    /// state if it has none, with the event pending.
     pub(super) fn record_deferred(&self, topic: &Topic, seq: u64) -> Result<()> {
         let dir = self.dir(topic);
-        let mut outbox = Outbox::lock(&dir, &self.config)?;
-        // New (or unreadable): nothing before this post is pending.
-        let mut state = outbox.state.clone().unwrap_or(State { cursor: seq.saturating_sub(1), ..State::default() });
-        if seq <= state.cursor {
-            return Ok(()); // forwarded already
-        }
-        if seq <= state.tried {
-            // A drain got there first (and may have been killed): the
-            // caller's drain, or the topic's next writer, completes it.
+        self.mark_outbox(topic, true);
+        if dir.join(FORWARDED_FILE).exists() {
             return Ok(());
         }
-        if state.fresh_from <= state.cursor {
-            state.fresh_from = seq;
+        let mut outbox = Outbox::lock(&dir, &self.config)?;
+        if outbox.state.is_some() {
+            return Ok(());
         }
-        self.mark_outbox(topic, true);
-        outbox.save(&mut state)
+        outbox.save(&mut State::at(seq.saturating_sub(1)))
     }
 
     /// Records that route `route_id` of `from` is to carry the current
@@ -420,7 +428,7 @@ impl Store {
         let dir = self.checked_dir(from)?;
         let mut outbox = Outbox::lock(&dir, &self.config)?;
         let end = log::cursor_at_end(&dir)?.last_seq();
-        let mut state = outbox.state.clone().unwrap_or(State { cursor: end, ..State::default() });
+        let mut state = outbox.state.clone().unwrap_or(State::at(end));
         state.lagging.retain(|l| l.route_id != route_id);
         state.lagging.push(Lag { route_id: route_id.to_vec(), from: first, attempts: 0, next_at: 0.0 });
         self.mark_outbox(from, true);
@@ -445,9 +453,12 @@ impl Store {
         let mut state = match outbox.state.clone() {
             Some(state) => state,
             // New (or unreadable): nothing before this post is pending.
-            None => State { cursor: end.saturating_sub(u64::from(own.is_some())), ..State::default() },
+            None => State::at(end.saturating_sub(u64::from(own.is_some()))),
         };
         let before = state.clone();
+        // Events pending before this drain's own (a deferred notify's,
+        // which listed the topic in `.outbox/`, or a killed one's).
+        let had_pending = state.cursor < end.saturating_sub(u64::from(own.is_some()));
         let active: Vec<&ListedRoute> = routes.iter().filter(|r| r.route.is_active(t)).collect();
         state.lagging.retain(|l| active.iter().any(|r| r.route.id() == l.route_id));
         let urls = SourceUrls::of(self, topic);
@@ -461,22 +472,16 @@ impl Store {
             // event (excluded) or, without one, up to the end; read back
             // from the log [`BATCH`] events at a time, oldest first.
             let upto = end - u64::from(own.is_some());
-            // From the moment this drain starts on the events before its
-            // own they may be delivered in part: the state says so first,
-            // and those no forwarding had started on (a deferred notify's,
-            // from `fresh`) are fresh no more.
-            let fresh = match state.fresh_from {
-                fresh if fresh > state.cursor && fresh <= upto => std::mem::take(&mut state.fresh_from),
-                _ => u64::MAX,
-            };
-            if state.cursor < upto {
-                state.tried = state.tried.max(upto);
-                outbox.save(&mut state)?;
-            }
+            // From the moment this drain starts, every event up to `end`
+            // may be delivered in part: the state says so first. Those
+            // after the old mark no drain had started on.
+            let tried = state.tried.unwrap_or(end);
+            state.tried = Some(tried.max(end));
+            outbox.save_before_delivering(&mut state, &self.config)?;
             while state.cursor < upto {
                 let mut pending = self.events_between(topic, state.cursor, upto)?;
                 let complete = pending.len() < BATCH;
-                let untried = pending.iter().position(|(seq, _)| *seq >= fresh).map_or(Vec::new(), |at| pending.split_off(at));
+                let untried = pending.iter().position(|(seq, _)| *seq > tried).map_or(Vec::new(), |at| pending.split_off(at));
                 for (seq, mut event) in pending {
                     // Each recovered event has the budget its own post had:
                     // past `max_forwards` its forwarding stops there, as its
@@ -499,7 +504,9 @@ impl Store {
                 }
             }
             if let Some(own) = own.filter(|o| o.seq > state.cursor) {
-                result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), false, report, queue);
+                // Another drain may have reached it (and been killed).
+                let recovered = own.seq <= tried;
+                result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), recovered, report, queue);
                 state.cursor = own.seq;
             } else if state.cursor < end {
                 state.cursor = end;
@@ -513,14 +520,11 @@ impl Store {
                 format!("forwarding from '{topic}' took more than {} deliveries (KN_MAX_FORWARDS); stopped there", self.config.max_forwards),
             ));
         }
-        if state.fresh_from <= state.cursor {
-            state.fresh_from = 0; // delivered, or nothing to deliver
-        }
         if state != before || outbox.state.is_none() {
             let lagging = !state.lagging.is_empty();
             let was_lagging = !before.lagging.is_empty();
-            // A deferred notify listed the topic too.
-            if lagging != was_lagging || outbox.state.is_none() || before.fresh_from != 0 {
+            // A deferred notify listed the topic too: events were pending.
+            if lagging != was_lagging || outbox.state.is_none() || had_pending {
                 self.mark_outbox(topic, lagging);
             }
             outbox.save(&mut state)?;
@@ -1020,19 +1024,18 @@ mod tests {
             generation: 7,
             cursor: 42,
             lagging: vec![Lag { route_id: b"r1".to_vec(), from: 40, attempts: 2, next_at: 1.5 }],
-            fresh_from: 43,
-            tried: 41,
+            tried: Some(43),
         };
         let bytes = state.encode();
         assert_eq!(State::decode(&bytes), Some(state.clone()));
-        // As written before `fresh_from` and `tried` existed (and as a
-        // binary of then reads it, ignoring them): none known.
-        let body = &bytes[12..bytes.len() - 16];
+        // As written before `tried` existed (and as a binary of then
+        // reads it, ignoring it): not known.
+        let body = &bytes[12..bytes.len() - 8];
         let mut old = MAGIC.to_vec();
         old.extend_from_slice(&(body.len() as u32).to_le_bytes());
         old.extend_from_slice(&crate::record::crc32c(&[body]).to_le_bytes());
         old.extend_from_slice(body);
-        assert_eq!(State::decode(&old), Some(State { fresh_from: 0, tried: 0, ..state }));
+        assert_eq!(State::decode(&old), Some(State { tried: None, ..state }));
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 1;
