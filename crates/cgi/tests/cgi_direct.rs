@@ -1621,3 +1621,36 @@ fn route_to_a_url_of_this_server_naming_no_topic_is_routed_then_poisoned_like_th
         assert_eq!(String::from_utf8_lossy(again.payload()), "Wrote to '/what/other' (e2)\n", "{case}: poisoned once");
     }
 }
+
+/// KN_FORWARD_INLINE under CGI: a notify to a topic with more routes is
+/// answered once its event is stored (one `Wrote to` line), and the child
+/// that outlives the CGI process forwards it right after: every
+/// destination gets it.
+#[test]
+fn a_fan_out_past_forward_inline_is_answered_first_and_forwarded_by_the_child() {
+    let pool = Pool::new("forward-inline");
+    for i in 0..3 {
+        let reply = post(&pool, &format!("do_method=route&kn_from=/what/fan&kn_to=/what/copy{i}&kn_response_format=simple"));
+        assert_eq!(reply.status(), "200 Routed", "{}", reply.text());
+    }
+    let reply = pool.cgi().env("KN_FORWARD_INLINE", "2").post("kn_to=/what/fan&kn_id=fanned&kn_payload=x&kn_response_format=simple").run();
+    assert_eq!(reply.status(), "200 Notified");
+    let event = reply.event();
+    let payload = String::from_utf8_lossy(event.payload()).into_owned();
+    assert_eq!(payload.matches("Wrote to '").count(), 1, "{payload}");
+    let store = pool.store();
+    let arrived = |i: usize| {
+        let topic = kn_journal::Topic::parse(&format!("/what/copy{i}")).unwrap();
+        store.events(&topic, &kn_journal::Selection::all()).map(|s| s.events.iter().any(|e| e.id() == Some(&b"fanned"[..]))).unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(0..3).all(arrived) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!((0..3).all(arrived), "every route's destination has the event");
+    // At the limit: the copies are written before the answer and listed.
+    let reply = pool.cgi().env("KN_FORWARD_INLINE", "3").post("kn_to=/what/fan&kn_id=inline&kn_payload=y&kn_response_format=simple").run();
+    let event = reply.event();
+    let payload = String::from_utf8_lossy(event.payload()).into_owned();
+    assert_eq!(payload.matches("Wrote to '").count(), 4, "{payload}");
+}
