@@ -235,3 +235,32 @@ fn deferred_drains_killed_at_random_points_lose_no_copy_and_duplicate_none() {
 fn by_default_a_notify_forwards_inline_along_at_most_32_routes() {
     assert_eq!(Config::new("/nonexistent").forward_inline, 32);
 }
+
+/// A drain holds a bounded amount until it ends (the copies' own
+/// forwarding jobs and the writes it reports, which for ordinary topics
+/// are one each per copy): past it, the drain stops with the rest still
+/// pending and listed, and the caller's next pass, or a background pass,
+/// carries it, in order.
+#[test]
+fn a_drain_stops_at_what_it_may_hold_and_the_next_pass_carries_the_rest_in_order() {
+    let dir = scratch("kn-journal-deferred-");
+    let store = open(dir.path(), 1);
+    const ROUTES: usize = 25;
+    const EVENTS: usize = 850;
+    for i in 0..ROUTES {
+        store.route(&t(SRC), format!("/what/copy{i}").as_bytes(), ev(&[("kn_id", &format!("c{i}"))])).unwrap();
+    }
+    let sent: Vec<String> = (0..EVENTS).map(|i| format!("h{i}")).collect();
+    for id in &sent {
+        assert!(post(&store, id).forwarding_deferred);
+    }
+    store.complete_forwarding(&t(SRC)).unwrap();
+    let first = ids(&store, &t("/what/copy0")).len();
+    assert!(first > 0 && first < EVENTS, "one drain stopped at its bound: {first} of {EVENTS}");
+    assert_eq!(listed(dir.path()), 1, "the rest is still listed for a background pass");
+    store.complete_deferred(&t(SRC));
+    for i in 0..ROUTES {
+        assert_eq!(ids(&store, &t(&format!("/what/copy{i}"))), sent, "copy{i}: every event, in order, once");
+    }
+    assert_eq!(listed(dir.path()), 0);
+}

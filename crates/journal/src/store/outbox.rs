@@ -53,6 +53,11 @@ const MAGIC: &[u8; 4] = b"KNf1";
 /// drains, the oldest first.
 const BATCH: usize = 1000;
 
+/// How many copies' own forwarding jobs and reported writes a drain
+/// without a post of its own holds before it stops and leaves the rest
+/// pending for its caller's next pass.
+const HELD: usize = 20_000;
+
 /// How many of a journal's newest events are searched for a copy before a
 /// redelivery appends it (see [`Store::drain`]).
 const JOURNAL_DEDUP_WINDOW: usize = 1000;
@@ -301,10 +306,10 @@ impl Store {
         }
         loop {
             // Errors stay in the outbox, for the topic's next writer.
-            let _ = self.complete_forwarding(topic);
+            let more = self.complete_forwarding(topic).is_ok_and(|report| report.more);
             let mut running = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
             match running.get_mut(topic) {
-                Some(again) if *again => *again = false,
+                Some(again) if *again || more => *again = false,
                 _ => {
                     running.remove(topic);
                     return;
@@ -478,11 +483,23 @@ impl Store {
             let tried = state.tried.unwrap_or(end);
             state.tried = Some(tried.max(end));
             outbox.save_before_delivering(&mut state, &self.config)?;
-            while state.cursor < upto {
+            // What a drain holds until it ends (the copies' own forwarding,
+            // the writes it reports) is bounded: a drain without a post of
+            // its own stops there and leaves the rest pending
+            // (`report.more`), in order.
+            let held = |queue: &VecDeque<Job>, report: &PostReport| own.is_none() && queue.len() + report.writes.len() >= HELD;
+            let ordinary = active.iter().filter(|r| matches!(r.destination(self), Ok(Destination::Local(t)) if !t.is_journal())).count();
+            let chunk = HELD.checked_div(ordinary).map_or(BATCH, |n| n.max(1));
+            let mut stopped = false;
+            'drain: while state.cursor < upto {
                 let mut pending = self.events_between(topic, state.cursor, upto)?;
                 let complete = pending.len() < BATCH;
-                let untried = pending.iter().position(|(seq, _)| *seq > tried).map_or(Vec::new(), |at| pending.split_off(at));
+                let mut untried = pending.iter().position(|(seq, _)| *seq > tried).map_or(Vec::new(), |at| pending.split_off(at));
                 for (seq, mut event) in pending {
+                    if held(queue, report) {
+                        stopped = true;
+                        break 'drain;
+                    }
                     // Each recovered event has the budget its own post had:
                     // past `max_forwards` its forwarding stops there, as its
                     // post's would have.
@@ -493,8 +510,13 @@ impl Store {
                     report.poisoned.append(&mut own_report.poisoned);
                     state.cursor = seq;
                 }
-                if let Some(&(last, _)) = untried.last() {
-                    self.deliver_run(topic, &urls, &active, &mut state, untried, report, queue);
+                while let Some(&(last, _)) = untried.get(chunk.min(untried.len()).wrapping_sub(1)) {
+                    if held(queue, report) {
+                        stopped = true;
+                        break 'drain;
+                    }
+                    let rest = untried.split_off(chunk.min(untried.len()));
+                    self.deliver_run(topic, &urls, &active, &mut state, std::mem::replace(&mut untried, rest), report, queue);
                     state.cursor = last;
                 }
                 if complete {
@@ -503,7 +525,9 @@ impl Store {
                     state.cursor = state.cursor.max(upto);
                 }
             }
-            if let Some(own) = own.filter(|o| o.seq > state.cursor) {
+            if stopped {
+                report.more = true;
+            } else if let Some(own) = own.filter(|o| o.seq > state.cursor) {
                 // Another drain may have reached it (and been killed).
                 let recovered = own.seq <= tried;
                 result = self.deliver_all(topic, &urls, &active, &mut state, (own.seq, own.event, own.payload), recovered, report, queue);
@@ -523,9 +547,10 @@ impl Store {
         if state != before || outbox.state.is_none() {
             let lagging = !state.lagging.is_empty();
             let was_lagging = !before.lagging.is_empty();
-            // A deferred notify listed the topic too: events were pending.
+            // A deferred notify listed the topic too: events were pending
+            // (and still are, after a drain that stopped at its bound).
             if lagging != was_lagging || outbox.state.is_none() || had_pending {
-                self.mark_outbox(topic, lagging);
+                self.mark_outbox(topic, lagging || report.more);
             }
             outbox.save(&mut state)?;
         }

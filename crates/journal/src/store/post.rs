@@ -67,6 +67,9 @@ pub struct PostReport {
     /// across every `run` sharing this report (a route's initial
     /// population runs once per event).
     pub(super) deliveries: usize,
+    /// A drain stopped before the end of what was pending, with as much
+    /// as it may hold: more is left for the next.
+    pub(super) more: bool,
 }
 
 /// An event just stored by [`Store::append_event`].
