@@ -41,17 +41,19 @@ struct Readers {
 }
 
 /// The last records this process appended to one directory, oldest first,
-/// as written (see [`Hub::appended`]): at most [`HANDED_RECORDS`], each of
-/// at most [`HANDED_FRAME_BYTES`].
+/// as written (see [`Hub::appended`]): at most [`HANDED_RECORDS`], of at
+/// most [`HANDED_BYTES`] together.
 type Handed = Arc<Mutex<VecDeque<Arc<Written>>>>;
 
 /// How many of its latest appends to a directory this process keeps for
 /// the directory's readers: a reader further behind reads the file.
 const HANDED_RECORDS: usize = 4;
 
-/// The largest record handed to readers in memory (4 × this per directory
-/// with a reader, at most); larger ones are read from the file.
-const HANDED_FRAME_BYTES: usize = 16 << 10;
+/// The most bytes of records kept for one directory's readers in memory:
+/// a record (or a run of records appended together) larger than this is
+/// read from the file. With thousands of tunnels, each on a journal of
+/// its own, this bounds what the hand-off holds (8 KiB a journal).
+const HANDED_BYTES: usize = 8 << 10;
 
 /// The watched directories by watch descriptor, for the notifier's thread.
 type Watched = Arc<Mutex<HashMap<i32, PathBuf>>>;
@@ -360,10 +362,12 @@ impl Hub {
                 count.store(0, Ordering::SeqCst);
             }
         }
-        if let Some(record) = written.filter(|w| wrote && w.frame.len() <= HANDED_FRAME_BYTES) {
+        if let Some(record) = written.filter(|w| wrote && w.frame.len() <= HANDED_BYTES) {
             let mut handed = handed.lock().unwrap_or_else(|p| p.into_inner());
-            if handed.len() >= HANDED_RECORDS {
-                handed.pop_front();
+            let mut bytes: usize = handed.iter().map(|w| w.frame.len()).sum::<usize>() + record.frame.len();
+            while handed.len() >= HANDED_RECORDS || bytes > HANDED_BYTES {
+                let Some(oldest) = handed.pop_front() else { break };
+                bytes -= oldest.frame.len();
             }
             handed.push_back(Arc::new(record));
         }
