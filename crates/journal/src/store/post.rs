@@ -30,6 +30,11 @@ pub struct Write {
     pub checkpoint: u64,
 }
 
+/// How many times [`Store::notify_nowait`] tries a topic's lock, yielding
+/// the CPU in between, before it leaves the post to a thread that may
+/// wait for it.
+const NOWAIT_LOCK_TRIES: usize = 8;
+
 /// The element of a poisoned route (PROTOCOL.md 4.1 step 5) that says why
 /// its delivery failed.
 pub const KN_POISONED: &[u8] = b"kn_poisoned";
@@ -177,7 +182,8 @@ impl Store {
     /// [`Store::notify`] when it can be made at once, for a server's event
     /// loop, which must not block: to a topic this store has posted to
     /// before (its files kept open, its routes known at the generation the
-    /// head names), whose lock no process holds, with no active route to
+    /// head names), whose lock is free (tried a few times, yielding in
+    /// between, for another thread's post to end), with no active route to
     /// forward along, no blob to store, no index to grow and no compaction
     /// due, without a sync (`sync=none`) and off shared mode. Then the
     /// post is one append under the lock, as [`Store::notify`] makes it,
@@ -216,7 +222,16 @@ impl Store {
             Ok(event) => event,
             Err(err) => return Some(Err(err)),
         };
-        if !kept.1.files.as_ref().is_some_and(|f| f.try_lock(&self.config)) {
+        // Another thread of this process posting to the topic holds the
+        // lock for a few system calls: try a few times before handing
+        // the post to a thread that may wait.
+        let files = kept.1.files.as_ref()?;
+        if !(0..NOWAIT_LOCK_TRIES).any(|attempt| {
+            if attempt > 0 {
+                std::thread::yield_now();
+            }
+            files.try_lock(&self.config)
+        }) {
             return None;
         }
         // The lock is held: `reopen_held` does not take it again, and

@@ -555,9 +555,11 @@ impl Store {
         }
         if topic.is_journal() {
             self.remove_journal(topic, run.grace.journal, run)?;
-        } else if self.is_empty_topic(topic)? {
+        } else if quiet(&self.dir(topic), run.grace.topic) && self.is_empty_topic(topic)? {
             // Looked at before taking its locks: the walk visits every
-            // topic, most of them in use.
+            // topic, most of them in use. Whether one is quiet is a few
+            // `stat`s; whether it is empty reads its newest segment, which
+            // on a busy topic is megabytes, every time the walk comes by.
             self.prune_topic(topic, run.grace.topic, run)?;
         }
         Ok(children)
