@@ -187,6 +187,11 @@ impl Request {
         R: Read,
     {
         let env = Env(vars.into_iter().map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec())).collect());
+        Request::from_env(env, body, limits)
+    }
+
+    /// [`Request::from_cgi_env`] with the variables collected.
+    fn from_env(env: Env, body: impl Read, limits: &Limits) -> Result<Request, Error> {
         let method = Method::parse(&env.text("REQUEST_METHOD").unwrap_or_else(|| "GET".to_owned()));
         let params = match method {
             Method::Get => query_params(&env, limits)?,
@@ -237,27 +242,28 @@ impl Request {
     /// assert_eq!(request.server_url(), "http://example.org:8080/kn");
     /// ```
     pub fn from_http(http: HttpRequest, limits: &Limits) -> Result<Request, Error> {
-        let mut vars: Vec<(Vec<u8>, Vec<u8>)> = vec![
-            (b"REQUEST_METHOD".to_vec(), http.method.into_bytes()),
-            (b"QUERY_STRING".to_vec(), http.query),
-            (b"SCRIPT_NAME".to_vec(), http.script_name.into_bytes()),
-            (b"SERVER_NAME".to_vec(), http.server_name.into_bytes()),
-            (b"SERVER_PORT".to_vec(), http.server_port.to_string().into_bytes()),
-            (b"CONTENT_LENGTH".to_vec(), http.body.len().to_string().into_bytes()),
-        ];
+        // Moved into the variables, not copied (a later one of the same
+        // name wins, as in `from_cgi_env`).
+        let mut vars: HashMap<Vec<u8>, Vec<u8>> = HashMap::with_capacity(10 + http.headers.len());
+        vars.insert(b"REQUEST_METHOD".to_vec(), http.method.into_bytes());
+        vars.insert(b"QUERY_STRING".to_vec(), http.query);
+        vars.insert(b"SCRIPT_NAME".to_vec(), http.script_name.into_bytes());
+        vars.insert(b"SERVER_NAME".to_vec(), http.server_name.into_bytes());
+        vars.insert(b"SERVER_PORT".to_vec(), http.server_port.to_string().into_bytes());
+        vars.insert(b"CONTENT_LENGTH".to_vec(), http.body.len().to_string().into_bytes());
         if !http.path_info.is_empty() {
-            vars.push((b"PATH_INFO".to_vec(), form::decode_path(&http.path_info)?));
+            vars.insert(b"PATH_INFO".to_vec(), form::decode_path(&http.path_info)?);
         }
         if http.https {
-            vars.push((b"HTTPS".to_vec(), b"on".to_vec()));
+            vars.insert(b"HTTPS".to_vec(), b"on".to_vec());
         }
         if let Some(user) = http.remote_user {
-            vars.push((b"REMOTE_USER".to_vec(), user.into_bytes()));
+            vars.insert(b"REMOTE_USER".to_vec(), user.into_bytes());
         }
         for (name, value) in http.headers {
-            vars.push((header_variable(&name).into_bytes(), value));
+            vars.insert(header_variable(&name).into_bytes(), value);
         }
-        Request::from_cgi_env(vars, http.body.as_slice(), limits)
+        Request::from_env(Env(vars), http.body.as_slice(), limits)
     }
 
     /// The HTTP method.
