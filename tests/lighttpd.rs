@@ -91,7 +91,7 @@ fn lighttpd_oversized_body_answers_413() {
         return;
     };
     let body = format!("kn_to=/what/chat&kn_payload={}", "y".repeat(3 << 20));
-    let resp = support::post(&s.url(), "application/x-www-form-urlencoded", body.as_bytes());
+    let resp = support::post_alone(&s.url(), "application/x-www-form-urlencoded", body.as_bytes());
     assert_eq!(resp.status, 413, "{}\n{}", resp.text(), s.error_log());
     e2e::notify(&*s, "/what/chat", "ok", "small");
 }

@@ -75,6 +75,21 @@ pub fn post(url: &str, content_type: &str, body: &[u8]) -> Response {
     into_response(url, agent().post(url).content_type(content_type).send(body))
 }
 
+/// [`post`] on a connection of its own, closed after the response: for a
+/// request the server may answer before reading its body (a `413`), after
+/// which the web server closes the connection without saying so, and a
+/// pooled connection would fail the next request.
+pub fn post_alone(url: &str, content_type: &str, body: &[u8]) -> Response {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_idle_connections(0)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    into_response(url, agent.post(url).content_type(content_type).send(body))
+}
+
 /// A raw HTTP connection whose response is read incrementally, for tunnels
 /// and for hanging up mid-response (drop it, or call [`Stream::close`]).
 pub struct Stream {

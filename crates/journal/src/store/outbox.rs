@@ -615,19 +615,29 @@ impl Store {
                         let _ = self.count(Counter::DeliveriesRecovered, 1);
                     }
                 }
-                Delivery::Transient(err) => {
-                    let _ = self.count(Counter::DeliveriesRetried, 1);
-                    if self.config.forward_retries == 0 {
-                        self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
-                        continue;
-                    }
-                    let next_at = now() + self.config.forward_backoff.as_secs_f64();
-                    state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
-                }
-                Delivery::Permanent(counter, err) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
+                failed => self.delivery_failed(source, route, seq, failed, state, report),
             }
         }
         Ok(())
+    }
+
+    /// What a route's failed delivery of event `seq` leaves: a transient
+    /// failure makes the route lag from `seq` (poisoned at once when no
+    /// retry is allowed), a permanent one poisons it.
+    fn delivery_failed(&self, source: &Topic, route: &ListedRoute, seq: u64, failed: Delivery, state: &mut State, report: &mut PostReport) {
+        match failed {
+            Delivery::Done => {}
+            Delivery::Transient(err) => {
+                let _ = self.count(Counter::DeliveriesRetried, 1);
+                if self.config.forward_retries == 0 {
+                    self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
+                    return;
+                }
+                let next_at = now() + self.config.forward_backoff.as_secs_f64();
+                state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
+            }
+            Delivery::Permanent(counter, err) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
+        }
     }
 
     /// Delivers to each lagging route whose time has come the events it
@@ -857,19 +867,8 @@ impl Store {
                     self.deliver_copies(route, copies, report, queue)
                 }
             };
-            match failed {
-                None => {}
-                Some((_, Delivery::Done)) => {}
-                Some((seq, Delivery::Transient(err))) => {
-                    let _ = self.count(Counter::DeliveriesRetried, 1);
-                    if self.config.forward_retries == 0 {
-                        self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
-                        continue;
-                    }
-                    let next_at = now() + self.config.forward_backoff.as_secs_f64();
-                    state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
-                }
-                Some((_, Delivery::Permanent(counter, err))) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
+            if let Some((seq, failed)) = failed {
+                self.delivery_failed(source, route, seq, failed, state, report);
             }
         }
     }
