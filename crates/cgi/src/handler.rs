@@ -19,11 +19,8 @@ use crate::response::{Head, Response, Status};
 
 thread_local! {
     /// The topics whose forwarding a request left for after its reply
-    /// (see [`Handler::handle_deferring`]).
-    static AFTER_REPLY: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The topics whose notify left its forwarding for right after the
-    /// reply (a fan-out, `Store::notify_deferring`).
-    static DEFERRED: std::cell::RefCell<Vec<Topic>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// (see [`Handler::handle_deferring`]): `(populations, deferred)`.
+    static AFTER_REPLY: std::cell::RefCell<(Vec<Topic>, Vec<Topic>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// What is to happen once the client has the reply: the forwarding of a
@@ -156,11 +153,9 @@ impl Handler {
     /// Should it never run, the store's outbox keeps the work for the
     /// topic's next writer.
     pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
-        AFTER_REPLY.with(|after| after.borrow_mut().clear());
-        DEFERRED.with(|deferred| deferred.borrow_mut().clear());
+        AFTER_REPLY.take();
         let reply = self.handle_now(request);
-        let topics = AFTER_REPLY.with(|after| std::mem::take(&mut *after.borrow_mut()));
-        let deferred = DEFERRED.with(|deferred| std::mem::take(&mut *deferred.borrow_mut()));
+        let (topics, deferred) = AFTER_REPLY.take();
         (reply, AfterReply { store: self.store.clone(), topics, deferred })
     }
 
@@ -378,8 +373,7 @@ impl Handler {
         let topic = self.topic_param(params, "kn_to", path_info, "bad posting destination topic name")?;
         let report = user.notify_deferring(&topic, params.elements());
         if report.as_ref().is_ok_and(|r| r.forwarding_deferred) {
-            DEFERRED.with(|deferred| {
-                let mut deferred = deferred.borrow_mut();
+            AFTER_REPLY.with_borrow_mut(|(_, deferred)| {
                 if !deferred.contains(&topic) {
                     deferred.push(topic);
                 }
@@ -413,7 +407,7 @@ impl Handler {
         };
         let report = report.map_err(|e| Failure::journal(e, "bad route destination"))?;
         if report.population_pending {
-            AFTER_REPLY.with(|after| after.borrow_mut().push(from));
+            AFTER_REPLY.with_borrow_mut(|(populations, _)| populations.push(from));
         }
         if report.ignored {
             return Ok((200, "Ignored route", b"was a duplicate\n".to_vec()));

@@ -468,25 +468,7 @@ impl<'c> Writer<'c> {
             self.link_blob(seq, payload, gauge)?;
         }
         gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
-        let path = || self.dir.join(segment_name(self.head.active));
-        let written = if failpoint("append-eio") {
-            // Half a record reaches the file, then the device fails.
-            self.segment.write_all_at(&frame[..frame.len() / 2], self.head.active_len).and(Err(eio()))
-        } else {
-            self.segment.write_all_at(&frame, self.head.active_len)
-        };
-        if let Err(e) = written {
-            // Never leave a partial record behind (ENOSPC, EIO...).
-            let _ = self.segment.set_len(self.head.active_len);
-            return Err(Error::io("cannot append to", &path(), e));
-        }
-        if self.config.sync == SyncPolicy::Always {
-            let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
-            if let Err(e) = synced {
-                let _ = self.segment.set_len(self.head.active_len);
-                return Err(Error::io("cannot sync", &path(), e));
-            }
-        }
+        self.write_at_end(&frame)?;
         if let Some((slot, replaced)) = slot {
             // An event that expires (a deleted or poisoned route, a
             // withdrawn announcement, a route made with kn_expires) is
@@ -509,14 +491,7 @@ impl<'c> Writer<'c> {
             self.write_slot(slot, id_hash(id), digest)?;
         }
         let offset = self.head.active_len;
-        self.head.next_seq = seq + 1;
-        self.head.active_len += frame.len() as u64;
-        self.write_head()?;
-        if self.config.sync == SyncPolicy::Always {
-            // The head is derived data, but a stale index after a power cut
-            // could misjudge duplicates: keep it as durable as the log.
-            self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
-        }
+        self.count_appended(seq + 1, frame.len() as u64)?;
         if payload.is_none() && self.segment_ino != 0 && self.segment_first == self.head.active {
             self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame });
         }
@@ -550,34 +525,55 @@ impl<'c> Writer<'c> {
         }
         gauge.check(&self.dir, self.config.reserve_bytes, total)?;
         let offset = self.head.active_len;
+        self.write_at_end(&frames)?;
+        let n = events.len() as u64;
+        self.count_appended(first + n, total)?;
+        if self.segment_ino != 0 && self.segment_first == self.head.active {
+            self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame: frames });
+        }
+        Ok((first..first + n).collect())
+    }
+
+    /// Writes `frames` (whole records) at the end of the active segment
+    /// with one positioned write, synced under `sync=always`; on any
+    /// failure (ENOSPC, EIO...) cuts the segment back, so that no partial
+    /// record is left behind.
+    fn write_at_end(&mut self, frames: &[u8]) -> Result<()> {
+        let end = self.head.active_len;
         let path = || self.dir.join(segment_name(self.head.active));
         let written = if failpoint("append-eio") {
-            self.segment.write_all_at(&frames[..frames.len() / 2], offset).and(Err(eio()))
+            // Half of it reaches the file, then the device fails.
+            self.segment.write_all_at(&frames[..frames.len() / 2], end).and(Err(eio()))
         } else {
-            self.segment.write_all_at(&frames, offset)
+            self.segment.write_all_at(frames, end)
         };
         if let Err(e) = written {
-            let _ = self.segment.set_len(offset);
+            let _ = self.segment.set_len(end);
             return Err(Error::io("cannot append to", &path(), e));
         }
         if self.config.sync == SyncPolicy::Always {
             let synced = if failpoint("fsync-eio") { Err(eio()) } else { self.segment.sync_data() };
             if let Err(e) = synced {
-                let _ = self.segment.set_len(offset);
+                let _ = self.segment.set_len(end);
                 return Err(Error::io("cannot sync", &path(), e));
             }
         }
-        let n = events.len() as u64;
-        self.head.next_seq = first + n;
-        self.head.active_len += total;
+        Ok(())
+    }
+
+    /// Counts `bytes` of records just written at the end of the active
+    /// segment, the next seq then being `next_seq`, in the head (synced
+    /// under `sync=always`: the head is derived data, but a stale index
+    /// after a power cut could misjudge duplicates, so it is kept as
+    /// durable as the log).
+    fn count_appended(&mut self, next_seq: u64, bytes: u64) -> Result<()> {
+        self.head.next_seq = next_seq;
+        self.head.active_len += bytes;
         self.write_head()?;
         if self.config.sync == SyncPolicy::Always {
             self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
         }
-        if self.segment_ino != 0 && self.segment_first == self.head.active {
-            self.written = Some(Written { segment: self.segment_first, ino: self.segment_ino, offset, frame: frames });
-        }
-        Ok((first..first + n).collect())
+        Ok(())
     }
 
     /// [`Writer::append_run`] one record at a time; the records written

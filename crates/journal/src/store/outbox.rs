@@ -455,15 +455,17 @@ impl Store {
             Some(own) => own.seq,
             None => log::cursor_at_end(&dir)?.last_seq(),
         };
+        // The last event before the post's own (without one, the end).
+        let upto = end.saturating_sub(u64::from(own.is_some()));
         let mut state = match outbox.state.clone() {
             Some(state) => state,
             // New (or unreadable): nothing before this post is pending.
-            None => State::at(end.saturating_sub(u64::from(own.is_some()))),
+            None => State::at(upto),
         };
         let before = state.clone();
         // Events pending before this drain's own (a deferred notify's,
         // which listed the topic in `.outbox/`, or a killed one's).
-        let had_pending = state.cursor < end.saturating_sub(u64::from(own.is_some()));
+        let had_pending = state.cursor < upto;
         let active: Vec<&ListedRoute> = routes.iter().filter(|r| r.route.is_active(t)).collect();
         state.lagging.retain(|l| active.iter().any(|r| r.route.id() == l.route_id));
         let urls = SourceUrls::of(self, topic);
@@ -476,7 +478,6 @@ impl Store {
             // Pending: what lies after the cursor, up to the post's own
             // event (excluded) or, without one, up to the end; read back
             // from the log [`BATCH`] events at a time, oldest first.
-            let upto = end - u64::from(own.is_some());
             // From the moment this drain starts, every event up to `end`
             // may be delivered in part: the state says so first. Those
             // after the old mark no drain had started on.
@@ -834,12 +835,13 @@ impl Store {
         urls: &SourceUrls,
         active: &[&ListedRoute],
         state: &mut State,
-        mut events: Vec<(u64, Event)>,
+        events: Vec<(u64, Event)>,
         report: &mut PostReport,
         queue: &mut VecDeque<Job>,
     ) {
+        let Some(&(first, _)) = events.first() else { return };
         let events: Vec<(u64, Event, Option<Arc<SharedPayload>>)> = events
-            .drain(..)
+            .into_iter()
             .map(|(seq, mut event)| {
                 let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
                 (seq, event, payload)
@@ -850,7 +852,6 @@ impl Store {
             if state.lagging.iter().any(|l| l.route_id == route.route.id()) {
                 continue; // it gets these events when it catches up
             }
-            let first = events[0].0;
             let failed = match self.may_deliver(route) {
                 Some(refused) => Some((first, refused)),
                 None => {
@@ -904,9 +905,10 @@ impl Store {
         }
     }
 
-    /// Stores a forwarded copy in the local topic `dest` (created if
-    /// needed) and queues its own forwarding. A stale journal refuses it.
-    fn store_copy(&self, dest: &Topic, copy: Event, payload: Option<Arc<SharedPayload>>, recovered: bool, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+    /// The kept files of `dest`, a local topic about to take forwarded
+    /// copies; refused when `dest` is a stale journal (and by the
+    /// failpoints of local deliveries).
+    fn copy_destination(&self, dest: &Topic) -> Result<(Option<Topic>, super::Kept)> {
         for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
             if log::failpoint(point) {
                 return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
@@ -917,6 +919,13 @@ impl Store {
             self.put_kept(kept);
             return Err(self.stale_error(dest));
         }
+        Ok(kept)
+    }
+
+    /// Stores a forwarded copy in the local topic `dest` (created if
+    /// needed) and queues its own forwarding. A stale journal refuses it.
+    fn store_copy(&self, dest: &Topic, copy: Event, payload: Option<Arc<SharedPayload>>, recovered: bool, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        let kept = self.copy_destination(dest)?;
         let create = || -> Result<()> {
             queue.extend(self.ensure_topic(dest, report)?);
             Ok(())
@@ -935,16 +944,7 @@ impl Store {
     /// copies are as many as its events times its routes, and no answer
     /// lists them.
     fn store_copies(&self, dest: &Topic, copies: Vec<Event>, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
-        for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
-            if log::failpoint(point) {
-                return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
-            }
-        }
-        let mut kept = self.take_kept(dest);
-        if self.journal_stale(dest, &mut kept.1) {
-            self.put_kept(kept);
-            return Err(self.stale_error(dest));
-        }
+        let kept = self.copy_destination(dest)?;
         let create = || -> Result<()> {
             queue.extend(self.ensure_topic(dest, report)?);
             Ok(())

@@ -304,7 +304,7 @@ impl Store {
             let Some(stored) = self.run_job(&job, report, &mut queue)? else { return Ok(false) };
             job.stored = Some(stored);
         }
-        if defer && self.defer_forwarding(&job) {
+        if defer && self.defer_forwarding(&mut job) {
             report.forwarding_deferred = true;
         } else if let Err(err) = self.forward_stored(job, report, &mut queue) {
             if err.kind() == ErrorKind::TooManyDeliveries {
@@ -319,16 +319,17 @@ impl Store {
     /// [`Store::notify_deferring`]: its topic has more active routes than
     /// `Config::forward_inline`, and the outbox recorded it. Anything that
     /// cannot be read or written here forwards before the answer instead.
-    fn defer_forwarding(&self, job: &Job) -> bool {
+    /// Routes read here are kept in `job` for that forwarding.
+    fn defer_forwarding(&self, job: &mut Job) -> bool {
         let limit = self.config.forward_inline;
-        let Some(stored) = &job.stored else { return false };
+        let Some(stored) = &mut job.stored else { return false };
         if limit == 0 {
             return false;
         }
         let routes = match &stored.routes {
             Some(routes) => Arc::clone(routes),
             None => match self.read_routes(&job.topic, stored.routes_generation) {
-                Ok(routes) => routes,
+                Ok(routes) => stored.routes.insert(routes).clone(),
                 Err(_) => return false,
             },
         };
@@ -448,18 +449,12 @@ impl Store {
             Some(payload) => writer.append_shared(event, Some(payload), stored_secs, &self.gauge),
             None => writer.append(event, stored_secs, &self.gauge),
         };
-        if matches!(appended, Ok(Appended::Stored(_))) && writer.wants_compaction() {
-            // Best effort: the post is stored whatever happens here.
-            let _ = writer.compact_wanted(now());
-        }
-        let routes_generation = writer.routes_generation();
-        let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
-        let written = waking.as_ref().and_then(|_| writer.take_written());
-        self.keep(writer, kept);
+        let wrote = matches!(appended, Ok(Appended::Stored(_)));
+        let (routes_generation, routes, written) = self.after_append(writer, kept, waking.is_some(), wrote);
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
-        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
+        self.appended_written(waking, wrote, written);
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         self.changed(topic);
         Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))
@@ -481,18 +476,29 @@ impl Store {
         let (mut writer, kept) = self.writer(topic, kept, &mut prepare)?;
         let waking = self.appending(topic);
         let appended = writer.append_run(copies, stored_at.max(0.0) as u64, &self.gauge);
-        if appended.is_ok() && writer.wants_compaction() {
-            // Best effort: the copies are stored whatever happens here.
+        let wrote = appended.as_ref().is_ok_and(|seqs| !seqs.is_empty());
+        let (routes_generation, routes, written) = self.after_append(writer, kept, waking.is_some(), wrote);
+        self.appended_written(waking, wrote, written);
+        let seqs = appended?;
+        self.changed(topic);
+        Ok(seqs.into_iter().map(|seq| Stored { seq, routes_generation: Some(routes_generation), routes: routes.clone() }).collect())
+    }
+
+    /// The end of an append by `writer` (`wrote`: it stored something):
+    /// the compaction it made due (best effort: what was stored stays
+    /// whatever happens there), the topic's route generation and its
+    /// routes of that generation if kept, and the files kept, unlocked.
+    /// Returns those, with what was written when this process's readers
+    /// are `waiting` for it ([`Store::appended_written`]).
+    fn after_append(&self, mut writer: Writer<'_>, kept: (Option<Topic>, Kept), waiting: bool, wrote: bool) -> (u64, Option<RouteList>, Option<log::Written>) {
+        if wrote && writer.wants_compaction() {
             let _ = writer.compact_wanted(now());
         }
         let routes_generation = writer.routes_generation();
         let routes = kept.1.routes.as_ref().filter(|(g, _)| *g == routes_generation).map(|(_, r)| Arc::clone(r));
-        let written = waking.as_ref().and_then(|_| writer.take_written());
+        let written = if waiting { writer.take_written() } else { None };
         self.keep(writer, kept);
-        self.appended_written(waking, appended.as_ref().is_ok_and(|seqs| !seqs.is_empty()), written);
-        let seqs = appended?;
-        self.changed(topic);
-        Ok(seqs.into_iter().map(|seq| Stored { seq, routes_generation: Some(routes_generation), routes: routes.clone() }).collect())
+        (routes_generation, routes, written)
     }
 
     /// A locked writer of `topic`: from the files in `kept` when they still
