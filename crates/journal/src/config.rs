@@ -212,9 +212,10 @@ pub struct Config {
     /// size.
     pub max_selected: usize,
     /// How many sets of topic files a process keeps open between posts
-    /// (three file descriptors each, four on a journal: its heartbeat
-    /// too; up to four sets of one topic, for threads posting to it at
-    /// once), so that posting again costs no `open` and no path lookup. The store
+    /// (three file descriptors each, four on a journal, its heartbeat
+    /// too, and on a routed topic, its `.forwarded` too; up to four sets
+    /// of one topic, for threads posting to it at once), so that posting
+    /// again costs no `open` and no path lookup. The store
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it. The default ([`default_open_topics`])
     /// follows the descriptor limit, so that a server fanning out to

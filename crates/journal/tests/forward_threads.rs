@@ -66,3 +66,82 @@ fn threads_posting_to_a_routed_topic_forward_every_event_once() {
         assert_eq!(got.len(), THREADS * 100, "{j}: duplicates");
     }
 }
+
+/// Threads posting at once to a topic routed to journals and to an
+/// ordinary topic: each destination gets the events in the order the
+/// topic stored them, whichever drain carries them (a drain forwards the
+/// events of the posts still waiting for the lock first, taken from
+/// memory: `outbox::InFlight`).
+#[test]
+fn threads_posting_to_a_routed_topic_forward_in_the_topics_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().join("kn_events"));
+    config.reserve_bytes = 0;
+    let store = Arc::new(Store::open_with(config).unwrap());
+    let room = Topic::parse("/order/room").unwrap();
+    let mut destinations: Vec<Topic> = (0..2).map(|i| Topic::parse(&format!("/order/u{i}/kn_journal")).unwrap()).collect();
+    destinations.push(Topic::parse("/order/archive").unwrap());
+    for (i, d) in destinations.iter().enumerate() {
+        if d.is_journal() {
+            drop(store.tunnel(d, &Selection::default()).unwrap());
+            store.heartbeat(d).unwrap();
+        }
+        let mut route = Event::new();
+        route.set("kn_id", format!("r{i}"));
+        store.route(&room, d.to_string().as_bytes(), route).unwrap();
+    }
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|w| {
+            let (store, room, start) = (store.clone(), room.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..200 {
+                    let mut e = Event::new();
+                    e.set("kn_id", format!("w{w}-{i}")).set("kn_payload", format!("w{w}-{i}"));
+                    store.notify(&room, e).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let ids = |t: &Topic| -> Vec<String> { store.events(t, &Selection::all()).unwrap().events.iter().map(|e| String::from_utf8_lossy(e.id().unwrap()).into_owned()).collect() };
+    let stored = ids(&room);
+    assert_eq!(stored.len(), THREADS * 200);
+    for d in &destinations {
+        assert_eq!(ids(d), stored, "{d}: not the room's events in the room's order");
+    }
+}
+
+/// A routed topic's `.forwarded`, kept open between posts, removed (as
+/// with its topic) and made again: the next drain writes the new file,
+/// not the removed one it held open.
+#[test]
+fn a_kept_forwarding_state_removed_meanwhile_is_opened_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("kn_events");
+    let mut config = Config::new(&root);
+    config.reserve_bytes = 0;
+    let store = Store::open_with(config).unwrap();
+    let room = Topic::parse("/kept/room").unwrap();
+    let mut route = Event::new();
+    route.set("kn_id", "r");
+    store.route(&room, b"/kept/archive", route).unwrap();
+    let post = |id: &str| {
+        let mut e = Event::new();
+        e.set("kn_id", id).set("kn_payload", id);
+        store.notify(&room, e).unwrap()
+    };
+    post("a");
+    let state = root.join("kept/room/.forwarded");
+    assert!(state.exists());
+    std::fs::remove_file(&state).unwrap();
+    let report = post("b");
+    assert!(report.writes.iter().any(|w| w.topic.as_str() == "/kept/archive"), "{report:?}");
+    assert!(state.exists(), "the drain wrote the .forwarded it held open, removed");
+    post("c");
+    let archived: Vec<Vec<u8>> = store.events(&Topic::parse("/kept/archive").unwrap(), &Selection::all()).unwrap().events.iter().map(|e| e.id().unwrap().to_vec()).collect();
+    assert_eq!(archived, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+}

@@ -90,6 +90,9 @@ pub struct Store {
     /// completing, each with whether it must look again when done
     /// ([`Store::complete_deferred`]).
     deferred: Mutex<HashMap<Topic, bool>>,
+    /// Events of this process's posts stored and being forwarded inline,
+    /// by topic, for a drain that finds them pending (`outbox::InFlight`).
+    in_flight: Mutex<HashMap<Topic, Vec<(u64, Event)>>>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -155,6 +158,9 @@ struct Kept {
     /// The topic's routes (active or not) with the route generation they
     /// were read at (see `Writer::routes_generation`).
     routes: Option<(u64, RouteList)>,
+    /// A routed topic's `.forwarded`, open and unlocked, for its next
+    /// drain (not a journal's: a set stays within four descriptors).
+    forwarded: Option<fs::File>,
 }
 
 impl std::fmt::Debug for Store {
@@ -209,6 +215,7 @@ impl Store {
             changes: Default::default(),
             access,
             deferred: Default::default(),
+            in_flight: Default::default(),
         })
     }
 
@@ -482,6 +489,31 @@ impl Store {
         let key = if sets.is_empty() { cache.topics.remove_entry(topic).map(|(key, _)| key) } else { Some(topic.clone()) };
         cache.count -= 1;
         (key, kept)
+    }
+
+    /// The `.forwarded` of `topic` a drain of this process left open with
+    /// one of its kept sets, if any (never in shared mode, where a drain
+    /// opens it afresh: a fresh `open` is what makes the file server's
+    /// copy the one read).
+    fn take_forwarded(&self, topic: &Topic) -> Option<fs::File> {
+        if self.is_shared() || topic.is_journal() {
+            return None;
+        }
+        let mut cache = self.kept.lock().ok()?;
+        cache.topics.get_mut(topic)?.iter_mut().find_map(|kept| kept.forwarded.take())
+    }
+
+    /// Leaves `file`, the `.forwarded` of `topic`, open with one of the
+    /// topic's kept sets for [`Store::take_forwarded`]; closed when no
+    /// set is kept (or each has one already).
+    fn keep_forwarded(&self, topic: &Topic, file: fs::File) {
+        if self.is_shared() || topic.is_journal() {
+            return;
+        }
+        let Ok(mut cache) = self.kept.lock() else { return };
+        if let Some(kept) = cache.topics.get_mut(topic).and_then(|sets| sets.iter_mut().find(|kept| kept.forwarded.is_none())) {
+            kept.forwarded = Some(file);
+        }
     }
 
     /// Puts back what [`Store::take_kept`] took, within

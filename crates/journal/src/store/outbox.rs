@@ -186,11 +186,44 @@ pub(super) struct Outbox {
 
 impl Outbox {
     pub(super) fn lock(dir: &Path, config: &crate::Config) -> Result<Outbox> {
+        Outbox::lock_kept(dir, None, config)
+    }
+
+    /// [`Outbox::lock`] through `kept`, the topic's `.forwarded` kept open
+    /// by an earlier drain of this process ([`Outbox::release`]): no
+    /// `open` and no path lookup per post. Used only while the file is
+    /// still the topic's (it has a link: not removed with its topic);
+    /// else opened afresh.
+    pub(super) fn lock_kept(dir: &Path, kept: Option<File>, config: &crate::Config) -> Result<Outbox> {
         let path = dir.join(FORWARDED_FILE);
-        let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open forwarding state", &path, e))?;
-        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+        let file = match kept {
+            Some(file) => {
+                crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+                if log::stat_fd(&file).is_ok_and(|meta| meta.links > 0) {
+                    Some(file)
+                } else {
+                    None // closed: its lock goes with it
+                }
+            }
+            None => None,
+        };
+        let file = match file {
+            Some(file) => file,
+            None => {
+                let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open forwarding state", &path, e))?;
+                crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+                file
+            }
+        };
         let state = read_state(&file).map_err(|e| Error::io("cannot read forwarding state", &path, e))?;
         Ok(Outbox { file, path, state })
+    }
+
+    /// Releases the lock and gives the file back open, for the topic's
+    /// next drain ([`Outbox::lock_kept`]).
+    pub(super) fn release(self, config: &crate::Config) -> File {
+        crate::shared::unlock(&self.file, config);
+        self.file
     }
 
     /// Writes `state` before a drain delivers what it marks as tried:
@@ -228,7 +261,9 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
     for slot in 0..2u64 {
         let at = slot * SLOT_BYTES;
         let mut buf = vec![0u8; SLOT_FIRST_READ];
-        let Ok(got) = log::read_at_most(file, &mut buf, at) else { continue };
+        // One `pread`: a state is shorter than this read, and a short
+        // read (the end of the file) is completed below if need be.
+        let Ok(got) = read_once(file, &mut buf, at) else { continue };
         if got < 12 {
             continue;
         }
@@ -251,6 +286,46 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
         }
     }
     Ok(best)
+}
+
+/// An event of a post of this process, stored and being forwarded inline
+/// ([`Store::in_flight`]), listed until its drain is over.
+///
+/// Posts to one routed topic at once (the threads of `serve`) store
+/// their events in one order and take the topic's `.forwarded` lock in
+/// another: the first drain finds the events of the others stored and
+/// not yet forwarded, and forwards them first, in order. It takes them
+/// from this list instead of reading them back from the log, which means
+/// scanning the topic's newest segment (a few milliseconds for a full
+/// one, under the lock every other post to the topic is waiting for).
+/// Events stored by another process, or by a post killed before its
+/// drain, are read from the log as before.
+pub(super) struct InFlight<'a> {
+    store: &'a Store,
+    topic: Topic,
+    seq: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.store.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(events) = in_flight.get_mut(&self.topic) {
+            events.retain(|(seq, _)| *seq != self.seq);
+            if events.is_empty() {
+                in_flight.remove(&self.topic);
+            }
+        }
+    }
+}
+
+/// One `pread` at `at` (retried only when interrupted).
+fn read_once(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    loop {
+        match file.read_at(buf, at) {
+            Err(e) if e.kind() == IoKind::Interrupted => {}
+            other => return other,
+        }
+    }
 }
 
 /// What became of one delivery along one route.
@@ -449,7 +524,7 @@ impl Store {
     /// [`ErrorKind::TooManyDeliveries`] or an I/O error of the state.
     pub(super) fn drain(&self, topic: &Topic, own: Option<Own<'_>>, routes: &RouteList, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
         let dir = self.dir(topic);
-        let mut outbox = Outbox::lock(&dir, &self.config)?;
+        let mut outbox = Outbox::lock_kept(&dir, self.take_forwarded(topic), &self.config)?;
         let t = now();
         let end = match &own {
             Some(own) => own.seq,
@@ -555,14 +630,20 @@ impl Store {
             }
             outbox.save(&mut state)?;
         }
+        self.keep_forwarded(topic, outbox.release(&self.config));
         result
     }
 
     /// The current (unexpired, not superseded) events of `topic` with a
-    /// seq in `(after, upto]`, oldest first, at most [`BATCH`].
+    /// seq in `(after, upto]`, oldest first, at most [`BATCH`]: those of
+    /// posts of this process still forwarding them when they are all
+    /// such ([`Store::in_flight`]), else read back from the log.
     fn events_between(&self, topic: &Topic, after: u64, upto: u64) -> Result<Vec<(u64, Event)>> {
         if after >= upto {
             return Ok(Vec::new());
+        }
+        if let Some(events) = self.in_flight_between(topic, after, upto) {
+            return Ok(events);
         }
         let selection = Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::default() };
         let selected = self.select_at_most(topic, &selection, false, usize::MAX)?;
@@ -579,6 +660,41 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Lists the event `seq` of `topic` (just stored, with no payload kept
+    /// apart) as in flight until the guard is dropped ([`InFlight`]).
+    pub(super) fn in_flight(&self, topic: &Topic, seq: u64, event: &Event) -> InFlight<'_> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.entry(topic.clone()).or_default().push((seq, event.clone()));
+        InFlight { store: self, topic: topic.clone(), seq }
+    }
+
+    /// The events of `topic` in `(after, upto]` as [`Store::events_between`]
+    /// gives them, when posts of this process hold every one in flight;
+    /// `None` when one is not (stored by another process, by a post
+    /// killed before its drain, or a `kn_subtopics` announcement).
+    fn in_flight_between(&self, topic: &Topic, after: u64, upto: u64) -> Option<Vec<(u64, Event)>> {
+        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = in_flight.get(topic)?;
+        let mut between: Vec<&(u64, Event)> = listed.iter().filter(|(seq, _)| *seq > after && *seq <= upto).collect();
+        if between.len() as u64 != upto - after {
+            return None;
+        }
+        between.sort_unstable_by_key(|(seq, _)| *seq);
+        let t = now();
+        let ordinary = !topic.is_journal();
+        // As read back from the log: an event superseded by a later one
+        // of the same id (on an ordinary topic), or expired, is left out.
+        let superseded = |seq: u64, event: &Event| ordinary && listed.iter().any(|(later, e)| *later > seq && e.id() == event.id());
+        Some(
+            between
+                .into_iter()
+                .filter(|(seq, event)| !superseded(*seq, event) && !event.is_expired(t))
+                .take(BATCH)
+                .map(|(seq, event)| (*seq, event.clone()))
+                .collect(),
+        )
     }
 
     /// Delivers one event of `source` along every active route that does
@@ -1066,6 +1182,37 @@ mod tests {
             assert_eq!(State::decode(&bad), None, "byte {i} flipped");
         }
         assert_eq!(State::decode(&bytes[..bytes.len() - 1]), None);
+    }
+
+    #[test]
+    fn events_in_flight_are_taken_only_when_every_one_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let topic = Topic::parse("/t").unwrap();
+        let event = |id: &str, payload: &str| {
+            let mut e = Event::new();
+            e.set("kn_id", id).set("kn_payload", payload);
+            e
+        };
+        let expired = {
+            let mut e = event("gone", "x");
+            e.set("kn_expires", "1");
+            e
+        };
+        let a = store.in_flight(&topic, 3, &event("a", "1"));
+        let c = store.in_flight(&topic, 5, &event("a", "2"));
+        assert_eq!(store.in_flight_between(&topic, 2, 5), None, "seq 4 is not in flight");
+        let b = store.in_flight(&topic, 4, &expired);
+        let got = store.in_flight_between(&topic, 2, 5).unwrap();
+        // 3 superseded by 5 (same kn_id), 4 expired: as read from the log.
+        assert_eq!(got.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [5]);
+        assert_eq!(got[0].1.payload(), b"2");
+        assert_eq!(store.in_flight_between(&topic, 2, 4).unwrap(), Vec::new(), "3 is superseded by 5, in flight too");
+        assert_eq!(store.in_flight_between(&Topic::parse("/other").unwrap(), 2, 5), None);
+        drop(b);
+        assert_eq!(store.in_flight_between(&topic, 2, 5), None, "4 is no longer listed");
+        drop((a, c));
+        assert!(store.in_flight.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -306,9 +306,19 @@ impl Store {
         }
         if defer && self.defer_forwarding(&mut job) {
             report.forwarding_deferred = true;
-        } else if let Err(err) = self.forward_stored(job, report, &mut queue) {
-            if err.kind() == ErrorKind::TooManyDeliveries {
-                return Err(err);
+        } else {
+            // Listed while it is forwarded, for a drain of another post
+            // that finds it pending (`outbox::InFlight`).
+            let _in_flight = match &job.stored {
+                Some(stored) if job.payload.is_none() && stored.routes.as_ref().is_none_or(|routes| !routes.is_empty()) => {
+                    Some(self.in_flight(&job.topic, stored.seq, &job.event))
+                }
+                _ => None,
+            };
+            if let Err(err) = self.forward_stored(job, report, &mut queue) {
+                if err.kind() == ErrorKind::TooManyDeliveries {
+                    return Err(err);
+                }
             }
         }
         self.run_forwarding(queue, report)?;
