@@ -260,8 +260,12 @@ impl Request {
         if let Some(user) = http.remote_user {
             vars.insert(b"REMOTE_USER".to_vec(), user.into_bytes());
         }
+        // Only the headers `from_env` reads: the others would be turned
+        // into variables no one looks at, a few allocations each.
         for (name, value) in http.headers {
-            vars.insert(header_variable(&name).into_bytes(), value);
+            if let Some(variable) = read_header(&name) {
+                vars.insert(variable.as_bytes().to_vec(), value);
+            }
         }
         Request::from_env(Env(vars), http.body.as_slice(), limits)
     }
@@ -448,6 +452,23 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// `Content-Type` → `CONTENT_TYPE`, `X-Foo` → `HTTP_X_FOO` (RFC 3875 4.1.18).
+/// The variables of request headers [`Request::from_env`] reads.
+const READ_HEADERS: [&str; 2] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID"];
+
+/// The CGI variable of header `name` (`HTTP_` and the name in upper case,
+/// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),
+/// without allocating.
+fn read_header(name: &str) -> Option<&'static str> {
+    let same = |variable: &str| {
+        let tail = &variable.as_bytes()["HTTP_".len()..];
+        tail.len() == name.len() && tail.iter().zip(name.bytes()).all(|(&v, n)| v == if n == b'-' { b'_' } else { n.to_ascii_uppercase() })
+    };
+    READ_HEADERS.into_iter().find(|variable| same(variable))
+}
+
+/// The CGI variable of header `name`, as a web server makes it: the
+/// oracle of [`read_header`].
+#[cfg(test)]
 fn header_variable(name: &str) -> String {
     let upper = name.to_ascii_uppercase().replace('-', "_");
     match upper.as_str() {
@@ -464,4 +485,34 @@ fn os_bytes(s: std::ffi::OsString) -> Vec<u8> {
 #[cfg(not(unix))]
 fn os_bytes(s: std::ffi::OsString) -> Vec<u8> {
     s.to_string_lossy().into_owned().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_headers_read_become_variables_whatever_their_case() {
+        let names = [
+            "Host", "HOST", "host", "Last-Event-ID", "last-event-id", "Last_Event_Id", "LAST-EVENT-ID", "Content-Type", "X-Host", "Hos", "Hostx", "Last-Event-IDs",
+            "Last-Event-I", "", "Authorization", "Höst",
+        ];
+        for name in names {
+            let variable = header_variable(name);
+            let expected = READ_HEADERS.into_iter().find(|v| *v == variable);
+            assert_eq!(read_header(name), expected, "{name:?} is {variable}");
+        }
+        let http = HttpRequest {
+            method: "GET".into(),
+            query: b"kn_response_format=simple".to_vec(),
+            headers: vec![("HOST".into(), b"example.org:81".to_vec()), ("last-event-id".into(), b"7".to_vec()), ("X-Other".into(), b"x".to_vec())],
+            script_name: "/kn".into(),
+            server_name: "127.0.0.1".into(),
+            server_port: 8080,
+            ..HttpRequest::default()
+        };
+        let request = Request::from_http(http, &Limits::default()).unwrap();
+        assert_eq!(request.server_url(), "http://example.org:81/kn");
+        assert_eq!(request.last_event_id(), Some(&b"7"[..]));
+    }
 }
