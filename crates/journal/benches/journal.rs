@@ -3,6 +3,9 @@
 //! * `post/topic/{0,10k,1M}` and `post/journal/{0,10k,1M}`: one post
 //!   (`sync=none`, new `kn_id` each time, duplicate check included) on a
 //!   topic already holding that many events.
+//! * `read/since/{1,100}_behind_in_4000`: a resume (`do_since_checkpoint`)
+//!   1 or 100 events before the end of a topic whose newest segment holds
+//!   4,000 events.
 //! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
 //!   local journals.
 //! * `access/notify/{no_rules,100_rules}`: one notify through
@@ -101,6 +104,30 @@ fn post_latency(c: &mut Criterion, full: bool) {
         }
         group.finish();
     }
+}
+
+/// A resume from a checkpoint near the end of a topic whose newest segment
+/// is full (about 4,000 events of 100 bytes in 1 MiB): the cost of a
+/// reconnecting tunnel's `do_since_checkpoint`, and of a drain reading back
+/// the events another process stored and did not forward yet.
+fn read_since(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open_with(config(dir.path())).expect("open store");
+    let t = topic("/bench/since");
+    fill(&store, &t, 4_000);
+    let last = 4_000;
+    let mut group = c.benchmark_group("read/since");
+    for behind in [1, 100] {
+        let since = Selection { since_checkpoint: Some((last - behind).to_string().into_bytes()), ..Selection::default() };
+        group.bench_function(format!("{behind}_behind_in_4000"), |b| {
+            b.iter(|| {
+                let got = store.events(&t, &since).expect("read");
+                assert_eq!(got.events.len(), behind as usize);
+                got
+            })
+        });
+    }
+    group.finish();
 }
 
 /// A post to a topic with one route to an ordinary topic: the forwarding
@@ -481,6 +508,9 @@ fn main() {
     }
     if wanted("post/routed") {
         post_routed(&mut c);
+    }
+    if wanted("read/since") {
+        read_since(&mut c);
     }
     if wanted("fanout/1000_journal_routes") {
         fanout(&mut c, full);

@@ -164,6 +164,40 @@ pub(crate) fn crc32c(parts: &[&[u8]]) -> u32 {
     }
 }
 
+/// The seq and length of the frame at the start of `bytes`, read without
+/// decoding its event: for a reader that skips the records up to a seq.
+/// `None` when the frame is not whole with a valid CRC, or its body does
+/// not start as every writer of this format writes it (a map whose first
+/// key is `s`); [`decode`] then says what it is. Never panics.
+pub(crate) fn peek_seq(bytes: &[u8]) -> Option<(u64, usize)> {
+    let len_bytes: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    if len > MAX_FRAME_BODY {
+        return None;
+    }
+    let crc = u32::from_le_bytes(bytes.get(4..FRAME_HEADER)?.try_into().ok()?);
+    let body = bytes.get(FRAME_HEADER..FRAME_HEADER + len)?;
+    if checksum(&len_bytes, body) != crc {
+        return None;
+    }
+    let fields = match *body.first()? {
+        0x80..=0x8f => &body[1..],
+        0xde => body.get(3..)?,
+        0xdf => body.get(5..)?,
+        _ => return None,
+    };
+    let value = fields.strip_prefix(&[0xa1, b's'])?;
+    let seq = match *value.first()? {
+        n @ 0x00..=0x7f => u64::from(n),
+        0xcc => u64::from(*value.get(1)?),
+        0xcd => u64::from(u16::from_be_bytes(value.get(1..3)?.try_into().ok()?)),
+        0xce => u64::from(u32::from_be_bytes(value.get(1..5)?.try_into().ok()?)),
+        0xcf => u64::from_be_bytes(value.get(1..9)?.try_into().ok()?),
+        _ => return None,
+    };
+    Some((seq, FRAME_HEADER + len))
+}
+
 /// Decodes the frame at the start of `bytes`. Never panics, whatever the
 /// input.
 pub fn decode(bytes: &[u8]) -> Decoded {
@@ -207,6 +241,33 @@ mod tests {
         let mut e = Event::new();
         e.set("kn_id", "e1").set("kn_payload", b"\0\xff\xfe raw".to_vec()).set(b"\x01n\xc3".to_vec(), "v");
         Record { seq: 42, stored_secs: 1_796_018_670, event: e, blob: None }
+    }
+
+    #[test]
+    fn a_peeked_seq_is_the_decoded_one_and_a_bad_frame_has_none() {
+        let seqs = [0, 1, 127, 128, 255, 256, 65_535, 65_536, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX];
+        let blob = BlobRef { hash: 0x0707_0707_0707_0707_0707_0707_0707_0707, len: 9 };
+        for seq in seqs {
+            for blob in [None, Some(&blob)] {
+                let frame = encode_event(seq, 1_796_018_670, &sample().event, blob);
+                let Decoded::Record(r, len) = decode(&frame) else { panic!("{seq}") };
+                assert_eq!(peek_seq(&frame), Some((r.seq, len)), "{seq}");
+                // As `rmp_serde` writes the body (older writers).
+                let body = rmp_serde::to_vec_named(&Body { seq, stored_secs: 1, elements: BTreeMap::new(), blob: None }).unwrap();
+                let mut old = (body.len() as u32).to_le_bytes().to_vec();
+                old.extend_from_slice(&checksum(&(body.len() as u32).to_le_bytes(), &body).to_le_bytes());
+                old.extend_from_slice(&body);
+                assert_eq!(peek_seq(&old), Some((seq, old.len())), "{seq}, rmp_serde");
+                for cut in 0..frame.len() {
+                    assert_eq!(peek_seq(&frame[..cut]), None, "{seq} cut at {cut}");
+                }
+                for i in 0..frame.len() {
+                    let mut bad = frame.clone();
+                    bad[i] ^= 0x10;
+                    assert_eq!(peek_seq(&bad), None, "{seq}: byte {i} flipped");
+                }
+            }
+        }
     }
 
     #[test]

@@ -309,8 +309,13 @@ pub(super) fn digest(dir: &Path, record: &Record) -> u64 {
 
 
 /// [`segment::read_backwards`] with payloads resolved.
-pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
-    segment::read_backwards(dir, |mut r| if resolve(dir, &mut r) { visit(r) } else { true })
+pub(crate) fn read_backwards(dir: &Path, visit: impl FnMut(Record) -> bool) -> Result<()> {
+    read_backwards_after(dir, 0, visit)
+}
+
+/// [`segment::read_backwards_after`] with payloads resolved.
+pub(crate) fn read_backwards_after(dir: &Path, after: u64, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
+    segment::read_backwards_after(dir, after, |mut r| if resolve(dir, &mut r) { visit(r) } else { true })
 }
 
 /// [`segment::read_new_hinted`] (without a hint) with payloads resolved.

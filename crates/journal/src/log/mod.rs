@@ -38,7 +38,7 @@ pub use compact::CompactReport;
 pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::{indexed_ids, last_seq_of};
-pub(crate) use blob::{orphan_blobs, read_backwards, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
+pub(crate) use blob::{orphan_blobs, read_backwards, read_backwards_after, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
 pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};

@@ -48,11 +48,19 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 /// Reads the records of a segment starting at byte `from` (see
 /// [`scan_file`] for `floor` and `mode`). `None` when the file is gone.
 pub(crate) fn scan_segment(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<Scan>> {
-    Ok(open_and_scan(path, from, floor, mode)?.map(|(_, scan)| scan))
+    Ok(open_and_scan(path, from, floor, mode, 0)?.map(|(_, scan)| scan))
+}
+
+/// The end of segment `path` as [`scan_segment`] from its start (in tail
+/// mode) finds it: its last valid record's seq (`Scan::last`) and the
+/// offset after it, every frame's CRC checked but no record decoded or
+/// returned (a topic's newest segment may hold thousands).
+fn scan_segment_end(path: &Path, floor: u64) -> Result<Option<Scan>> {
+    Ok(open_and_scan(path, 0, floor, Mode::Tail, u64::MAX)?.map(|(_, scan)| scan))
 }
 
 /// [`scan_segment`], handing back the open file too.
-fn open_and_scan(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Option<(File, Scan)>> {
+fn open_and_scan(path: &Path, from: u64, floor: u64, mode: Mode, skip_upto: u64) -> Result<Option<(File, Scan)>> {
     let mut file = match super::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
@@ -62,7 +70,7 @@ fn open_and_scan(path: &Path, from: u64, floor: u64, mode: Mode) -> Result<Optio
     // read is one `pread` of exactly what is there (no seek, no second
     // read to find the end): the cost of a tunnel's read of a new event.
     let (ino, size) = stat_fd(&file).map(|s| (s.ino, Some(s.size))).unwrap_or((0, None));
-    let scan = scan_read(&mut file, path, from, floor, mode, ino, size)?;
+    let scan = scan_read(&mut file, path, from, floor, mode, ino, size, skip_upto)?;
     Ok(Some((file, scan)))
 }
 
@@ -130,13 +138,13 @@ fn scan_positioned(path: &Path, cursor: &LogCursor, floor: u64, hints: &mut Read
     if let Some(kept) = hints.kept.as_mut().filter(|k| k.ino == cursor.ino) {
         if let Ok(st) = stat_fd(&kept.file) {
             if st.links > 0 {
-                let scan = scan_read(&mut kept.file, path, cursor.offset, floor, Mode::Tail, st.ino, Some(st.size))?;
+                let scan = scan_read(&mut kept.file, path, cursor.offset, floor, Mode::Tail, st.ino, Some(st.size), 0)?;
                 return Ok(Some(scan));
             }
         }
     }
     *hints.kept = None;
-    let Some((file, scan)) = open_and_scan(path, cursor.offset, floor, Mode::Tail)? else { return Ok(None) };
+    let Some((file, scan)) = open_and_scan(path, cursor.offset, floor, Mode::Tail, 0)? else { return Ok(None) };
     if scan.ino == cursor.ino && hints.keep_at_most > 0 {
         *hints.kept = KeptSegment::keep(file, scan.ino, hints.keep_at_most);
     }
@@ -189,6 +197,9 @@ pub(crate) struct Scan {
     pub stop: Option<Stop>,
     /// The inode of the segment file scanned.
     pub ino: u64,
+    /// The highest seq of the valid records read, skipped ones included
+    /// (the scan's `floor` when there is none).
+    pub last: u64,
     /// True when every byte read was a whole, valid record (the scan
     /// reached the end of what the file held).
     pub whole: bool,
@@ -246,13 +257,16 @@ pub(crate) const MIN_FRAME: u64 = (record::FRAME_HEADER + 10) as u64;
 /// valid record. In [`Mode::Tail`] an incomplete frame stops the scan at
 /// once. The forward search runs only after a bad frame.
 pub(crate) fn scan_file(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64) -> Result<Scan> {
-    scan_read(file, path, from, floor, mode, ino, None)
+    scan_read(file, path, from, floor, mode, ino, None, 0)
 }
 
 /// [`scan_file`] of a file whose length was `size` a moment ago: reads
 /// from `from` up to that length with `pread` (bytes appended since are
 /// left for the next scan, as if they came after it), else to the end.
-fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64, size: Option<u64>) -> Result<Scan> {
+/// Records up to seq `skip_upto` are checked (their CRC) but neither
+/// decoded nor returned (0: every record is).
+#[allow(clippy::too_many_arguments)]
+fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, ino: u64, size: Option<u64>, skip_upto: u64) -> Result<Scan> {
     let mut bytes = Vec::new();
     match size {
         Some(size) => {
@@ -273,6 +287,14 @@ fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, in
     let mut last = floor;
     let mut stop = None;
     while pos < bytes.len() {
+        if skip_upto > 0 {
+            if let Some((seq, len)) = record::peek_seq(&bytes[pos..]).filter(|&(seq, _)| seq <= skip_upto) {
+                last = last.max(seq);
+                pos += len;
+                end = pos;
+                continue;
+            }
+        }
         let bad = match record::decode(&bytes[pos..]) {
             Decoded::Record(r, len) => {
                 last = last.max(r.seq);
@@ -304,7 +326,7 @@ fn scan_read(file: &mut File, path: &Path, from: u64, floor: u64, mode: Mode, in
         }
     }
     let whole = stop.is_none() && end == bytes.len();
-    Ok(Scan { records, end: from + end as u64, damaged, stop, ino, whole })
+    Ok(Scan { records, end: from + end as u64, damaged, stop, ino, whole, last })
 }
 
 /// The first offset at or after `start` where a valid frame begins whose
@@ -342,7 +364,15 @@ fn resync(bytes: &[u8], start: usize, last: u64) -> Option<usize> {
 /// Reading newest first straight from the names instead would miss both
 /// when a compaction drops an old record for a newer one appended after the
 /// newest segment was read.
-pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
+pub(crate) fn read_backwards(dir: &Path, visit: impl FnMut(Record) -> bool) -> Result<()> {
+    read_backwards_after(dir, 0, visit)
+}
+
+/// [`read_backwards`] of the records after seq `after` only: the older
+/// records of a segment are checked but not decoded (what a resume from a
+/// checkpoint near the end costs is then the few records after it, not
+/// the whole newest segment), and older segments are not read.
+pub(crate) fn read_backwards_after(dir: &Path, after: u64, mut visit: impl FnMut(Record) -> bool) -> Result<()> {
     let segments = open_oldest_first(dir)?;
     let newest = segments.len();
     let mut floor = u64::MAX;
@@ -350,7 +380,7 @@ pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) 
         let mode = if i + 1 == newest { Mode::Tail } else { Mode::Whole };
         let path = dir.join(segment_name(first));
         let (ino, size) = stat_fd(&file).map(|s| (s.ino, Some(s.size))).unwrap_or((0, None));
-        let scan = scan_read(&mut file, &path, 0, first.saturating_sub(1), mode, ino, size)?;
+        let scan = scan_read(&mut file, &path, 0, first.saturating_sub(1), mode, ino, size, after)?;
         for (_, r) in scan.records.into_iter().rev() {
             if r.seq >= floor {
                 continue;
@@ -359,6 +389,10 @@ pub(crate) fn read_backwards(dir: &Path, mut visit: impl FnMut(Record) -> bool) 
             if !visit(r) {
                 return Ok(());
             }
+        }
+        // Every record of an older segment is below this one's first.
+        if after > 0 && first <= after.saturating_add(1) {
+            return Ok(());
         }
     }
     Ok(())
@@ -496,11 +530,10 @@ pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
     let Some(&last) = segments.last() else {
         return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
     };
-    let Some(scan) = scan_segment(&dir.join(segment_name(last)), 0, last.saturating_sub(1), Mode::Tail)? else {
+    let Some(scan) = scan_segment_end(&dir.join(segment_name(last)), last.saturating_sub(1))? else {
         return Ok(LogCursor { last_seq: last.saturating_sub(1), segment: 0, offset: 0, ino: 0, caught_up: false });
     };
-    let last_seq = scan.records.last().map(|(_, r)| r.seq).unwrap_or(last.saturating_sub(1));
-    Ok(LogCursor { last_seq, segment: last, offset: scan.end, ino: scan.ino, caught_up: scan.whole })
+    Ok(LogCursor { last_seq: scan.last, segment: last, offset: scan.end, ino: scan.ino, caught_up: scan.whole })
 }
 
 /// Reads the records after `cursor` and advances it. Cheap when nothing is
@@ -603,6 +636,31 @@ pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: Rea
 mod tests {
     use super::*;
     use crate::event::Event;
+
+    #[test]
+    fn the_end_found_without_decoding_is_the_end_found_by_decoding() {
+        let frame = |seq: u64| {
+            let mut e = Event::new();
+            e.set("kn_id", format!("id{seq}")).set("kn_payload", "x".repeat(seq as usize % 7));
+            record::encode(&Record { seq, stored_secs: 1, event: e, blob: None })
+        };
+        let whole: Vec<u8> = (10..20).flat_map(frame).collect();
+        let torn = [whole.clone(), frame(20)[..9].to_vec()].concat();
+        let mut damaged = whole.clone();
+        damaged[frame(10).len() + 12] ^= 1; // inside the record of seq 11
+        let zeroed = [whole.clone(), vec![0; 64]].concat();
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in [("whole", whole), ("torn", torn), ("damaged", damaged), ("zeroed", zeroed), ("empty", Vec::new())] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &bytes).unwrap();
+            let decoded = scan_segment(&path, 0, 9, Mode::Tail).unwrap().unwrap();
+            let peeked = scan_segment_end(&path, 9).unwrap().unwrap();
+            let last = decoded.records.last().map_or(9, |(_, r)| r.seq);
+            assert_eq!((peeked.last, peeked.end, peeked.whole, &peeked.stop), (last, decoded.end, decoded.whole, &decoded.stop), "{name}");
+            assert_eq!(peeked.damaged.len(), decoded.damaged.len(), "{name}");
+            assert!(peeked.records.is_empty(), "{name}");
+        }
+    }
 
     #[test]
     fn written_records_are_taken_only_where_the_cursor_stands() {

@@ -137,7 +137,7 @@ impl Store {
         let mut picked = Vec::new();
         let mut left_out = false;
         if max_n > 0 {
-            log::read_backwards(&dir, |r| {
+            log::read_backwards_after(&dir, after, |r| {
                 if r.seq <= after || (r.stored_secs as f64) < cutoff {
                     return false;
                 }
