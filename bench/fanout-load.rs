@@ -3,6 +3,7 @@
 //! ```text
 //! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
+//! fanout-load kn|nchan HOST:PORT busy N E C     # N SSE subscribers, C publishers at once posting E events in all
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
 //! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID threads=T", stop when stdin closes
 //! ```
@@ -26,12 +27,14 @@
 //!   the message body to it.
 //!
 //! The publisher posts one event at a time on one keep-alive connection,
-//! waiting for each answer. Subscribers read with HTTP/1.0 (the body then
+//! waiting for each answer (in `busy`, each of the C publishers does, on a
+//! connection of its own, all at once). Subscribers read with HTTP/1.0 (the body then
 //! comes raw, not chunked) and count the `data:` lines carrying the marker
 //! `fanev<seq>` of a published event.
 //!
 //! Output, one line: `fanout subscribers=N events=E deliveries=D secs=S
-//! per_sec=R`, `latency n=S p50=.. p90=.. p99=.. ms` or, for `hold`,
+//! per_sec=R`, `busy subscribers=N publishers=C events=E secs=S
+//! req_per_sec=R deliveries=D` (every subscriber got every event), `latency n=S p50=.. p90=.. p99=.. ms` or, for `hold`,
 //! `ready N` when every subscriber is open.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,7 +45,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | hold N), or fanout-load apache CGI STORE";
+const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | busy N E C | hold N), or fanout-load apache CGI STORE";
 
 /// How long the whole fan-out, or one round trip, may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -365,6 +368,56 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// `publishers` keep-alive connections posting `e` events in all, at once,
+/// to `n` subscribers: the publish rate while every event is delivered.
+async fn busy(run: Run, n: usize, e: usize, publishers: usize) -> Result<(), String> {
+    let mut events = open_subscribers(&run, n).await?;
+    let publishers = publishers.clamp(1, e.max(1));
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..publishers {
+        clients.push(Client::connect(&run.addr).await?);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for mut client in clients {
+        let (run, next) = (run.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let seq = next.fetch_add(1, Ordering::Relaxed);
+                if seq >= e {
+                    return Ok::<(), String>(());
+                }
+                let (path, body) = run.publish(seq);
+                let (status, answer) = client.post(&path, &body).await?;
+                if !(200..300).contains(&status) {
+                    return Err(format!("publish {seq} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut seen = vec![vec![false; e]; n];
+    let (want, mut got) = (n * e, 0);
+    let end = Instant::now() + TIMEOUT;
+    while got < want {
+        match tokio::time::timeout_at(end.into(), events.recv()).await {
+            Ok(Some(Seen { subscriber, seq, .. })) if seq < e && !seen[subscriber][seq] => {
+                seen[subscriber][seq] = true;
+                got += 1;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("every subscriber closed after {got} of {want} deliveries")),
+            Err(_) => return Err(format!("only {got} of {want} deliveries within {TIMEOUT:?}")),
+        }
+    }
+    println!("busy subscribers={n} publishers={publishers} events={e} secs={secs:.3} req_per_sec={:.0} deliveries={got}", e as f64 / secs);
+    Ok(())
+}
+
 async fn latency(run: Run, samples: usize) -> Result<(), String> {
     const WARMUP: usize = 20;
     let mut events = open_subscribers(&run, 1).await?;
@@ -485,11 +538,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let (mode, a, b) = (args.get(2).cloned().unwrap_or_default(), number(3), number(4));
+    let (mode, a, b, c) = (args.get(2).cloned().unwrap_or_default(), number(3), number(4), number(5));
     let result = runtime.block_on(async move {
         match (mode.as_str(), a, b) {
             ("fanout", Some(n), Some(e)) => fanout(run, n, e).await,
             ("latency", Some(s), _) => latency(run, s).await,
+            ("busy", Some(n), Some(e)) => busy(run, n, e, c.unwrap_or(8)).await,
             ("hold", Some(n), _) => hold(run, n).await,
             _ => Err(USAGE.to_string()),
         }

@@ -308,7 +308,8 @@ pub(super) fn digest(dir: &Path, record: &Record) -> u64 {
 }
 
 
-/// [`segment::read_backwards`] with payloads resolved.
+/// [`segment::read_backwards_after`] of every record, with payloads
+/// resolved.
 pub(crate) fn read_backwards(dir: &Path, visit: impl FnMut(Record) -> bool) -> Result<()> {
     read_backwards_after(dir, 0, visit)
 }

@@ -364,11 +364,8 @@ fn resync(bytes: &[u8], start: usize, last: u64) -> Option<usize> {
 /// Reading newest first straight from the names instead would miss both
 /// when a compaction drops an old record for a newer one appended after the
 /// newest segment was read.
-pub(crate) fn read_backwards(dir: &Path, visit: impl FnMut(Record) -> bool) -> Result<()> {
-    read_backwards_after(dir, 0, visit)
-}
-
-/// [`read_backwards`] of the records after seq `after` only: the older
+///
+/// Only the records after seq `after` (0: all) are visited: the older
 /// records of a segment are checked but not decoded (what a resume from a
 /// checkpoint near the end costs is then the few records after it, not
 /// the whole newest segment), and older segments are not read.
