@@ -9,6 +9,46 @@ use kn_journal::{Config, Event, Selection, Store, Topic};
 
 const THREADS: usize = 6;
 
+/// A store in a fresh directory (no free-space reserve).
+fn open_store(dir: &tempfile::TempDir) -> Arc<Store> {
+    let mut config = Config::new(dir.path().join("kn_events"));
+    config.reserve_bytes = 0;
+    Arc::new(Store::open_with(config).unwrap())
+}
+
+/// Routes `room` into each of `destinations` (a journal opened first, as
+/// its tunnel would).
+fn route_to(store: &Store, room: &Topic, destinations: &[Topic]) {
+    for (i, d) in destinations.iter().enumerate() {
+        if d.is_journal() {
+            drop(store.tunnel(d, &Selection::default()).unwrap());
+            store.heartbeat(d).unwrap();
+        }
+        let mut route = Event::new();
+        route.set("kn_id", format!("r{i}"));
+        store.route(room, d.to_string().as_bytes(), route).unwrap();
+    }
+}
+
+/// [`THREADS`] threads, started together, each notifying `room` of `each`
+/// events `w<thread>-<i>` (id and payload).
+fn post_from_threads(store: &Arc<Store>, room: &Topic, each: usize) -> Vec<std::thread::JoinHandle<()>> {
+    let start = Arc::new(Barrier::new(THREADS));
+    (0..THREADS)
+        .map(|w| {
+            let (store, room, start) = (store.clone(), room.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..each {
+                    let mut e = Event::new();
+                    e.set("kn_id", format!("w{w}-{i}")).set("kn_payload", format!("w{w}-{i}"));
+                    store.notify(&room, e).unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
 /// Threads posting at once to a topic with routes into journals: every
 /// event reaches every journal exactly once, whichever thread's drain of
 /// the outbox forwards it (the next writer may forward an event whose own
@@ -16,32 +56,11 @@ const THREADS: usize = 6;
 #[test]
 fn threads_posting_to_a_routed_topic_forward_every_event_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().join("kn_events"));
-    config.reserve_bytes = 0;
-    let store = Arc::new(Store::open_with(config).unwrap());
+    let store = open_store(&dir);
     let room = Topic::parse("/soak/room").unwrap();
     let journals: Vec<Topic> = (0..3).map(|i| Topic::parse(&format!("/who/u{i}/kn_journal")).unwrap()).collect();
-    for (i, j) in journals.iter().enumerate() {
-        drop(store.tunnel(j, &Selection::default()).unwrap());
-        store.heartbeat(j).unwrap();
-        let mut route = Event::new();
-        route.set("kn_id", format!("r{i}"));
-        store.route(&room, j.to_string().as_bytes(), route).unwrap();
-    }
-    let start = Arc::new(Barrier::new(THREADS));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|w| {
-            let (store, room, start) = (store.clone(), room.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                for i in 0..100 {
-                    let mut e = Event::new();
-                    e.set("kn_id", format!("w{w}-{i}")).set("kn_payload", format!("w{w}-{i}"));
-                    store.notify(&room, e).unwrap();
-                }
-            })
-        })
-        .collect();
+    route_to(&store, &room, &journals);
+    let workers = post_from_threads(&store, &room, 100);
     // Meanwhile routes come and go on the room (each change settles the
     // room's outbox first), as pages subscribe and leave.
     let churn = {
@@ -75,36 +94,12 @@ fn threads_posting_to_a_routed_topic_forward_every_event_once() {
 #[test]
 fn threads_posting_to_a_routed_topic_forward_in_the_topics_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().join("kn_events"));
-    config.reserve_bytes = 0;
-    let store = Arc::new(Store::open_with(config).unwrap());
+    let store = open_store(&dir);
     let room = Topic::parse("/order/room").unwrap();
     let mut destinations: Vec<Topic> = (0..2).map(|i| Topic::parse(&format!("/order/u{i}/kn_journal")).unwrap()).collect();
     destinations.push(Topic::parse("/order/archive").unwrap());
-    for (i, d) in destinations.iter().enumerate() {
-        if d.is_journal() {
-            drop(store.tunnel(d, &Selection::default()).unwrap());
-            store.heartbeat(d).unwrap();
-        }
-        let mut route = Event::new();
-        route.set("kn_id", format!("r{i}"));
-        store.route(&room, d.to_string().as_bytes(), route).unwrap();
-    }
-    let start = Arc::new(Barrier::new(THREADS));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|w| {
-            let (store, room, start) = (store.clone(), room.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                for i in 0..200 {
-                    let mut e = Event::new();
-                    e.set("kn_id", format!("w{w}-{i}")).set("kn_payload", format!("w{w}-{i}"));
-                    store.notify(&room, e).unwrap();
-                }
-            })
-        })
-        .collect();
-    for w in workers {
+    route_to(&store, &room, &destinations);
+    for w in post_from_threads(&store, &room, 200) {
         w.join().unwrap();
     }
     let ids = |t: &Topic| -> Vec<String> { store.events(t, &Selection::all()).unwrap().events.iter().map(|e| String::from_utf8_lossy(e.id().unwrap()).into_owned()).collect() };
@@ -121,14 +116,10 @@ fn threads_posting_to_a_routed_topic_forward_in_the_topics_order() {
 #[test]
 fn a_kept_forwarding_state_removed_meanwhile_is_opened_afresh() {
     let dir = tempfile::tempdir().unwrap();
+    let store = open_store(&dir);
     let root = dir.path().join("kn_events");
-    let mut config = Config::new(&root);
-    config.reserve_bytes = 0;
-    let store = Store::open_with(config).unwrap();
     let room = Topic::parse("/kept/room").unwrap();
-    let mut route = Event::new();
-    route.set("kn_id", "r");
-    store.route(&room, b"/kept/archive", route).unwrap();
+    route_to(&store, &room, &[Topic::parse("/kept/archive").unwrap()]);
     let post = |id: &str| {
         let mut e = Event::new();
         e.set("kn_id", id).set("kn_payload", id);
