@@ -306,6 +306,14 @@ pub(super) struct InFlight<'a> {
     seq: u64,
 }
 
+impl InFlight<'_> {
+    /// The guard of the event `seq` of `topic`, listed by
+    /// [`Store::list_in_flight`]: unlisted when dropped.
+    pub(super) fn listed<'a>(store: &'a Store, topic: &Topic, seq: u64) -> InFlight<'a> {
+        InFlight { store, topic: topic.clone(), seq }
+    }
+}
+
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let mut in_flight = self.store.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -663,11 +671,11 @@ impl Store {
     }
 
     /// Lists the event `seq` of `topic` (just stored, with no payload kept
-    /// apart) as in flight until the guard is dropped ([`InFlight`]).
-    pub(super) fn in_flight(&self, topic: &Topic, seq: u64, event: &Event) -> InFlight<'_> {
+    /// apart) as in flight ([`InFlight`]), before the topic's lock is
+    /// released: no other post's drain can find it pending unlisted.
+    pub(super) fn list_in_flight(&self, topic: &Topic, seq: u64, event: &Event) {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         in_flight.entry(topic.clone()).or_default().push((seq, event.clone()));
-        InFlight { store: self, topic: topic.clone(), seq }
     }
 
     /// The events of `topic` in `(after, upto]` as [`Store::events_between`]
@@ -1047,7 +1055,7 @@ impl Store {
             Ok(())
         };
         let search = (recovered && dest.is_journal()).then_some(&copy);
-        let Some(stored) = self.append_event(dest, kept, &copy, payload.as_deref(), now(), create, search)? else { return Ok(()) };
+        let Some(stored) = self.append_event(dest, kept, &copy, payload.as_deref(), now(), create, search, false)? else { return Ok(()) };
         report.writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
         queue.push_back(Job::stored(dest.clone(), copy, payload, stored));
         Ok(())
@@ -1199,10 +1207,14 @@ mod tests {
             e.set("kn_expires", "1");
             e
         };
-        let a = store.in_flight(&topic, 3, &event("a", "1"));
-        let c = store.in_flight(&topic, 5, &event("a", "2"));
+        let list = |seq: u64, e: &Event| {
+            store.list_in_flight(&topic, seq, e);
+            InFlight::listed(&store, &topic, seq)
+        };
+        let a = list(3, &event("a", "1"));
+        let c = list(5, &event("a", "2"));
         assert_eq!(store.in_flight_between(&topic, 2, 5), None, "seq 4 is not in flight");
-        let b = store.in_flight(&topic, 4, &expired);
+        let b = list(4, &expired);
         let got = store.in_flight_between(&topic, 2, 5).unwrap();
         // 3 superseded by 5 (same kn_id), 4 expired: as read from the log.
         assert_eq!(got.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [5]);

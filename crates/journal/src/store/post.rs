@@ -15,7 +15,7 @@ use crate::stats::Counter;
 use crate::topic::Topic;
 
 use super::{Kept, Store, create_topic_dir};
-use super::outbox::Own;
+use super::outbox::{InFlight, Own};
 use super::routes::RouteList;
 
 /// One file write a post made: the event `id` stored on `topic`. Servers
@@ -85,6 +85,9 @@ pub(super) struct Stored {
     pub(super) routes_generation: Option<u64>,
     /// The topic's routes as of that generation, when the store kept them.
     pub(super) routes: Option<RouteList>,
+    /// Listed as in flight ([`Store::append_event`]'s `list`): to be
+    /// unlisted with `outbox::InFlight` once forwarded.
+    pub(super) listed: bool,
 }
 
 /// The URLs a forwarded copy names its source topic by.
@@ -300,25 +303,18 @@ impl Store {
     pub(super) fn run(&self, mut job: Job, report: &mut PostReport, defer: bool) -> Result<bool> {
         let _wakes = crate::watch::WakeBatch::open();
         let mut queue = VecDeque::new();
+        let mut _in_flight = None;
         if job.stored.is_none() {
             let Some(stored) = self.run_job(&job, report, &mut queue)? else { return Ok(false) };
+            // Unlisted once its forwarding is over (or left pending).
+            _in_flight = stored.listed.then(|| InFlight::listed(self, &job.topic, stored.seq));
             job.stored = Some(stored);
         }
         if defer && self.defer_forwarding(&mut job) {
             report.forwarding_deferred = true;
-        } else {
-            // Listed while it is forwarded, for a drain of another post
-            // that finds it pending (`outbox::InFlight`).
-            let _in_flight = match &job.stored {
-                Some(stored) if job.payload.is_none() && stored.routes.as_ref().is_none_or(|routes| !routes.is_empty()) => {
-                    Some(self.in_flight(&job.topic, stored.seq, &job.event))
-                }
-                _ => None,
-            };
-            if let Err(err) = self.forward_stored(job, report, &mut queue) {
-                if err.kind() == ErrorKind::TooManyDeliveries {
-                    return Err(err);
-                }
+        } else if let Err(err) = self.forward_stored(job, report, &mut queue) {
+            if err.kind() == ErrorKind::TooManyDeliveries {
+                return Err(err);
             }
         }
         self.run_forwarding(queue, report)?;
@@ -377,7 +373,9 @@ impl Store {
             queue.extend(self.ensure_topic(&job.topic, report)?);
             Ok(())
         };
-        let Some(stored) = self.append_event(&job.topic, kept, &job.event, job.payload.as_deref(), now(), create, None)? else { return Ok(None) };
+        // Listed as in flight (`outbox::InFlight`) before the lock is let go.
+        let list = job.payload.is_none();
+        let Some(stored) = self.append_event(&job.topic, kept, &job.event, job.payload.as_deref(), now(), create, None, list)? else { return Ok(None) };
         report.writes.push(Write { topic: job.topic.clone(), id: job.event.id().unwrap_or(b"").to_vec(), checkpoint: stored.seq });
         Ok(Some(stored))
     }
@@ -392,7 +390,7 @@ impl Store {
     /// the event was stored (an import keeps the original time).
     pub(crate) fn store_event_at(&self, topic: &Topic, event: &Event, stored_at: f64) -> Result<Option<(u64, Event)>> {
         let kept = self.take_kept(topic);
-        let Some(stored) = self.append_event(topic, kept, event, None, stored_at, || Ok(()), None)? else { return Ok(None) };
+        let Some(stored) = self.append_event(topic, kept, event, None, stored_at, || Ok(()), None, false)? else { return Ok(None) };
         let mut out = event.clone();
         out.set(KN_ROUTE_CHECKPOINT, stored.seq.to_string());
         Ok(Some((stored.seq, out)))
@@ -412,6 +410,11 @@ impl Store {
     /// With `search` (a redelivered copy bound for a journal), the
     /// journal's newest events are searched for it under the lock, and
     /// nothing is appended if it is there (`None`, as a duplicate).
+    ///
+    /// With `list` (a post's own event, forwarded by its caller), the event
+    /// stored on a topic that may have routes is listed as in flight
+    /// before the lock is released (`Stored::listed`; the caller unlists
+    /// it with `outbox::InFlight`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn append_event(
         &self,
@@ -422,6 +425,7 @@ impl Store {
         stored_at: f64,
         create: impl FnOnce() -> Result<()>,
         search: Option<&Event>,
+        list: bool,
     ) -> Result<Option<Stored>> {
         let mut create = Some(create);
         let mut prepare = || create.take().map_or(Ok(()), |c| c());
@@ -460,6 +464,13 @@ impl Store {
             None => writer.append(event, stored_secs, &self.gauge),
         };
         let wrote = matches!(appended, Ok(Appended::Stored(_)));
+        let mut listed = false;
+        if let Ok(Appended::Stored(seq)) = appended {
+            if list && kept.1.routes.as_ref().is_none_or(|(_, routes)| !routes.is_empty()) {
+                self.list_in_flight(topic, seq, event);
+                listed = true;
+            }
+        }
         let (routes_generation, routes, written) = self.after_append(writer, kept, waking.is_some(), wrote);
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
@@ -467,7 +478,7 @@ impl Store {
         self.appended_written(waking, wrote, written);
         let Appended::Stored(seq) = appended? else { return Ok(None) };
         self.changed(topic);
-        Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes }))
+        Ok(Some(Stored { seq, routes_generation: Some(routes_generation), routes, listed }))
     }
 
     /// Appends `copies` to the journal `topic` under its lock, as
@@ -491,7 +502,7 @@ impl Store {
         self.appended_written(waking, wrote, written);
         let seqs = appended?;
         self.changed(topic);
-        Ok(seqs.into_iter().map(|seq| Stored { seq, routes_generation: Some(routes_generation), routes: routes.clone() }).collect())
+        Ok(seqs.into_iter().map(|seq| Stored { seq, routes_generation: Some(routes_generation), routes: routes.clone(), listed: false }).collect())
     }
 
     /// The end of an append by `writer` (`wrote`: it stored something):
@@ -557,7 +568,7 @@ impl Store {
             announcement.set(KN_ID, fresh_id()).set(KN_PAYLOAD, segment).set(KN_TIME_T, format_time(now().floor()));
             if let Some((seq, stored)) = self.store_event(&subtopics, &announcement)? {
                 report.writes.push(Write { topic: subtopics.clone(), id: stored.id().unwrap_or(b"").to_vec(), checkpoint: seq });
-                let announced = Stored { seq, routes_generation: None, routes: None };
+                let announced = Stored { seq, routes_generation: None, routes: None, listed: false };
                 jobs.push(Job::stored(subtopics, stored, None, announced));
             }
             Ok(())

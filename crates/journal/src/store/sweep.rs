@@ -797,7 +797,7 @@ impl Store {
             .map(|(seq, event)| {
                 let mut event = event.clone();
                 event.set(KN_ROUTE_CHECKPOINT, seq.to_string());
-                Job::stored(routes.clone(), event, None, Stored { seq, routes_generation: None, routes: None })
+                Job::stored(routes.clone(), event, None, Stored { seq, routes_generation: None, routes: None, listed: false })
             })
             .collect();
         self.run_forwarding(jobs, &mut PostReport::default())?;
