@@ -289,7 +289,7 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
 }
 
 /// An event of a post of this process, stored and being forwarded inline
-/// ([`Store::in_flight`]), listed until its drain is over.
+/// ([`Store::list_in_flight`]), listed until its drain is over.
 ///
 /// Posts to one routed topic at once (the threads of `serve`) store
 /// their events in one order and take the topic's `.forwarded` lock in
@@ -645,7 +645,7 @@ impl Store {
     /// The current (unexpired, not superseded) events of `topic` with a
     /// seq in `(after, upto]`, oldest first, at most [`BATCH`]: those of
     /// posts of this process still forwarding them when they are all
-    /// such ([`Store::in_flight`]), else read back from the log.
+    /// such ([`InFlight`]), else read back from the log.
     fn events_between(&self, topic: &Topic, after: u64, upto: u64) -> Result<Vec<(u64, Event)>> {
         if after >= upto {
             return Ok(Vec::new());
