@@ -170,16 +170,7 @@ pub(crate) fn crc32c(parts: &[&[u8]]) -> u32 {
 /// not start as every writer of this format writes it (a map whose first
 /// key is `s`); [`decode`] then says what it is. Never panics.
 pub(crate) fn peek_seq(bytes: &[u8]) -> Option<(u64, usize)> {
-    let len_bytes: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
-    let len = u32::from_le_bytes(len_bytes) as usize;
-    if len > MAX_FRAME_BODY {
-        return None;
-    }
-    let crc = u32::from_le_bytes(bytes.get(4..FRAME_HEADER)?.try_into().ok()?);
-    let body = bytes.get(FRAME_HEADER..FRAME_HEADER + len)?;
-    if checksum(&len_bytes, body) != crc {
-        return None;
-    }
+    let body = checked_body(bytes).ok()?;
     let fields = match *body.first()? {
         0x80..=0x8f => &body[1..],
         0xde => body.get(3..)?,
@@ -195,27 +186,38 @@ pub(crate) fn peek_seq(bytes: &[u8]) -> Option<(u64, usize)> {
         0xcf => u64::from_be_bytes(value.get(1..9)?.try_into().ok()?),
         _ => return None,
     };
-    Some((seq, FRAME_HEADER + len))
+    Some((seq, FRAME_HEADER + body.len()))
 }
 
-/// Decodes the frame at the start of `bytes`. Never panics, whatever the
-/// input.
-pub fn decode(bytes: &[u8]) -> Decoded {
+/// The body of the frame at the start of `bytes`, once its length is in
+/// bounds and its CRC matches; else what [`decode`] says of it.
+fn checked_body(bytes: &[u8]) -> Result<&[u8], Decoded> {
     if bytes.len() < FRAME_HEADER {
-        return Decoded::Incomplete;
+        return Err(Decoded::Incomplete);
     }
     let len_bytes: [u8; 4] = [bytes[0], bytes[1], bytes[2], bytes[3]];
     let len = u32::from_le_bytes(len_bytes) as usize;
     let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
     if len > MAX_FRAME_BODY {
-        return Decoded::Corrupt(format!("frame length {len} exceeds the maximum"));
+        return Err(Decoded::Corrupt(format!("frame length {len} exceeds the maximum")));
     }
     let Some(body) = bytes.get(FRAME_HEADER..FRAME_HEADER + len) else {
-        return Decoded::Incomplete;
+        return Err(Decoded::Incomplete);
     };
     if checksum(&len_bytes, body) != crc {
-        return Decoded::Corrupt("CRC-32C mismatch".to_string());
+        return Err(Decoded::Corrupt("CRC-32C mismatch".to_string()));
     }
+    Ok(body)
+}
+
+/// Decodes the frame at the start of `bytes`. Never panics, whatever the
+/// input.
+pub fn decode(bytes: &[u8]) -> Decoded {
+    let body = match checked_body(bytes) {
+        Ok(body) => body,
+        Err(bad) => return bad,
+    };
+    let len = body.len();
     match rmp_serde::from_slice::<Body>(body) {
         Ok(b) => {
             let blob = match b.blob.as_ref().map(|v| BlobRef::from_bytes(v)) {

@@ -138,17 +138,26 @@ pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
 /// Reads into `buf` from `at` until it is full or the file ends (a
 /// `pread` may return less than asked); how many bytes were read.
 pub(crate) fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
     let mut got = 0;
     while got < buf.len() {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == IoKind::Interrupted => {}
-            Err(e) => return Err(e),
+        match read_once(file, &mut buf[got..], at + got as u64)? {
+            0 => break,
+            n => got += n,
         }
     }
     Ok(got)
+}
+
+/// One `pread` at `at` (retried only when interrupted): what it read,
+/// which may be short of `buf`.
+pub(crate) fn read_once(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    loop {
+        match file.read_at(buf, at) {
+            Err(e) if e.kind() == IoKind::Interrupted => {}
+            other => return other,
+        }
+    }
 }
 
 /// Gives a file the store's mode whatever the umask: group-writable, so

@@ -496,18 +496,24 @@ impl Store {
     /// opens it afresh: a fresh `open` is what makes the file server's
     /// copy the one read).
     fn take_forwarded(&self, topic: &Topic) -> Option<fs::File> {
-        if self.is_shared() || topic.is_journal() {
+        if !self.keeps_forwarded(topic) {
             return None;
         }
         let mut cache = self.kept.lock().ok()?;
         cache.topics.get_mut(topic)?.iter_mut().find_map(|kept| kept.forwarded.take())
     }
 
+    /// Whether a drain of `topic` keeps its `.forwarded` open: not a
+    /// journal's (a set stays within four descriptors), not in shared mode.
+    fn keeps_forwarded(&self, topic: &Topic) -> bool {
+        !self.is_shared() && !topic.is_journal()
+    }
+
     /// Leaves `file`, the `.forwarded` of `topic`, open with one of the
     /// topic's kept sets for [`Store::take_forwarded`]; closed when no
     /// set is kept (or each has one already).
     fn keep_forwarded(&self, topic: &Topic, file: fs::File) {
-        if self.is_shared() || topic.is_journal() {
+        if !self.keeps_forwarded(topic) {
             return;
         }
         let Ok(mut cache) = self.kept.lock() else { return };

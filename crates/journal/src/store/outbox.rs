@@ -196,22 +196,20 @@ impl Outbox {
     /// else opened afresh.
     pub(super) fn lock_kept(dir: &Path, kept: Option<File>, config: &crate::Config) -> Result<Outbox> {
         let path = dir.join(FORWARDED_FILE);
-        let file = match kept {
+        let lock = |file: &File| crate::shared::lock(file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e));
+        let kept = match kept {
             Some(file) => {
-                crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
-                if log::stat_fd(&file).is_ok_and(|meta| meta.links > 0) {
-                    Some(file)
-                } else {
-                    None // closed: its lock goes with it
-                }
+                lock(&file)?;
+                // Else closed: its lock goes with it.
+                log::stat_fd(&file).is_ok_and(|meta| meta.links > 0).then_some(file)
             }
             None => None,
         };
-        let file = match file {
+        let file = match kept {
             Some(file) => file,
             None => {
                 let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open forwarding state", &path, e))?;
-                crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock forwarding state", &path, e))?;
+                lock(&file)?;
                 file
             }
         };
@@ -263,7 +261,7 @@ fn read_state(file: &File) -> std::io::Result<Option<State>> {
         let mut buf = vec![0u8; SLOT_FIRST_READ];
         // One `pread`: a state is shorter than this read, and a short
         // read (the end of the file) is completed below if need be.
-        let Ok(got) = read_once(file, &mut buf, at) else { continue };
+        let Ok(got) = log::read_once(file, &mut buf, at) else { continue };
         if got < 12 {
             continue;
         }
@@ -322,16 +320,6 @@ impl Drop for InFlight<'_> {
             if events.is_empty() {
                 in_flight.remove(&self.topic);
             }
-        }
-    }
-}
-
-/// One `pread` at `at` (retried only when interrupted).
-fn read_once(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    loop {
-        match file.read_at(buf, at) {
-            Err(e) if e.kind() == IoKind::Interrupted => {}
-            other => return other,
         }
     }
 }
