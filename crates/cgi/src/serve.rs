@@ -18,8 +18,9 @@
 //! in as a worker), so that they start without a hand-over; beyond that
 //! queued for a bounded pool of their own. The one exception is a notify
 //! that the store can make at once ([`Handler::handle_nowait`]: one append
-//! to a topic whose files are open already, whose lock no one holds, with
-//! nothing to forward and no sync), answered on the async worker: the
+//! to a topic whose files are open already, whose lock no one holds, no
+//! sync, and with routes at most four copies to topics of this store, each
+//! lock free too), answered on the async worker: the
 //! hand-over to the pool and back would cost more than it. A tunnel is a
 //! task awaiting a wakeup (a `Future`): no thread and no process per idle
 //! tunnel, so thousands of browsers can each hold one open. Its reads of

@@ -108,6 +108,23 @@ fn a_notify_made_at_once_is_answered_as_handle_answers_it() {
 }
 
 #[test]
+fn a_routed_notify_made_at_once_is_answered_as_handle_answers_it() {
+    let (fast, slow) = (Twin::new(None), Twin::new(None));
+    for twin in [&fast, &slow] {
+        twin.handler.handle(&request("POST", "/room", "", "do_method=route&kn_to=/room-copies&kn_id=r1"));
+        twin.handler.handle(&request("POST", "/room", "", "kn_payload=first&kn_id=p1"));
+    }
+    let ask = || request("POST", "/room", "kn_response_format=simple", "do_method=notify&kn_payload=hi&kn_id=n2");
+    let quick = bytes(fast.handler.handle_nowait(&ask()).expect("answered at once"));
+    let usual = bytes(slow.handler.handle(&ask()));
+    assert_eq!(quick, usual);
+    assert!(quick.contains("Wrote to '/room' (n2)\nWrote to '/room-copies' (n2)"), "{quick}");
+    for twin in [&fast, &slow] {
+        assert_eq!(twin.payloads("/room-copies"), ["first", "hi"]);
+    }
+}
+
+#[test]
 fn refusals_and_bad_input_are_answered_as_handle_answers_them() {
     let rules = "allow all /open/** all\n";
     let refused = same_answer(Some(rules), "/open/t", "POST", "/closed", "kn_response_format=simple", "kn_payload=x");

@@ -19,6 +19,9 @@
 //!   of kept topic files, [`raise_open_file_limit`].
 //! * `store/post.rs`: [`Store::notify`] / [`Store::post`]: the job queue,
 //!   storing an event, `kn_subtopics` announcements, forwarding, poisoning.
+//! * `store/nowait.rs`: [`Store::notify_nowait`], a notify made without
+//!   waiting for any lock (a server's event loop), routes and all when its
+//!   forwarding is the simple kind; anything else is left untouched.
 //! * `store/routes.rs`: [`Store::route`], [`Store::delete_route`], [`Route`],
 //!   route limits, destinations and content filters (compiled once per
 //!   kept route list).

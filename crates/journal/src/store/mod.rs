@@ -19,6 +19,7 @@ pub use crate::ids::{fresh_id, now};
 
 mod admin;
 mod lifecycle;
+mod nowait;
 mod outbox;
 mod post;
 mod read;

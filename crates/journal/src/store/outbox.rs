@@ -217,6 +217,22 @@ impl Outbox {
         Ok(Outbox { file, path, state })
     }
 
+    /// [`Outbox::lock_kept`] for a post that must not wait
+    /// ([`Store::notify_nowait`]): `Err` when another holds the lock (the
+    /// file handed back, to be kept again), or when the file is no longer
+    /// the topic's or its state cannot be read (closed: its lock goes with
+    /// it).
+    pub(super) fn try_lock_kept(dir: &Path, file: File, config: &crate::Config) -> std::result::Result<Outbox, Option<File>> {
+        if !crate::shared::try_lock(&file, crate::shared::LockKind::Exclusive, config).unwrap_or(false) {
+            return Err(Some(file));
+        }
+        if !log::stat_fd(&file).is_ok_and(|meta| meta.links > 0) {
+            return Err(None);
+        }
+        let state = read_state(&file).map_err(|_| None)?;
+        Ok(Outbox { file, path: dir.join(FORWARDED_FILE), state })
+    }
+
     /// Releases the lock and gives the file back open, for the topic's
     /// next drain ([`Outbox::lock_kept`]).
     pub(super) fn release(self, config: &crate::Config) -> File {
@@ -448,7 +464,7 @@ impl Store {
     }
 
     /// Lists `topic` in `.outbox/` (it has lagging routes) or takes it off.
-    fn mark_outbox(&self, topic: &Topic, lagging: bool) {
+    pub(super) fn mark_outbox(&self, topic: &Topic, lagging: bool) {
         let dir = self.config.root.join(OUTBOX_DIR);
         let path = dir.join(hex(topic.as_str().as_bytes()));
         if !lagging {
@@ -737,7 +753,7 @@ impl Store {
     /// What a route's failed delivery of event `seq` leaves: a transient
     /// failure makes the route lag from `seq` (poisoned at once when no
     /// retry is allowed), a permanent one poisons it.
-    fn delivery_failed(&self, source: &Topic, route: &ListedRoute, seq: u64, failed: Delivery, state: &mut State, report: &mut PostReport) {
+    pub(super) fn delivery_failed(&self, source: &Topic, route: &ListedRoute, seq: u64, failed: Delivery, state: &mut State, report: &mut PostReport) {
         match failed {
             Delivery::Done => {}
             Delivery::Transient(err) => {
@@ -891,7 +907,7 @@ impl Store {
     /// to 3), with its shared payload if it still has one; `None` when the
     /// event does not travel this route (filtered out, or its transform
     /// failed or is not allowed).
-    fn copy_for(&self, urls: &SourceUrls, listed: &ListedRoute, (event, shared): (&Event, Option<&Arc<SharedPayload>>)) -> Option<(Event, Option<Arc<SharedPayload>>)> {
+    pub(super) fn copy_for(&self, urls: &SourceUrls, listed: &ListedRoute, (event, shared): (&Event, Option<&Arc<SharedPayload>>)) -> Option<(Event, Option<Arc<SharedPayload>>)> {
         let route = &listed.route;
         let route_id = route.id().to_vec();
         let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
@@ -1020,7 +1036,7 @@ impl Store {
     /// The kept files of `dest`, a local topic about to take forwarded
     /// copies; refused when `dest` is a stale journal (and by the
     /// failpoints of local deliveries).
-    fn copy_destination(&self, dest: &Topic) -> Result<(Option<Topic>, super::Kept)> {
+    pub(super) fn copy_destination(&self, dest: &Topic) -> Result<(Option<Topic>, super::Kept)> {
         for (point, errno) in [("forward-eio", libc::EIO), ("forward-enospc", libc::ENOSPC), ("forward-emfile", libc::EMFILE)] {
             if log::failpoint(point) {
                 return Err(Error::io("cannot deliver to", &self.dir(dest), std::io::Error::from_raw_os_error(errno)));
@@ -1120,7 +1136,7 @@ impl Store {
 
 /// A local delivery's error: a stale journal, a bad name or a refusal is
 /// permanent; an I/O problem (EMFILE, EIO, a lock, a full disk) passes.
-fn classify_local(err: Error) -> Delivery {
+pub(super) fn classify_local(err: Error) -> Delivery {
     match err.kind() {
         ErrorKind::Expired => Delivery::Permanent(Counter::PoisonedStale, err),
         ErrorKind::BadTopic => Delivery::Permanent(Counter::PoisonedBadName, err),

@@ -30,11 +30,6 @@ pub struct Write {
     pub checkpoint: u64,
 }
 
-/// How many times [`Store::notify_nowait`] tries a topic's lock, yielding
-/// the CPU in between, before it leaves the post to a thread that may
-/// wait for it.
-const NOWAIT_LOCK_TRIES: usize = 8;
-
 /// The element of a poisoned route (PROTOCOL.md 4.1 step 5) that says why
 /// its delivery failed.
 pub const KN_POISONED: &[u8] = b"kn_poisoned";
@@ -182,94 +177,13 @@ impl Store {
         Ok(report)
     }
 
-    /// [`Store::notify`] when it can be made at once, for a server's event
-    /// loop, which must not block: to a topic this store has posted to
-    /// before (its files kept open, its routes known at the generation the
-    /// head names), whose lock is free (tried a few times, yielding in
-    /// between, for another thread's post to end), with no active route to
-    /// forward along, no blob to store, no index to grow and no compaction
-    /// due, without a sync (`sync=none`) and off shared mode. Then the
-    /// post is one append under the lock, as [`Store::notify`] makes it,
-    /// with the same answer. `None`, having done nothing: call
-    /// [`Store::notify`].
-    pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {
-        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() {
-            return None;
-        }
-        let mut kept = self.take_kept(topic);
-        let answer = self.post_nowait(topic, event, &mut kept);
-        self.put_kept(kept);
-        answer
-    }
-
-    /// The work of [`Store::notify_nowait`] with `kept`, taken from the
-    /// cache (its files are back in it whatever happens, unless they no
-    /// longer match the log).
-    fn post_nowait(&self, topic: &Topic, event: Event, kept: &mut (Option<Topic>, Kept)) -> Option<Result<PostReport>> {
-        if kept.1.files.is_none() || kept.1.routes.is_none() {
-            return None;
-        }
-        // Routes as last read: an active one means forwarding, which this
-        // path never does. Seen before the lock and the fresh `kn_id`, so
-        // that a routed topic's notify costs no attempt that is thrown
-        // away. A route inactive now (expired or deleted) stays so: under
-        // the lock below only their generation is checked.
-        let checked = now();
-        if kept.1.routes.as_ref().is_some_and(|(_, routes)| routes.iter().any(|r| r.route.is_active(checked))) {
-            return None;
-        }
-        if topic.is_journal() && self.journal_stale(topic, &mut kept.1) {
-            return Some(Err(self.stale_error(topic)));
-        }
-        let event = match self.normalise(event) {
-            Ok(event) => event,
-            Err(err) => return Some(Err(err)),
-        };
-        // Another thread of this process posting to the topic holds the
-        // lock for a few system calls: try a few times before handing
-        // the post to a thread that may wait.
-        let files = kept.1.files.as_ref()?;
-        if !(0..NOWAIT_LOCK_TRIES).any(|attempt| {
-            if attempt > 0 {
-                std::thread::yield_now();
-            }
-            files.try_lock(&self.config)
-        }) {
-            return None;
-        }
-        // The lock is held: `reopen_held` does not take it again, and
-        // gives it up (closing the files) when they no longer match.
-        let files = kept.1.files.take()?;
-        let mut writer = Writer::reopen_held(&self.config, !topic.is_journal(), files).ok()??;
-        let t = now();
-        let generation = writer.routes_generation();
-        let quiet = kept.1.routes.as_ref().is_some_and(|(g, _)| *g == generation);
-        if !quiet || !writer.appends_at_once(&event) {
-            kept.1.files = Some(writer.release());
-            return None;
-        }
-        let waking = self.appending(topic);
-        let appended = writer.append(&event, t.max(0.0) as u64, &self.gauge);
-        let written = waking.as_ref().and_then(|_| writer.take_written());
-        kept.1.files = Some(writer.release());
-        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
-        let id = event.id().unwrap_or(b"").to_vec();
-        let mut report = PostReport { id: id.clone(), ..PostReport::default() };
-        match appended {
-            Ok(Appended::Stored(seq)) => report.writes.push(Write { topic: topic.clone(), id, checkpoint: seq }),
-            Ok(_) => report.duplicate = true,
-            Err(err) => return Some(Err(err)),
-        }
-        Some(Ok(report))
-    }
-
     pub(super) fn stale_error(&self, topic: &Topic) -> Error {
         Error::new(ErrorKind::Expired, format!("journal '{topic}' has expired: no tunnel has read it in the last {} s", self.config.heartbeat_stale.as_secs()))
     }
 
     /// Step 1 of PROTOCOL.md 4: absolute `kn_expires`, `kn_time_t`, a
     /// `kn_id`; the store assigns the checkpoint.
-    fn normalise(&self, mut event: Event) -> Result<Event> {
+    pub(super) fn normalise(&self, mut event: Event) -> Result<Event> {
         let size = event.byte_size();
         if size > self.config.max_event_bytes {
             return Err(Error::new(
