@@ -83,7 +83,10 @@ impl Store {
         let (generation, routes) = kept.1.routes.clone()?;
         let checked = now();
         let active: Vec<&ListedRoute> = routes.iter().filter(|r| r.route.is_active(checked)).collect();
-        if !active.is_empty() && !self.forwards_at_once(topic, &active) {
+        // Another post of this process forwarding the topic now: this one
+        // would find its event pending, or its lock busy (many posts at
+        // once), and be made by a thread that may wait.
+        if !active.is_empty() && (!self.forwards_at_once(topic, &active) || self.forwarding_now(topic)) {
             return None;
         }
         if topic.is_journal() && self.journal_stale(topic, &mut kept.1) {
@@ -93,7 +96,10 @@ impl Store {
             Ok(event) => event,
             Err(err) => return Some(Err(err)),
         };
-        let mut writer = self.try_writer(topic, &mut kept.1.files, generation, &event)?;
+        // A routed topic's lock is tried once: busy, it is held for a
+        // whole forwarding, not a few system calls.
+        let tries = if active.is_empty() { NOWAIT_LOCK_TRIES } else { 1 };
+        let mut writer = self.try_writer(topic, &mut kept.1.files, generation, &event, tries)?;
         let mut outbox = None;
         let mut targets = Vec::new();
         if !active.is_empty() {
@@ -163,16 +169,16 @@ impl Store {
     }
 
     /// The locked writer of `topic` from its kept `files`, if the lock is
-    /// free (tried [`NOWAIT_LOCK_TRIES`] times), the files still match
+    /// free (tried `tries` times), the files still match
     /// the log, its routes are still at `generation` and `event` is one
     /// append; else `None` with the files back in `files` (unless they no
     /// longer match the log).
-    fn try_writer(&self, topic: &Topic, files: &mut Option<TopicFiles>, generation: u64, event: &Event) -> Option<Writer<'_>> {
+    fn try_writer(&self, topic: &Topic, files: &mut Option<TopicFiles>, generation: u64, event: &Event, tries: usize) -> Option<Writer<'_>> {
         let held = files.as_ref()?;
         // Another thread of this process posting to the topic holds the
         // lock for a few system calls: try a few times before handing
         // the post to a thread that may wait.
-        if !(0..NOWAIT_LOCK_TRIES).any(|attempt| {
+        if !(0..tries).any(|attempt| {
             if attempt > 0 {
                 std::thread::yield_now();
             }
@@ -246,7 +252,7 @@ impl Store {
         let mut kept = self.copy_destination(&dest).ok()?;
         let quiet = kept.1.routes.as_ref().map(|(generation, routes)| (*generation, routes.iter().all(|r| !r.route.is_active(now()))));
         let writer = match quiet {
-            Some((generation, true)) => self.try_writer(&dest, &mut kept.1.files, generation, copy_ref),
+            Some((generation, true)) => self.try_writer(&dest, &mut kept.1.files, generation, copy_ref, 1),
             _ => None,
         };
         match writer {
@@ -306,5 +312,33 @@ impl Store {
         }
         let saved = outbox.save(&mut state);
         (saved, outbox.release(&self.config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::outbox::InFlight;
+
+    #[test]
+    fn a_routed_post_waits_for_another_post_forwarding_the_topic_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (topic, copies) = (Topic::parse("/t").unwrap(), Topic::parse("/copies").unwrap());
+        let event = |payload: &str| {
+            let mut e = Event::new();
+            e.set("kn_payload", payload);
+            e
+        };
+        store.route(&topic, b"/copies", Event::new()).unwrap();
+        store.notify(&topic, event("one")).unwrap();
+        assert!(store.notify_nowait(&topic, event("two")).is_some(), "quiet: made at once");
+        // Another thread's post, stored and being forwarded.
+        store.list_in_flight(&topic, 99, &event("other"));
+        let other = InFlight::listed(&store, &topic, 99);
+        assert!(store.notify_nowait(&topic, event("three")).is_none());
+        drop(other);
+        assert!(store.notify_nowait(&topic, event("three")).is_some());
+        assert_eq!(store.events(&copies, &crate::Selection::all()).unwrap().events.len(), 3);
     }
 }

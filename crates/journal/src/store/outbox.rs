@@ -682,6 +682,13 @@ impl Store {
         in_flight.entry(topic.clone()).or_default().push((seq, event.clone()));
     }
 
+    /// Whether a post of this process is forwarding an event of `topic`
+    /// now (listed by [`Store::list_in_flight`]): a post made at once
+    /// would find it pending, or the forwarding lock busy.
+    pub(super) fn forwarding_now(&self, topic: &Topic) -> bool {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).contains_key(topic)
+    }
+
     /// The events of `topic` in `(after, upto]` as [`Store::events_between`]
     /// gives them, when posts of this process hold every one in flight;
     /// `None` when one is not (stored by another process, by a post
