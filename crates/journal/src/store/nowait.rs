@@ -6,8 +6,8 @@
 //! A topic with routes is posted to at once too, when its forwarding is
 //! the simple kind: a few routes, each to a topic of this store whose
 //! files are open, with nothing pending before the post. Every lock is
-//! taken (tried) before anything is written: the topic's, its
-//! `.forwarded`, each destination's. One that is busy, or a destination
+//! taken (tried) before anything is written: the topic's `.forwarded`,
+//! each destination's, the topic's own. One that is busy, or a destination
 //! that would need more than one append, leaves the whole post to
 //! [`Store::notify`] with nothing written. Once they are all held, the
 //! post is what [`Store::notify`] makes of it: the event stored, the
@@ -96,24 +96,30 @@ impl Store {
             Ok(event) => event,
             Err(err) => return Some(Err(err)),
         };
-        // A routed topic's lock is tried once: busy, it is held for a
-        // whole forwarding, not a few system calls.
-        let tries = if active.is_empty() { NOWAIT_LOCK_TRIES } else { 1 };
-        let mut writer = self.try_writer(topic, &mut kept.1.files, generation, &event, tries)?;
-        let mut outbox = None;
-        let mut targets = Vec::new();
+        // With routes, the forwarding locks first, so that the topic's own
+        // lock, which every post to it takes to append, is held for the
+        // append alone; it is tried once (busy, another post is appending
+        // and will forward: this one would find its event pending).
+        let (mut outbox, mut targets) = (None, Vec::new());
         if !active.is_empty() {
-            match self.lock_forwarding(topic, &active, &event, writer.last_seq(), &mut kept.1.forwarded) {
-                Some((locked, locked_targets)) => {
-                    outbox = Some(locked);
-                    targets = locked_targets;
-                }
-                None => {
-                    kept.1.files = Some(writer.release());
-                    return None;
-                }
-            }
+            let (locked, locked_targets) = self.lock_forwarding(topic, &active, &event, &mut kept.1.forwarded)?;
+            outbox = Some(locked);
+            targets = locked_targets;
         }
+        let tries = if active.is_empty() { NOWAIT_LOCK_TRIES } else { 1 };
+        let pending = |last: u64| outbox.as_ref().is_some_and(|o: &Outbox| !o.state.as_ref().is_some_and(|state| state.cursor == last && state.lagging.is_empty()));
+        let mut writer = match self.try_writer(topic, &mut kept.1.files, generation, &event, tries) {
+            Some(writer) if !pending(writer.last_seq()) => writer,
+            writer => {
+                if let Some(writer) = writer {
+                    kept.1.files = Some(writer.release());
+                }
+                if outbox.is_some() {
+                    kept.1.forwarded = self.unlock_forwarding(outbox, targets);
+                }
+                return None;
+            }
+        };
         let t = now();
         let waking = self.appending(topic);
         let appended = writer.append(&event, t.max(0.0) as u64, &self.gauge);
@@ -196,29 +202,24 @@ impl Store {
         Some(writer)
     }
 
-    /// Every lock the forwarding of `event` along `active` needs, tried,
-    /// with `last` the topic's last seq before the event: its
-    /// `.forwarded` (`forwarded`, kept open by an earlier drain), whose
-    /// state must show nothing pending (the cursor at `last`, no lagging
-    /// route), and each destination's files, each to take its copy in one
-    /// append. `None`, with everything given back, when one is busy or
-    /// anything is otherwise.
-    fn lock_forwarding<'s>(
-        &'s self,
-        topic: &Topic,
-        active: &[&'s ListedRoute],
-        event: &Event,
-        last: u64,
-        forwarded: &mut Option<File>,
-    ) -> Option<(Outbox, Vec<Target<'s>>)> {
-        let outbox = match Outbox::try_lock_kept(&self.dir(topic), forwarded.take()?, &self.config) {
+    /// Every lock the forwarding of `event` along `active` needs, tried:
+    /// the topic's `.forwarded` (kept open by an earlier drain, with
+    /// `forwarded` or another of the topic's kept sets), whose state the caller checks under the topic's lock (the
+    /// cursor at its last event: nothing pending), and each destination's
+    /// files, each to take its copy in one append. `None`, with everything
+    /// given back, when one is busy or anything is otherwise.
+    fn lock_forwarding<'s>(&'s self, topic: &Topic, active: &[&'s ListedRoute], event: &Event, forwarded: &mut Option<File>) -> Option<(Outbox, Vec<Target<'s>>)> {
+        // Kept with this set of the topic's files, or with another one
+        // (posts at once keep several).
+        let file = forwarded.take().or_else(|| self.take_forwarded(topic))?;
+        let outbox = match Outbox::try_lock_kept(&self.dir(topic), file, &self.config) {
             Ok(outbox) => outbox,
             Err(file) => {
                 *forwarded = file;
                 return None;
             }
         };
-        if !outbox.state.as_ref().is_some_and(|state| state.cursor == last && state.lagging.is_empty()) {
+        if !outbox.state.as_ref().is_some_and(|state| state.lagging.is_empty()) {
             *forwarded = Some(outbox.release(&self.config));
             return None;
         }
@@ -340,5 +341,26 @@ mod tests {
         drop(other);
         assert!(store.notify_nowait(&topic, event("three")).is_some());
         assert_eq!(store.events(&copies, &crate::Selection::all()).unwrap().events.len(), 3);
+    }
+
+    #[test]
+    fn the_forwarding_state_kept_with_another_set_of_the_topics_files_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let topic = Topic::parse("/t").unwrap();
+        let event = |payload: &str| {
+            let mut e = Event::new();
+            e.set("kn_payload", payload);
+            e
+        };
+        store.route(&topic, b"/copies", Event::new()).unwrap();
+        store.notify(&topic, event("one")).unwrap();
+        // Two sets of the topic's files kept (as posts at once leave
+        // them), `.forwarded` with the one the next post does not take.
+        let mut first = store.take_kept(&topic);
+        store.notify(&topic, event("two")).unwrap();
+        first.1.forwarded = None;
+        store.put_kept(first);
+        assert!(store.notify_nowait(&topic, event("three")).is_some());
     }
 }
