@@ -3,7 +3,7 @@
 //! * `post/topic/{0,10k,1M}` and `post/journal/{0,10k,1M}`: one post
 //!   (`sync=none`, new `kn_id` each time, duplicate check included) on a
 //!   topic already holding that many events.
-//! * `read/since/{1,100}_behind_in_4000`: a resume (`do_since_checkpoint`)
+//! * `read/since/{,tunnel_}{1,100}_behind_in_4000`: a resume (`do_since_checkpoint`)
 //!   1 or 100 events before the end of a topic whose newest segment holds
 //!   4,000 events.
 //! * `fanout/1000_journal_routes`: one post forwarded along 1,000 routes to
@@ -124,6 +124,15 @@ fn read_since(c: &mut Criterion) {
                 let got = store.events(&t, &since).expect("read");
                 assert_eq!(got.events.len(), behind as usize);
                 got
+            })
+        });
+        // The same resume as a tunnel's start (its cursor at the end, then
+        // the events after the checkpoint).
+        group.bench_function(format!("tunnel_{behind}_behind_in_4000"), |b| {
+            b.iter(|| {
+                let start = store.tunnel(&t, &since).expect("tunnel");
+                assert_eq!(start.initial.events.len(), behind as usize);
+                start
             })
         });
     }

@@ -393,6 +393,25 @@ fn since_checkpoint_resumes_after_the_matching_event_or_sends_all_when_unknown()
     assert_eq!(store.events(&j, &Selection::all()).unwrap().resume, Resume::NotAsked);
 }
 
+/// A tunnel started at a checkpoint (a client reconnecting with
+/// `Last-Event-ID`) selects what a read from it selects, exact or not,
+/// its end found once for both.
+#[test]
+fn a_tunnel_resumes_where_a_read_resumes() {
+    let (_d, store) = open();
+    let j = journal_with(&store, "/r/kn_journal", 5);
+    let last = checkpoint(all(&store, &j).last().unwrap());
+    let mut asked: Vec<Vec<u8>> = (0..=last + 1).map(|c| c.to_string().into_bytes()).collect();
+    asked.extend([b"999999".to_vec(), b"not-a-checkpoint".to_vec(), Vec::new()]);
+    for c in asked {
+        let since = Selection { since_checkpoint: Some(c.clone()), ..Selection::default() };
+        let read = store.events(&j, &since).unwrap();
+        let started = store.tunnel(&j, &since).unwrap().initial;
+        assert_eq!(started.resume, read.resume, "{:?}", String::from_utf8_lossy(&c));
+        assert_eq!(started.events, read.events, "{:?}", String::from_utf8_lossy(&c));
+    }
+}
+
 /// A resume from any checkpoint of a topic of many segments, ids posted
 /// again among them: exactly the current events after it, as a full
 /// selection has them (the records up to the checkpoint are skipped

@@ -658,7 +658,8 @@ impl Store {
             return Ok(events);
         }
         let selection = Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::default() };
-        let selected = self.select_at_most(topic, &selection, false, usize::MAX)?;
+        // `upto` is at or before the end: `after` resumes exactly.
+        let selected = self.select_at_most(topic, &selection, false, usize::MAX, Some(upto))?;
         let mut out = Vec::new();
         for mut event in selected.events {
             let seq = event.checkpoint().and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
@@ -1117,7 +1118,7 @@ impl Store {
             None => copy,
         };
         let selection = Selection { max_n: Some(JOURNAL_DEDUP_WINDOW), ..Selection::default() };
-        let recent = self.select_at_most(dest, &selection, true, JOURNAL_DEDUP_WINDOW)?;
+        let recent = self.select_at_most(dest, &selection, true, JOURNAL_DEDUP_WINDOW, None)?;
         Ok(recent.events.into_iter().any(|mut e| {
             e.remove(KN_ROUTE_CHECKPOINT);
             e == *copy

@@ -106,7 +106,7 @@ impl Store {
     }
 
     pub(super) fn select(&self, topic: &Topic, selection: &Selection, include_expired: bool) -> Result<Selected> {
-        self.select_at_most(topic, selection, include_expired, usize::MAX)
+        self.select_at_most(topic, selection, include_expired, usize::MAX, None)
     }
 
     /// [`Store::select`], keeping at most `cap` events: the most recent
@@ -115,13 +115,16 @@ impl Store {
     /// the newest record and stops at the checkpoint, the age cutoff or
     /// the count, so it holds at most `cap` events whatever the topic's
     /// size (and, on an ordinary topic, the ids of the records it passed).
-    pub(super) fn select_at_most(&self, topic: &Topic, selection: &Selection, include_expired: bool, cap: usize) -> Result<Selected> {
+    /// `end`: the topic's last seq when the caller has just found it (a
+    /// tunnel's cursor, a drain's end), so that a resume does not read
+    /// the newest segment again to find it.
+    pub(super) fn select_at_most(&self, topic: &Topic, selection: &Selection, include_expired: bool, cap: usize, end: Option<u64>) -> Result<Selected> {
         let dir = self.checked_dir(topic)?;
         let ordinary = !topic.is_journal();
         let t = now();
         let live = |r: &Record| include_expired || !r.event.is_expired(t);
         let (after, mut resume) = match &selection.since_checkpoint {
-            Some(cp) => self.resume_point(&dir, cp)?,
+            Some(cp) => self.resume_point(&dir, cp, end)?,
             None if selection.is_empty() => return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked }),
             None => (0, Resume::NotAsked),
         };
@@ -162,9 +165,15 @@ impl Store {
         Ok(Selected { events: picked.into_iter().map(with_checkpoint).collect(), resume })
     }
 
-    fn resume_point(&self, dir: &Path, checkpoint: &[u8]) -> Result<(u64, Resume)> {
+    /// Where a resume after `checkpoint` starts, and whether it is exact:
+    /// a checkpoint past the end (`end`, else read) is not one this topic
+    /// gave.
+    fn resume_point(&self, dir: &Path, checkpoint: &[u8], end: Option<u64>) -> Result<(u64, Resume)> {
         let parsed = std::str::from_utf8(checkpoint).ok().and_then(|s| s.trim().parse::<u64>().ok());
-        let end = log::cursor_at_end(dir)?.last_seq();
+        let end = match end {
+            Some(end) => end,
+            None => log::cursor_at_end(dir)?.last_seq(),
+        };
         match parsed {
             Some(c) if c <= end && c > 0 => {
                 // Only journal retention deletes events a client has not
@@ -198,7 +207,9 @@ impl Store {
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);
         let cursor = log::cursor_at_end(&dir)?;
-        let mut initial = self.select_at_most(topic, selection, false, self.config.max_selected)?;
+        // A checkpoint a client has seen was stored before this request:
+        // at or before the cursor, which is the end to resume against.
+        let mut initial = self.select_at_most(topic, selection, false, self.config.max_selected, Some(cursor.last_seq()))?;
         initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
         let tunnel = Tunnel {
             topic: topic.clone(),

@@ -232,7 +232,7 @@ impl Store {
         if report.ignored || selection.is_empty() {
             return Ok(report);
         }
-        let selected = self.select_at_most(from, &selection, false, self.config.max_selected)?;
+        let selected = self.select_at_most(from, &selection, false, self.config.max_selected, None)?;
         let first = selected.events.first().and_then(|e| e.checkpoint()).and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok());
         if let Some(first) = first {
             self.record_population(from, &report.id, first)?;

@@ -650,7 +650,7 @@ impl Store {
             if !self.dir(t).is_dir() {
                 return Ok(false);
             }
-            Ok(!self.select_at_most(t, &Selection::all(), false, 1)?.events.is_empty())
+            Ok(!self.select_at_most(t, &Selection::all(), false, 1, None)?.events.is_empty())
         };
         Ok(!one(topic)? && self.routes(topic)?.is_empty() && !one(&topic.subtopics())?)
     }
