@@ -107,16 +107,13 @@ impl Store {
             targets = locked_targets;
         }
         let tries = if active.is_empty() { NOWAIT_LOCK_TRIES } else { 1 };
-        let pending = |last: u64| outbox.as_ref().is_some_and(|o: &Outbox| !o.state.as_ref().is_some_and(|state| state.cursor == last && state.lagging.is_empty()));
         let mut writer = match self.try_writer(topic, &mut kept.1.files, generation, &event, tries) {
-            Some(writer) if !pending(writer.last_seq()) => writer,
+            Some(writer) if outbox.as_ref().is_none_or(|outbox| nothing_pending(outbox, writer.last_seq())) => writer,
             writer => {
                 if let Some(writer) = writer {
                     kept.1.files = Some(writer.release());
                 }
-                if outbox.is_some() {
-                    kept.1.forwarded = self.unlock_forwarding(outbox, targets);
-                }
+                self.unlock_forwarding(&mut kept.1.forwarded, outbox, targets);
                 return None;
             }
         };
@@ -132,11 +129,11 @@ impl Store {
             Ok(Appended::Stored(seq)) => seq,
             Ok(_) => {
                 report.duplicate = true;
-                kept.1.forwarded = kept.1.forwarded.take().or(self.unlock_forwarding(outbox, targets));
+                self.unlock_forwarding(&mut kept.1.forwarded, outbox, targets);
                 return Some(Ok(report));
             }
             Err(err) => {
-                kept.1.forwarded = kept.1.forwarded.take().or(self.unlock_forwarding(outbox, targets));
+                self.unlock_forwarding(&mut kept.1.forwarded, outbox, targets);
                 return Some(Err(err));
             }
         };
@@ -145,8 +142,7 @@ impl Store {
             // Stored: a forwarding state that cannot be written leaves the
             // event pending for the next drain, as when a post's own drain
             // fails ([`Store::notify`]).
-            let (_, file) = self.forward_locked(topic, seq, outbox, targets, &mut report);
-            kept.1.forwarded = Some(file);
+            let _ = self.forward_locked(topic, seq, outbox, targets, &mut report, &mut kept.1.forwarded);
         }
         Some(Ok(report))
     }
@@ -219,8 +215,9 @@ impl Store {
                 return None;
             }
         };
+        // A lagging route is a catch-up for a drain to make.
         if !outbox.state.as_ref().is_some_and(|state| state.lagging.is_empty()) {
-            *forwarded = Some(outbox.release(&self.config));
+            self.unlock_forwarding(forwarded, Some(outbox), Vec::new());
             return None;
         }
         let urls = SourceUrls::of(self, topic);
@@ -229,7 +226,7 @@ impl Store {
             match self.lock_target(&urls, route, event) {
                 Some(target) => targets.push(target),
                 None => {
-                    *forwarded = self.unlock_forwarding(Some(outbox), targets);
+                    self.unlock_forwarding(forwarded, Some(outbox), targets);
                     return None;
                 }
             }
@@ -266,27 +263,31 @@ impl Store {
     }
 
     /// Gives back every lock [`Store::lock_forwarding`] took, having
-    /// written nothing with them; returns the `.forwarded` file, open.
-    fn unlock_forwarding(&self, outbox: Option<Outbox>, targets: Vec<Target<'_>>) -> Option<File> {
+    /// written nothing with them: the destinations' files to the cache,
+    /// the `.forwarded` file, open, to `forwarded`.
+    fn unlock_forwarding(&self, forwarded: &mut Option<File>, outbox: Option<Outbox>, targets: Vec<Target<'_>>) {
         for target in targets {
             if let Some(writer) = target.writer {
                 self.keep(writer, target.kept);
             }
         }
-        outbox.map(|outbox| outbox.release(&self.config))
+        if let Some(outbox) = outbox {
+            *forwarded = Some(outbox.release(&self.config));
+        }
     }
 
     /// Forwards event `seq` of `topic`, stored, to the `targets` locked
     /// for it, as a post's own drain does ([`Store::drain`] with nothing
     /// pending before it): the state marked tried first, each copy
     /// appended (one that fails makes its route lag from this event), the
-    /// cursor moved past it last. Returns the `.forwarded` file, open.
-    fn forward_locked(&self, topic: &Topic, seq: u64, mut outbox: Outbox, targets: Vec<Target<'_>>, report: &mut PostReport) -> (Result<()>, File) {
+    /// cursor moved past it last. The `.forwarded` file, open, goes back
+    /// to `forwarded`.
+    fn forward_locked(&self, topic: &Topic, seq: u64, mut outbox: Outbox, targets: Vec<Target<'_>>, report: &mut PostReport, forwarded: &mut Option<File>) -> Result<()> {
         let mut state = outbox.state.clone().unwrap_or_default();
         state.tried = Some(state.tried.unwrap_or(seq).max(seq));
         if let Err(err) = outbox.save_before_delivering(&mut state, &self.config) {
-            self.unlock_forwarding(None, targets);
-            return (Err(err), outbox.release(&self.config));
+            self.unlock_forwarding(forwarded, Some(outbox), targets);
+            return Err(err);
         }
         for target in targets {
             let Target { route, topic: dest, copy, writer, kept } = target;
@@ -312,8 +313,16 @@ impl Store {
             self.mark_outbox(topic, true);
         }
         let saved = outbox.save(&mut state);
-        (saved, outbox.release(&self.config))
+        *forwarded = Some(outbox.release(&self.config));
+        saved
     }
+}
+
+/// Whether `outbox`'s state, read under its lock, shows nothing pending
+/// on a topic whose last event is `last` (read under the topic's lock):
+/// every event forwarded, no route lagging.
+fn nothing_pending(outbox: &Outbox, last: u64) -> bool {
+    outbox.state.as_ref().is_some_and(|state| state.cursor == last && state.lagging.is_empty())
 }
 
 #[cfg(test)]
