@@ -162,6 +162,8 @@ fn a_routed_post_is_left_to_notify_when_its_forwarding_is_not_the_simple_kind() 
     store.notify(&topic, ev(&[("kn_payload", "two")])).unwrap();
     assert_eq!(payloads(&store, &journal), ["one", "pending", "two"]);
     assert!(store.notify_nowait(&topic, ev(&[("kn_payload", "three")])).is_some());
+    // An event expired already: stored, never forwarded.
+    assert!(store.notify_nowait(&topic, ev(&[("kn_payload", "gone"), ("kn_expires", "1")])).is_none());
     // More routes than a post made at once forwards along.
     for i in 0..4 {
         store.route(&topic, format!("/more/{i}").as_bytes(), Event::new()).unwrap();

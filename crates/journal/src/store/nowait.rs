@@ -96,6 +96,11 @@ impl Store {
             Ok(event) => event,
             Err(err) => return Some(Err(err)),
         };
+        // An event expired already is stored and never forwarded
+        // (`Store::forward_stored`): the next drain passes it by.
+        if !active.is_empty() && event.is_expired(now()) {
+            return None;
+        }
         // With routes, the forwarding locks first, so that the topic's own
         // lock, which every post to it takes to append, is held for the
         // append alone; it is tried once (busy, another post is appending
