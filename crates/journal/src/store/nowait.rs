@@ -335,18 +335,26 @@ mod tests {
     use super::*;
     use crate::store::outbox::InFlight;
 
-    #[test]
-    fn a_routed_post_waits_for_another_post_forwarding_the_topic_now() {
+    fn event(payload: &str) -> Event {
+        let mut e = Event::new();
+        e.set("kn_payload", payload);
+        e
+    }
+
+    /// A store with `/t` routed to `/copies`, posted to once (so that its
+    /// files, routes and `.forwarded` are kept).
+    fn routed() -> (tempfile::TempDir, Store, Topic) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let (topic, copies) = (Topic::parse("/t").unwrap(), Topic::parse("/copies").unwrap());
-        let event = |payload: &str| {
-            let mut e = Event::new();
-            e.set("kn_payload", payload);
-            e
-        };
+        let topic = Topic::parse("/t").unwrap();
         store.route(&topic, b"/copies", Event::new()).unwrap();
         store.notify(&topic, event("one")).unwrap();
+        (dir, store, topic)
+    }
+
+    #[test]
+    fn a_routed_post_waits_for_another_post_forwarding_the_topic_now() {
+        let (_dir, store, topic) = routed();
         assert!(store.notify_nowait(&topic, event("two")).is_some(), "quiet: made at once");
         // Another thread's post, stored and being forwarded.
         store.list_in_flight(&topic, 99, &event("other"));
@@ -354,21 +362,13 @@ mod tests {
         assert!(store.notify_nowait(&topic, event("three")).is_none());
         drop(other);
         assert!(store.notify_nowait(&topic, event("three")).is_some());
+        let copies = Topic::parse("/copies").unwrap();
         assert_eq!(store.events(&copies, &crate::Selection::all()).unwrap().events.len(), 3);
     }
 
     #[test]
     fn the_forwarding_state_kept_with_another_set_of_the_topics_files_is_used() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let topic = Topic::parse("/t").unwrap();
-        let event = |payload: &str| {
-            let mut e = Event::new();
-            e.set("kn_payload", payload);
-            e
-        };
-        store.route(&topic, b"/copies", Event::new()).unwrap();
-        store.notify(&topic, event("one")).unwrap();
+        let (_dir, store, topic) = routed();
         // Two sets of the topic's files kept (as posts at once leave
         // them), `.forwarded` with the one the next post does not take.
         let mut first = store.take_kept(&topic);
