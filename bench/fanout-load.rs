@@ -332,6 +332,17 @@ async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver
     Ok(rx)
 }
 
+/// Publishes event `seq` on `client` and waits for its answer, which
+/// must be a success.
+async fn publish(run: &Run, client: &mut Client, seq: usize) -> Result<(), String> {
+    let (path, body) = run.publish(seq);
+    let (status, answer) = client.post(&path, &body).await?;
+    if !(200..300).contains(&status) {
+        return Err(format!("publish {seq} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
+    }
+    Ok(())
+}
+
 async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     let mut events = open_subscribers(&run, n).await?;
     let mut publisher = Client::connect(&run.addr).await?;
@@ -343,11 +354,7 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     let start = Instant::now();
     let publishing = tokio::spawn(async move {
         for seq in 0..e {
-            let (path, body) = run.publish(seq);
-            let (status, answer) = publisher.post(&path, &body).await?;
-            if !(200..300).contains(&status) {
-                return Err(format!("publish {seq} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
-            }
+            publish(&run, &mut publisher, seq).await?;
         }
         Ok::<(), String>(())
     });
@@ -388,11 +395,7 @@ async fn busy(run: Run, n: usize, e: usize, publishers: usize) -> Result<(), Str
                 if seq >= e {
                     return Ok::<(), String>(());
                 }
-                let (path, body) = run.publish(seq);
-                let (status, answer) = client.post(&path, &body).await?;
-                if !(200..300).contains(&status) {
-                    return Err(format!("publish {seq} answered {status}: {}", String::from_utf8_lossy(&answer).trim()));
-                }
+                publish(&run, &mut client, seq).await?;
             }
         }));
     }

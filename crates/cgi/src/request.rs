@@ -451,7 +451,6 @@ fn is_plausible_host(host: &[u8]) -> bool {
         && host.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'))
 }
 
-/// `Content-Type` → `CONTENT_TYPE`, `X-Foo` → `HTTP_X_FOO` (RFC 3875 4.1.18).
 /// The variables of request headers [`Request::from_env`] reads.
 const READ_HEADERS: [&str; 2] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID"];
 
@@ -466,8 +465,9 @@ fn read_header(name: &str) -> Option<&'static str> {
     READ_HEADERS.into_iter().find(|variable| same(variable))
 }
 
-/// The CGI variable of header `name`, as a web server makes it: the
-/// oracle of [`read_header`].
+/// The CGI variable of header `name`, as a web server makes it:
+/// `Content-Type` → `CONTENT_TYPE`, `X-Foo` → `HTTP_X_FOO` (RFC 3875
+/// 4.1.18). The oracle of [`read_header`].
 #[cfg(test)]
 fn header_variable(name: &str) -> String {
     let upper = name.to_ascii_uppercase().replace('-', "_");

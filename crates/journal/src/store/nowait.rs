@@ -112,7 +112,7 @@ impl Store {
             targets = locked_targets;
         }
         let tries = if active.is_empty() { NOWAIT_LOCK_TRIES } else { 1 };
-        let mut writer = match self.try_writer(topic, &mut kept.1.files, generation, &event, tries) {
+        let writer = match self.try_writer(topic, &mut kept.1.files, generation, &event, tries) {
             Some(writer) if outbox.as_ref().is_none_or(|outbox| nothing_pending(outbox, writer.last_seq())) => writer,
             writer => {
                 if let Some(writer) = writer {
@@ -122,12 +122,8 @@ impl Store {
                 return None;
             }
         };
-        let t = now();
-        let waking = self.appending(topic);
-        let appended = writer.append(&event, t.max(0.0) as u64, &self.gauge);
-        let written = waking.as_ref().and_then(|_| writer.take_written());
-        kept.1.files = Some(writer.release());
-        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
+        let (appended, files) = self.append_held(topic, writer, &event);
+        kept.1.files = Some(files);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id: id.clone(), ..PostReport::default() };
         let seq = match appended {
@@ -205,10 +201,11 @@ impl Store {
 
     /// Every lock the forwarding of `event` along `active` needs, tried:
     /// the topic's `.forwarded` (kept open by an earlier drain, with
-    /// `forwarded` or another of the topic's kept sets), whose state the caller checks under the topic's lock (the
-    /// cursor at its last event: nothing pending), and each destination's
-    /// files, each to take its copy in one append. `None`, with everything
-    /// given back, when one is busy or anything is otherwise.
+    /// `forwarded` or another of the topic's kept sets), whose state the
+    /// caller checks under the topic's lock (the cursor at its last event:
+    /// nothing pending), and each destination's files, each to take its
+    /// copy in one append. `None`, with everything given back, when one is
+    /// busy or anything is otherwise.
     fn lock_forwarding<'s>(&'s self, topic: &Topic, active: &[&'s ListedRoute], event: &Event, forwarded: &mut Option<File>) -> Option<(Outbox, Vec<Target<'s>>)> {
         // Kept with this set of the topic's files, or with another one
         // (posts at once keep several).
@@ -253,7 +250,8 @@ impl Store {
             return Some(Target { route, topic: dest, copy, writer: None, kept: (None, Kept::default()) });
         };
         let mut kept = self.copy_destination(&dest).ok()?;
-        let quiet = kept.1.routes.as_ref().map(|(generation, routes)| (*generation, routes.iter().all(|r| !r.route.is_active(now()))));
+        let t = now();
+        let quiet = kept.1.routes.as_ref().map(|(generation, routes)| (*generation, routes.iter().all(|r| !r.route.is_active(t))));
         let writer = match quiet {
             Some((generation, true)) => self.try_writer(&dest, &mut kept.1.files, generation, copy_ref, 1),
             _ => None,
@@ -265,6 +263,19 @@ impl Store {
                 None
             }
         }
+    }
+
+    /// Appends `event` to `topic` with `writer` (its lock held, the append
+    /// one write), unlocks, and wakes this process's readers of the topic
+    /// with the record as written; the files back for the caller to keep.
+    /// (Never in shared mode: nothing for `Store::changed` to record.)
+    fn append_held(&self, topic: &Topic, mut writer: Writer<'_>, event: &Event) -> (Result<Appended>, TopicFiles) {
+        let waking = self.appending(topic);
+        let appended = writer.append(event, now().max(0.0) as u64, &self.gauge);
+        let written = waking.as_ref().and_then(|_| writer.take_written());
+        let files = writer.release();
+        self.appended_written(waking, matches!(appended, Ok(Appended::Stored(_))), written);
+        (appended, files)
     }
 
     /// Gives back every lock [`Store::lock_forwarding`] took, having
@@ -295,20 +306,14 @@ impl Store {
             return Err(err);
         }
         for target in targets {
-            let Target { route, topic: dest, copy, writer, kept } = target;
-            let (Some(copy), Some(mut writer)) = (copy, writer) else { continue };
+            let Target { route, topic: dest, copy, writer, mut kept } = target;
+            let (Some(copy), Some(writer)) = (copy, writer) else { continue };
             report.deliveries += 1;
-            let waking = self.appending(&dest);
-            let appended = writer.append(&copy, now().max(0.0) as u64, &self.gauge);
-            let wrote = matches!(appended, Ok(Appended::Stored(_)));
-            let written = waking.as_ref().and_then(|_| writer.take_written());
-            self.keep(writer, kept);
-            self.appended_written(waking, wrote, written);
+            let (appended, files) = self.append_held(&dest, writer, &copy);
+            kept.1.files = Some(files);
+            self.put_kept(kept);
             match appended {
-                Ok(Appended::Stored(at)) => {
-                    self.changed(&dest);
-                    report.writes.push(Write { topic: dest, id: copy.id().unwrap_or(b"").to_vec(), checkpoint: at });
-                }
+                Ok(Appended::Stored(at)) => report.writes.push(Write { topic: dest, id: copy.id().unwrap_or(b"").to_vec(), checkpoint: at }),
                 Ok(_) => {}
                 Err(err) => self.delivery_failed(topic, route, seq, classify_local(err), &mut state, report),
             }
