@@ -110,6 +110,8 @@ fn serve_one() -> ExitCode {
         // runs, which costs more under mod_cgid than the slice (see
         // `exit_before_end_of_output`).
         let _ = store.sweep(store.config().sweep_budget);
+        // Status events a killed request held for a route's population.
+        let _ = store.complete_held_statuses();
     }
     ExitCode::SUCCESS
 }

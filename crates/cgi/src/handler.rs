@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kn_journal::access::{AsUser, Operation};
 use kn_journal::{
-    parse_expires, Destination, ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
+    parse_expires, Destination, ErrorKind as JournalKind, Event, HeldStatuses, Resume, Selection, Store, Topic, Tunnel, Write, KN_PAYLOAD,
 };
 use kn_wire::{js, status_event, Format, Page, Params};
 
@@ -21,6 +21,8 @@ thread_local! {
     /// The topics whose forwarding a request left for after its reply
     /// (see [`Handler::handle_deferring`]): `(populations, deferred)`.
     static AFTER_REPLY: std::cell::RefCell<(Vec<Topic>, Vec<Topic>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Status events held until those populations are carried.
+    static HELD: std::cell::RefCell<Option<HeldStatuses>> = const { std::cell::RefCell::new(None) };
 }
 
 /// What is to happen once the client has the reply: the forwarding of a
@@ -33,30 +35,37 @@ pub struct AfterReply {
     topics: Vec<Topic>,
     /// Deferred forwarding, to start as soon as the reply is on its way.
     deferred: Vec<Topic>,
+    /// Status events for `kn_status_to`, to post once the populations
+    /// are carried (PROTOCOL.md 3.3: after the populated events).
+    held: Option<HeldStatuses>,
 }
 
 impl AfterReply {
     /// True when there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.topics.is_empty() && self.deferred.is_empty()
+        self.topics.is_empty() && self.deferred.is_empty() && self.held.is_none()
     }
 
     /// Splits off the deferred forwarding, which need not wait for the
     /// reply to reach the client (nothing the client reads depends on
     /// its order with the reply): `(deferred, populations)`.
     pub fn split(self) -> (AfterReply, AfterReply) {
-        let AfterReply { store, topics, deferred } = self;
-        (AfterReply { store: store.clone(), topics: Vec::new(), deferred }, AfterReply { store, topics, deferred: Vec::new() })
+        let AfterReply { store, topics, deferred, held } = self;
+        (AfterReply { store: store.clone(), topics: Vec::new(), deferred, held: None }, AfterReply { store, topics, deferred: Vec::new(), held })
     }
 
     /// Carries the deferred forwarding, then the populations (errors stay
-    /// in the outbox, for the topic's next writer).
+    /// in the outbox, for the topic's next writer), then posts the status
+    /// events held for after them.
     pub fn run(self) {
         for topic in &self.deferred {
             self.store.complete_deferred(topic);
         }
         for topic in &self.topics {
             let _ = self.store.complete_forwarding(topic);
+        }
+        if let Some(held) = self.held {
+            held.complete(&self.store);
         }
     }
 }
@@ -154,9 +163,10 @@ impl Handler {
     /// topic's next writer.
     pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
         AFTER_REPLY.take();
+        HELD.take();
         let reply = self.handle_now(request);
         let (topics, deferred) = AFTER_REPLY.take();
-        (reply, AfterReply { store: self.store.clone(), topics, deferred })
+        (reply, AfterReply { store: self.store.clone(), topics, deferred, held: HELD.take() })
     }
 
     /// The answer to a request that can be made at once, without waiting
@@ -176,7 +186,7 @@ impl Handler {
             Some(method) => method == b"notify",
             None => request.has_params() && request.method().as_str() == "POST",
         };
-        if !notify || !request.method().is_supported() || params.get("kn_status_to").is_some() || self.store.config().server_url.is_none() {
+        if !notify || !request.method().is_supported() || params.get("kn_status_to").is_some() || !self.store.knows_names(&request.names()) {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
@@ -193,10 +203,9 @@ impl Handler {
             let head_only = request.method().as_str() == "HEAD";
             return Reply::Done(Response::not_implemented(head_only));
         }
-        // An unnamed store takes the URL of its first request as its name;
-        // no other request's Host is remembered (a forged one must not
-        // make another server's URL local).
-        let _ = self.store.adopt_name(request.server_url());
+        // Every URL a request reaches the server by is one of its names
+        // (a bounded, least-recently-seen set: see `Store::learn_names`).
+        let _ = self.store.learn_names(&request.names());
         let params = request.params();
         let page = Page::new(request.server_url());
         let format = match Format::from_param(params.get("kn_response_format")) {
@@ -238,14 +247,16 @@ impl Handler {
             Err(f) => return self.done(format, &page, vec![failure_event(f, status_from)]),
         };
         let mut statuses = Vec::new();
+        // Statuses produced once a route's population is pending wait for it.
+        let mut held = Vec::new();
         if method == "batch" && params.get_all("kn_batch").count() > MAX_BATCH_ENTRIES {
             let count = params.get_all("kn_batch").count();
             let message = format!("{count} kn_batch entries: the maximum is {MAX_BATCH_ENTRIES}; nothing was done");
             let status = status_event(413, "Too many kn_batch entries", message, status_from);
-            self.emit(&statuses_to, &mut statuses, status);
+            self.emit_after(&statuses_to, &mut statuses, &mut held, status);
         } else if method == "batch" {
             let batch = status_event(200, "Processing batch", "", status_from);
-            self.emit(&statuses_to, &mut statuses, batch);
+            self.emit_after(&statuses_to, &mut statuses, &mut held, batch);
             for (i, entry) in params.get_all("kn_batch").enumerate() {
                 let event = match Params::parse(entry) {
                     Ok(sub) => {
@@ -255,11 +266,21 @@ impl Handler {
                     }
                     Err(err) => status_event(400, "Bad batch entry", format!("kn_batch entry {}: {}", i + 1, err.message()), None),
                 };
-                self.emit(&statuses_to, &mut statuses, event);
+                self.emit_after(&statuses_to, &mut statuses, &mut held, event);
             }
         } else {
             let outcome = self.single(&method, params, request.path_info(), &user);
-            self.emit(&statuses_to, &mut statuses, outcome_event(outcome, status_from));
+            self.emit_after(&statuses_to, &mut statuses, &mut held, outcome_event(outcome, status_from));
+        }
+        if let (Some(Some(to)), false) = (&statuses_to, held.is_empty()) {
+            let populations = AFTER_REPLY.with_borrow(|(populations, _)| populations.clone());
+            match self.store.hold_statuses(to, populations, held.clone()) {
+                Ok(h) => HELD.set(Some(h)),
+                // Not lost, if out of order: posted now.
+                Err(_) => held.into_iter().for_each(|e| {
+                    let _ = self.store.notify(to, e);
+                }),
+            }
         }
         match statuses_to {
             Some(_) => Reply::Done(Response::forwarded()),
@@ -438,6 +459,17 @@ impl Handler {
             }
             Some(None) => {}
             None => statuses.push(event),
+        }
+    }
+
+    /// [`Handler::emit`], except that once a route of this request has a
+    /// population pending, statuses for a topic are kept in `held`, to be
+    /// posted after it (see `HELD`).
+    fn emit_after(&self, to: &Option<Option<Topic>>, statuses: &mut Vec<Event>, held: &mut Vec<Event>, event: Event) {
+        let pending = AFTER_REPLY.with_borrow(|(populations, _)| !populations.is_empty());
+        match to {
+            Some(Some(_)) if pending || !held.is_empty() => held.push(event),
+            _ => self.emit(to, statuses, event),
         }
     }
 

@@ -162,6 +162,9 @@ pub struct Request {
     path_info: Vec<u8>,
     script_name: String,
     server_url: String,
+    /// The URL by the web server's own name and port (`SERVER_NAME`,
+    /// `SERVER_PORT`), when it differs from `server_url`.
+    server_own_url: Option<String>,
     remote_user: Option<String>,
     last_event_id: Option<Vec<u8>>,
 }
@@ -203,8 +206,11 @@ impl Request {
             Method::Head | Method::Other(_) => Params::new(),
         };
         let script_name = env.text("SCRIPT_NAME").unwrap_or_default();
+        let url = server_url(&env, &script_name);
+        let own = own_url(&env, &script_name);
         Ok(Request {
-            server_url: server_url(&env, &script_name),
+            server_own_url: (own != url).then_some(own),
+            server_url: url,
             method,
             params,
             path_info: env.get("PATH_INFO").unwrap_or_default().to_vec(),
@@ -310,6 +316,21 @@ impl Request {
     /// The absolute URL of the script, e.g. `http://127.0.0.1:8080/kn`.
     pub fn server_url(&self) -> &str {
         &self.server_url
+    }
+
+    /// Every URL this request reached the server by: [`Request::server_url`]
+    /// (from its `Host`), and the web server's own name and port when they
+    /// differ. The store takes each for one of its names
+    /// ([`kn_journal::Store::learn_names`]).
+    ///
+    /// ```
+    /// use kn_cgi::{Limits, Request};
+    /// let vars = [("HTTP_HOST", "127.0.0.1"), ("SERVER_NAME", "pubsub.example"), ("SERVER_PORT", "8095"), ("SCRIPT_NAME", "/kn")];
+    /// let request = Request::from_cgi_env(vars, &b""[..], &Limits::default()).unwrap();
+    /// assert_eq!(request.names(), ["http://127.0.0.1/kn", "http://pubsub.example:8095/kn"]);
+    /// ```
+    pub fn names(&self) -> Vec<&str> {
+        std::iter::once(self.server_url.as_str()).chain(self.server_own_url.as_deref()).collect()
     }
 
     /// The user the web server authenticated (`REMOTE_USER`), if any.
@@ -420,6 +441,18 @@ fn server_url(env: &Env, script_name: &str) -> String {
         Some(host) => String::from_utf8_lossy(host).into_owned(),
         None => server_authority(env),
     };
+    let authority = match authority.strip_suffix(default_port).and_then(|a| a.strip_suffix(':')) {
+        Some(bare) if !bare.is_empty() => bare.to_owned(),
+        _ => authority,
+    };
+    format!("{scheme}://{authority}{script_name}")
+}
+
+/// The absolute URL of the script by the web server's own name and port
+/// (`SERVER_NAME`, `SERVER_PORT`), whatever the `Host`.
+fn own_url(env: &Env, script_name: &str) -> String {
+    let (scheme, default_port) = if is_https(env) { ("https", "443") } else { ("http", "80") };
+    let authority = server_authority(env);
     let authority = match authority.strip_suffix(default_port).and_then(|a| a.strip_suffix(':')) {
         Some(bare) if !bare.is_empty() => bare.to_owned(),
         _ => authority,

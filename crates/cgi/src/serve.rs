@@ -217,12 +217,20 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
         .await
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
+    let names = own_names(local, config.public_url.as_deref());
     let server = Arc::new(Server::new(config, local, requests)?);
+    // The tools on this store (kn-post, kn-mail, kn) must take the URLs
+    // clients reach this server by for local ones, as it does.
+    server
+        .store
+        .record_server_names(kn_journal::own_host_name(), &names)
+        .map_err(|e| Error::io("cannot record the server's names in the store", std::io::Error::other(e.to_string())))?;
     tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut shutdown = std::pin::pin!(shutdown_signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
     tokio::spawn(retry_lagging_forwarding(server.store.clone()));
+    tokio::spawn(refresh_names(server.store.clone(), names));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -435,7 +443,8 @@ impl Drop for Pool {
 impl Server {
     fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
-        store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
+        let listened = format!("http://{local}{MOUNT}");
+        store_config.server_url = Some(config.public_url.clone().or(store_config.server_url.take()).unwrap_or_else(|| listened.clone()));
         let limits = Limits::for_store(&store_config);
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
@@ -804,6 +813,37 @@ fn one_shot(response: Response, head_request: bool) -> hyper::Response<Body> {
         reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     }
     reply
+}
+
+/// The URLs this server is reached by: its listening address (for an
+/// unspecified one, `127.0.0.1`, `localhost` and the host name with its
+/// port) and `--public-url`.
+fn own_names(local: SocketAddr, public_url: Option<&str>) -> Vec<String> {
+    let port = local.port();
+    let mut names = Vec::new();
+    if local.ip().is_unspecified() {
+        names.push(format!("http://127.0.0.1:{port}{MOUNT}"));
+        names.push(format!("http://localhost:{port}{MOUNT}"));
+        let host = kn_journal::own_host_name();
+        if !host.is_empty() {
+            names.push(format!("http://{host}:{port}{MOUNT}"));
+        }
+    } else {
+        names.push(format!("http://{local}{MOUNT}"));
+    }
+    names.extend(public_url.map(str::to_string));
+    names
+}
+
+/// Records this server's names again every hour (a name unseen for
+/// `NAME_TTL_SECS` is dropped from `.names`).
+async fn refresh_names(store: Arc<Store>, names: Vec<String>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let store = store.clone();
+        let names = names.clone();
+        let _ = tokio::task::spawn_blocking(move || store.record_server_names(kn_journal::own_host_name(), &names)).await;
+    }
 }
 
 /// Attaches `after` (a new route's population, issue 12) to a one-shot

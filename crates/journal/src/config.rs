@@ -75,7 +75,8 @@ impl std::str::FromStr for Shared {
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
 /// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
-/// | `server_url` | first line of `.names`, else `http://localhost/kn` | `KN_SERVER_URL` |
+/// | `server_url` | the first pinned name in `.names`, else `serve`'s, else the last learned, else `http://localhost/kn` | `KN_SERVER_URL` |
+/// | `max_names` | 32 names learned from requests' `Host` (the least recently seen pushed out; pinned and `serve`'s names not counted) | `KN_MAX_NAMES` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
 /// | `remote_timeout` | 5 s | `KN_REMOTE_TIMEOUT_MS` |
 /// | `remote_connect_timeout` | 2 s | `KN_REMOTE_CONNECT_TIMEOUT_MS` |
@@ -159,6 +160,11 @@ pub struct Config {
     pub heartbeat_stale: Duration,
     /// This server's own URL (`http://host/kn`); `None` means "from `.names`".
     pub server_url: Option<String>,
+    /// Most names learned from requests (the URLs they reached the server
+    /// by) that `.names` keeps; a new one pushes out the least recently
+    /// seen (crate::Store::learn_names). Pinned names and `serve`'s own
+    /// are not counted. 0: none learned.
+    pub max_names: usize,
     /// Which remote URLs routes and content transforms may send requests to.
     pub outbound: OutboundPolicy,
     /// Whole-request timeout of outbound HTTP requests (every request of
@@ -322,6 +328,7 @@ impl Config {
             changes_bytes: 1 << 20,
             lock_wait: Duration::from_secs(30),
             server_url: None,
+            max_names: 32,
             outbound: OutboundPolicy::DenyAll,
             remote_timeout: crate::http::DEFAULT_TIMEOUT,
             remote_connect_timeout: crate::http::DEFAULT_CONNECT_TIMEOUT,
@@ -417,6 +424,9 @@ impl Config {
         }
         if let Ok(v) = std::env::var("KN_SERVER_URL") {
             self.server_url = Some(v);
+        }
+        if let Some(v) = var("KN_MAX_NAMES")? {
+            self.max_names = v;
         }
         if let Ok(v) = std::env::var("KN_OUTBOUND") {
             self.outbound = v.parse()?;

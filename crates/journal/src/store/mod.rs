@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{ErrorKind as IoKind, Write as _};
+use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -18,7 +18,9 @@ use crate::watch::Hub;
 pub use crate::ids::{fresh_id, now};
 
 mod admin;
+mod held;
 mod lifecycle;
+mod names;
 mod nowait;
 mod outbox;
 mod post;
@@ -28,7 +30,9 @@ mod sweep;
 mod sweep_index;
 
 pub use admin::TopicStat;
+pub use held::HeldStatuses;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
+pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
 pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport};
@@ -37,7 +41,6 @@ pub use sweep::{SweepReport, REMOVING_PREFIX};
 use routes::RouteList;
 
 const HEARTBEAT_FILE: &str = ".heartbeat";
-const NAMES_FILE: &str = ".names";
 const DIR_MODE: u32 = 0o2775;
 
 /// Where a route or a name points: a topic of this store or a remote URL.
@@ -70,7 +73,7 @@ pub enum Destination {
 /// ```
 pub struct Store {
     config: Config,
-    names: RwLock<Vec<String>>,
+    names: RwLock<Vec<names::ServerName>>,
     remote: Arc<dyn Remote>,
     hub: OnceLock<Arc<Hub>>,
     /// What the store keeps of recently written topics (see
@@ -196,7 +199,7 @@ impl Store {
         // Resolved once: the log layer reads `config.shared` as on or off.
         let shared_setting = config.shared;
         config.shared = if crate::shared::resolve(config.shared, fs_magic) { Shared::On } else { Shared::Off };
-        let names = read_names(&config.root)?;
+        let names = names::read_names(&config.root)?;
         let access = crate::access::Source::new(config.access_rules.clone());
         let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
         if config.open_topics > 0 {
@@ -293,118 +296,6 @@ impl Store {
         crate::stats::read(&self.config)
     }
 
-    /// This server's URL: the configured one, else the first name in
-    /// `.names`, else `http://localhost/kn`.
-    pub fn server_url(&self) -> String {
-        let names = self.names.read().ok();
-        let url = self.named(names.as_deref().map_or(&[], Vec::as_slice)).next().unwrap_or_default().to_string();
-        url
-    }
-
-    /// Every URL this store knows itself by (the configured one and the
-    /// `.names` list).
-    pub fn server_names(&self) -> Vec<String> {
-        let names = self.names.read().ok();
-        let all = self.named(names.as_deref().map_or(&[], Vec::as_slice)).map(str::to_string).collect();
-        all
-    }
-
-    /// The URLs of [`Store::server_names`] in its order, borrowed from
-    /// `names` (the `.names` list): this server's URL first (the
-    /// configured one, else the first name, else `http://localhost/kn`),
-    /// then the other names.
-    fn named<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a str> {
-        let own = match &self.config.server_url {
-            Some(url) => url.as_str(),
-            None => names.first().map_or("http://localhost/kn", String::as_str),
-        };
-        std::iter::once(own).chain(names.iter().map(String::as_str).filter(move |n| *n != own))
-    }
-
-    /// Records that the server is reachable at `url` (kept in `.names`), so
-    /// absolute URLs starting with it name local topics. For an
-    /// administrator (`kn names add`) and the legacy import, never for a
-    /// URL a request claims (see [`Store::adopt_name`]): a name makes
-    /// routes to it deliver here. `url` must be an absolute `http(s)://`
-    /// URL without spaces or control bytes (400 otherwise).
-    pub fn add_server_name(&self, url: &str) -> Result<()> {
-        check_server_name(url)?;
-        self.change_names(|names| {
-            if names.iter().any(|x| x == url) {
-                return false;
-            }
-            names.push(url.to_string());
-            true
-        })?;
-        Ok(())
-    }
-
-    /// Forgets the name `url` (removes its line from `.names`); true when
-    /// it was there. The configured `server_url` is not in `.names` and
-    /// stays this server's name.
-    pub fn remove_server_name(&self, url: &str) -> Result<bool> {
-        self.change_names(|names| {
-            let before = names.len();
-            names.retain(|x| x != url);
-            names.len() != before
-        })
-    }
-
-    /// Takes `url` (the URL a request reached the server by) as this
-    /// server's name only if the store has none yet: no configured
-    /// `server_url` and an empty `.names`. A client's `Host` header thus
-    /// names an unconfigured store once, at its first request, and never
-    /// again: `.names` does not grow with the `Host` values clients send,
-    /// and a forged `Host` cannot make another server's URL local. True
-    /// when the name was taken.
-    ///
-    /// ```
-    /// use kn_journal::Store;
-    /// let dir = tempfile::tempdir().unwrap();
-    /// let store = Store::open(dir.path()).unwrap();
-    /// assert!(store.adopt_name("http://example.org/kn").unwrap());
-    /// assert!(!store.adopt_name("http://forged.example/kn").unwrap());
-    /// assert_eq!(store.server_names(), ["http://example.org/kn"]);
-    /// ```
-    pub fn adopt_name(&self, url: &str) -> Result<bool> {
-        if self.config.server_url.is_some() || self.names.read().map(|n| !n.is_empty()).unwrap_or(true) {
-            return Ok(false);
-        }
-        if check_server_name(url).is_err() {
-            return Ok(false);
-        }
-        self.change_names(|names| {
-            if !names.is_empty() {
-                return false;
-            }
-            names.push(url.to_string());
-            true
-        })
-    }
-
-    /// Applies `change` to `.names` under the store's lock, rewriting the
-    /// file (a temporary renamed over it) when `change` says it changed
-    /// something; then refreshes this store's names. Returns what
-    /// `change` returned.
-    fn change_names(&self, change: impl FnOnce(&mut Vec<String>) -> bool) -> Result<bool> {
-        let lock_path = self.config.root.join(log::LOCK_FILE);
-        let lock = log::open_shared(&lock_path, false).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
-        crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, &self.config).map_err(|e| Error::io("cannot lock", &lock_path, e))?;
-        let mut names = read_names(&self.config.root)?;
-        let changed = change(&mut names);
-        if changed {
-            write_names(&self.config.root, &names)?;
-        }
-        if let Ok(mut n) = self.names.write() {
-            *n = names;
-        }
-        // Kept routes were resolved with the old names.
-        if let Ok(mut kept) = self.kept.lock() {
-            kept.topics.values_mut().flatten().for_each(|k| k.routes = None);
-        }
-        Ok(changed)
-    }
-
     /// Resolves a topic name or absolute URL: a URL starting with one of
     /// this server's names followed by `/` is a local topic (percent escapes
     /// in it decoded); any other `http(s)://` URL is remote.
@@ -426,14 +317,9 @@ impl Store {
         }
         let text = std::str::from_utf8(name)
             .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad URL '{}': not UTF-8", String::from_utf8_lossy(name))))?;
-        let names = self.names.read().ok();
-        for own in self.named(names.as_deref().map_or(&[], Vec::as_slice)) {
-            if let Some(rest) = text.strip_prefix(own) {
-                if rest.starts_with('/') {
-                    let path = rest.split(['?', '#']).next().unwrap_or("");
-                    return Ok(Destination::Local(Topic::parse_bytes(&decode_escapes(path.as_bytes(), b'%'))?));
-                }
-            }
+        if let Some(rest) = self.local_path(text) {
+            let path = rest.split(['?', '#']).next().unwrap_or("");
+            return Ok(Destination::Local(Topic::parse_bytes(&decode_escapes(path.as_bytes(), b'%'))?));
         }
         Ok(Destination::Remote(text.to_string()))
     }
@@ -619,41 +505,3 @@ pub fn raise_open_file_limit(wanted: u64) {
     }
 }
 
-/// A server name must be an absolute `http(s)://` URL of one line with
-/// no spaces: `.names` holds one per line.
-fn check_server_name(url: &str) -> Result<()> {
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    let absolute = lower.starts_with("http://") || lower.starts_with("https://");
-    if !absolute || url.len() <= "https://".len() || url.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(Error::new(
-            ErrorKind::BadRequest,
-            format!("bad server name '{}': expected an absolute http:// or https:// URL without spaces", url.escape_debug()),
-        ));
-    }
-    Ok(())
-}
-
-/// Replaces `.names` by `names`, one per line (a temporary renamed over
-/// it, so a reader sees the old list or the new, never half of one).
-fn write_names(root: &Path, names: &[String]) -> Result<()> {
-    let path = root.join(NAMES_FILE);
-    let temp = root.join(format!("{NAMES_FILE}.tmp.{}", std::process::id()));
-    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
-    let written = log::open_shared(&temp, true).and_then(|mut f| {
-        f.set_len(0)?;
-        f.write_all(text.as_bytes())
-    });
-    written.and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
-        let _ = fs::remove_file(&temp);
-        Error::io("cannot write", &path, e)
-    })
-}
-
-fn read_names(root: &Path) -> Result<Vec<String>> {
-    let path = root.join(NAMES_FILE);
-    match fs::read_to_string(&path) {
-        Ok(text) => Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()),
-        Err(e) if e.kind() == IoKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(Error::io("cannot read", &path, e)),
-    }
-}

@@ -418,6 +418,8 @@ impl Store {
     /// routes (listed in `.outbox/`). `serve` calls it in the background;
     /// returns how many topics it visited.
     pub fn complete_lagging_forwarding(&self) -> Result<usize> {
+        // Status events a killed request held for a population.
+        let _ = self.complete_held_statuses();
         let mut visited = 0;
         for topic in self.outbox_topics()? {
             visited += 1;
