@@ -230,7 +230,7 @@ impl Handler {
             "lib" | "libform" | "lib2form" => return Reply::Done(self.lib(request, &method)),
             "blank" => return Reply::Done(self.blank(request)),
             "help" => return Reply::Done(self.help(request)),
-            "test" => return Reply::Done(self.test()),
+            "test" => return Reply::Done(self.test(&request.names())),
             other => {
                 let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{other}'"), status_from);
                 return self.reply_statuses(request, format, &page, vec![status]);
@@ -634,9 +634,9 @@ impl Handler {
 
     /// `do_method=test`: the installation's self-checks; `FAIL` appears
     /// only if one failed.
-    fn test(&self) -> Response {
+    fn test(&self, reached_by: &[&str]) -> Response {
         let mut body = js::start_html(b"PubSub server self-test", "", "<body>\n");
-        for (name, result) in crate::selftest::run(&self.store) {
+        for (name, result) in crate::selftest::run(&self.store, reached_by) {
             let mut line = Vec::new();
             js::html_escape(name.as_bytes(), &mut line);
             body.extend_from_slice(b"<h1>");

@@ -162,9 +162,8 @@ pub struct Request {
     path_info: Vec<u8>,
     script_name: String,
     server_url: String,
-    /// The URL by the web server's own name and port (`SERVER_NAME`,
-    /// `SERVER_PORT`), when it differs from `server_url`.
-    server_own_url: Option<String>,
+    /// The URLs the request reached the server by (see [`Request::names`]).
+    names: Vec<String>,
     remote_user: Option<String>,
     last_event_id: Option<Vec<u8>>,
 }
@@ -207,9 +206,10 @@ impl Request {
         };
         let script_name = env.text("SCRIPT_NAME").unwrap_or_default();
         let url = server_url(&env, &script_name);
-        let own = own_url(&env, &script_name);
+        let mut names = vec![arrival_url(&env, &script_name), own_url(&env, &script_name)];
+        names.dedup();
         Ok(Request {
-            server_own_url: (own != url).then_some(own),
+            names,
             server_url: url,
             method,
             params,
@@ -318,19 +318,21 @@ impl Request {
         &self.server_url
     }
 
-    /// Every URL this request reached the server by: [`Request::server_url`]
-    /// (from its `Host`), and the web server's own name and port when they
-    /// differ. The store takes each for one of its names
-    /// ([`kn_journal::Store::learn_names`]).
+    /// Every URL this request reached the server by: the host of its
+    /// `Host` with the port it arrived on (`SERVER_PORT`), and the web
+    /// server's own name and port (`SERVER_NAME`). The store takes them
+    /// for its names ([`kn_journal::Store::learn_names`]); the port of a
+    /// `Host` is the client's to write, the port it arrived on is not.
     ///
     /// ```
     /// use kn_cgi::{Limits, Request};
     /// let vars = [("HTTP_HOST", "127.0.0.1"), ("SERVER_NAME", "pubsub.example"), ("SERVER_PORT", "8095"), ("SCRIPT_NAME", "/kn")];
     /// let request = Request::from_cgi_env(vars, &b""[..], &Limits::default()).unwrap();
-    /// assert_eq!(request.names(), ["http://127.0.0.1/kn", "http://pubsub.example:8095/kn"]);
+    /// assert_eq!(request.names(), ["http://127.0.0.1:8095/kn", "http://pubsub.example:8095/kn"]);
+    /// assert_eq!(request.server_url(), "http://127.0.0.1/kn");
     /// ```
     pub fn names(&self) -> Vec<&str> {
-        std::iter::once(self.server_url.as_str()).chain(self.server_own_url.as_deref()).collect()
+        self.names.iter().map(String::as_str).collect()
     }
 
     /// The user the web server authenticated (`REMOTE_USER`), if any.
@@ -446,6 +448,28 @@ fn server_url(env: &Env, script_name: &str) -> String {
         _ => authority,
     };
     format!("{scheme}://{authority}{script_name}")
+}
+
+/// The absolute URL of the script by the host of the request's `Host` (else
+/// `SERVER_NAME`) and the port it arrived on (`SERVER_PORT`).
+fn arrival_url(env: &Env, script_name: &str) -> String {
+    let (scheme, default_port) = if is_https(env) { ("https", "443") } else { ("http", "80") };
+    let host = match env.get("HTTP_HOST").filter(|h| is_plausible_host(h)) {
+        Some(host) => {
+            let host = String::from_utf8_lossy(host).into_owned();
+            // `[::1]:8080`, `[::1]`, `h:8080`, `h`.
+            match host.rfind(':') {
+                Some(i) if !host[i..].contains(']') && (host.starts_with('[') || host[..i].find(':').is_none()) => host[..i].to_owned(),
+                _ => host,
+            }
+        }
+        None => return own_url(env, script_name),
+    };
+    let port = env.text("SERVER_PORT").filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    match port {
+        Some(port) if port != default_port => format!("{scheme}://{host}:{port}{script_name}"),
+        _ => format!("{scheme}://{host}{script_name}"),
+    }
 }
 
 /// The absolute URL of the script by the web server's own name and port

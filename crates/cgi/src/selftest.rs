@@ -18,12 +18,12 @@ use kn_journal::Store;
 pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 
 /// Runs every self-check: its name and `Err(why)` when it failed.
-pub fn run(store: &Store) -> Vec<(std::borrow::Cow<'static, str>, Result<(), String>)> {
+pub fn run(store: &Store, reached_by: &[&str]) -> Vec<(std::borrow::Cow<'static, str>, Result<(), String>)> {
     let tree = Tree::walk(store.root());
     let checks: Vec<(&'static str, Result<(), String>)> = vec![
         ("Event store stores and reads back a post", store.probe().map_err(|e| e.to_string())),
         ("Free space above the reserve", free_space(store)),
-        ("Server names", server_names(store)),
+        ("Server names", server_names(store, reached_by)),
         ("Store directories are group-writable (2775)", tree.as_ref().map_err(Clone::clone).and_then(Tree::directories)),
         ("Store files are group-writable (0664)", tree.as_ref().map_err(Clone::clone).and_then(Tree::files)),
     ];
@@ -60,12 +60,24 @@ fn free_space(store: &Store) -> Result<(), String> {
 /// The names the store resolves absolute URLs with: the configured
 /// `KN_SERVER_URL` and the `.names` list must be absolute `http(s)` URLs,
 /// else routes to this server's own URLs would be taken for remote ones.
-fn server_names(store: &Store) -> Result<(), String> {
+/// The URLs this request reached the server by must name it too: else
+/// clients that write them into `kn_to`, `kn_status_to` or a route would
+/// be sent to "another server".
+fn server_names(store: &Store, reached_by: &[&str]) -> Result<(), String> {
     if let Some(url) = &store.config().server_url {
         usable_url(url).map_err(|why| format!("the configured server URL (KN_SERVER_URL) '{url}' {why}"))?;
     }
     for name in store.server_names() {
         usable_url(&name).map_err(|why| format!("the server name '{name}' ({}/.names) {why}", store.root().display()))?;
+    }
+    for url in reached_by {
+        if !matches!(store.resolve(format!("{url}/what/kn_selftest").as_bytes()), Ok(kn_journal::Destination::Local(_))) {
+            return Err(format!(
+                "this request reached the server by '{url}', which the store does not take for one of its names ({}): absolute URLs by it would be remote; add it with `kn names add {url}` (KN_MAX_NAMES is {})",
+                store.server_names().join(", "),
+                store.config().max_names
+            ));
+        }
     }
     Ok(())
 }

@@ -1409,7 +1409,8 @@ fn names_alias_is_local_once_an_administrator_adds_it_and_knfoo_is_not_local() {
     let reply = pool.cgi().env("HTTP_HOST", "alias:8080").get("do_method=whoami").run();
     assert!(reply.text().contains("kn_userid"));
     let names = std::fs::read_to_string(pool.events().join(".names")).unwrap();
-    assert_eq!(names, "http://127.0.0.1:8080/kn\n");
+    assert_eq!(names.lines().count(), 1, "{names}");
+    assert!(names.starts_with("http://127.0.0.1:8080/kn\t"), "{names}");
     let alias = "kn_to=http%3A%2F%2Falias%3A8080%2Fkn%2Fwhat%2Fchat&kn_payload=x&kn_id=n1&kn_response_format=simple";
     assert_eq!(post(&pool, alias).status(), "403 Proxying not supported", "a Host a client sent is no name");
     pool.store().add_server_name("http://alias:8080/kn").unwrap();
@@ -1426,8 +1427,8 @@ fn names_alias_is_local_once_an_administrator_adds_it_and_knfoo_is_not_local() {
 fn a_thousand_distinct_hosts_leave_names_unchanged() {
     let pool = Pool::new("many-hosts");
     assert!(post(&pool, "kn_to=/what/chat&kn_payload=x&kn_response_format=simple").status().starts_with("200 "));
-    let before = std::fs::read(pool.events().join(".names")).unwrap();
-    assert_eq!(before, b"http://127.0.0.1:8080/kn\n");
+    let before = std::fs::read_to_string(pool.events().join(".names")).unwrap();
+    assert!(before.starts_with("http://127.0.0.1:8080/kn\tlearned\t"), "{before}");
     for i in 0..1000 {
         let reply = pool
             .cgi()
@@ -1436,7 +1437,9 @@ fn a_thousand_distinct_hosts_leave_names_unchanged() {
             .run();
         assert!(reply.status().starts_with("200 "), "{}", reply.status());
     }
-    assert_eq!(std::fs::read(pool.events().join(".names")).unwrap(), before, ".names grew");
+    // Names elsewhere are not this machine's: none is learned (the store
+    // has a name, so none is taken as its first either).
+    assert_eq!(std::fs::read_to_string(pool.events().join(".names")).unwrap(), before, ".names grew");
     assert_eq!(pool.store().server_names(), ["http://127.0.0.1:8080/kn"]);
 }
 

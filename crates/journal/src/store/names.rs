@@ -12,12 +12,15 @@
 //! * **server** names: what `pubsub-cgi serve` listens on and its
 //!   `--public-url`, recorded at its start under its host's name, and
 //!   replaced by that host's next start;
-//! * **learned** names: the URL each request reached the server by (its
-//!   `Host` with the port it arrived on, and the web server's own name
-//!   and port), at most [`Config::max_names`] of them: a new one pushes
-//!   out the one least recently seen, and one unseen for
-//!   [`NAME_TTL_SECS`] is dropped. A stranger sending random `Host`
-//!   headers thus moves the learned set around but never grows it.
+//! * **learned** names: the URL each request reached the server by (the
+//!   host of its `Host` with the port it arrived on, and the web server's
+//!   own name and port), when that host is this machine (a loopback or
+//!   interface address, `localhost`, its host name; no DNS), or, once, the
+//!   first name of a store that has no name from elsewhere yet. At most
+//!   [`Config::max_names`] of them: a new one pushes out the one least
+//!   recently seen, and one unseen for [`NAME_TTL_SECS`] is dropped. A
+//!   stranger sending random `Host` headers thus moves the learned set
+//!   around but never grows it, and cannot make a peer elsewhere local.
 //!
 //! On top of the list, an absolute URL whose host is this machine
 //! (`localhost`, a loopback address, an address of one of its interfaces,
@@ -97,7 +100,7 @@ impl Store {
     /// else a name a `serve` recorded, else the learned name seen last,
     /// else `http://localhost/kn`.
     pub fn server_url(&self) -> String {
-        self.server_names().into_iter().next().unwrap_or_else(|| "http://localhost/kn".to_string())
+        self.server_names().swap_remove(0)
     }
 
     /// Every URL this store knows itself by, in [`Store::server_url`]'s
@@ -110,6 +113,9 @@ impl Store {
             if !out.contains(&name.url) {
                 out.push(name.url.clone());
             }
+        }
+        if out.is_empty() {
+            out.push("http://localhost/kn".to_string());
         }
         out
     }
@@ -200,15 +206,20 @@ impl Store {
                 if self.config.server_url.as_deref() == Some(*url) {
                     continue;
                 }
+                let admit = max > 0 && self.may_learn(names, url);
                 match names.iter_mut().find(|n| n.url == *url) {
                     Some(n) if fresh(n, t) => {}
                     Some(n) => {
                         n.seen = t;
                         changed = true;
                     }
-                    None if max == 0 => {}
+                    None if !admit => {}
                     None => {
-                        names.push(ServerName { url: url.to_string(), kind: NameKind::Learned, seen: t });
+                        // A name from elsewhere is taken once, and kept:
+                        // pushed out, it would let the next `Host` in.
+                        let here = Url::parse(url).is_some_and(|u| is_this_machine(u.host));
+                        let (kind, seen) = if here { (NameKind::Learned, t) } else { (NameKind::Pinned, 0) };
+                        names.push(ServerName { url: url.to_string(), kind, seen });
                         changed = true;
                     }
                 }
@@ -220,7 +231,8 @@ impl Store {
                 let keep_from = learned[max - 1];
                 let mut kept = 0;
                 // Newest first, so that ties at the cut keep the newest.
-                let mut order: Vec<usize> = (0..names.len()).collect();
+                // (Later lines were added later: first among equal times.)
+                let mut order: Vec<usize> = (0..names.len()).rev().collect();
                 order.sort_by(|&a, &b| names[b].seen.cmp(&names[a].seen));
                 let mut drop = vec![false; names.len()];
                 for i in order {
@@ -243,6 +255,19 @@ impl Store {
             changed
         })?;
         Ok(())
+    }
+
+    /// Whether `url`, a URL a request reached the server by that is no
+    /// name yet, may become one: its host is this machine (a loopback
+    /// address, an address of its interfaces, `localhost`, its host name:
+    /// a `Host` naming a peer elsewhere cannot make the peer's URLs local),
+    /// or the store has no name naming it from elsewhere yet (no
+    /// `KN_SERVER_URL`, no pinned name, no `serve` or learned name of
+    /// another host), so that a fresh install reached by its public name
+    /// takes that name, once.
+    fn may_learn(&self, names: &[ServerName], url: &str) -> bool {
+        let here = |u: &str| Url::parse(u).is_some_and(|u| is_this_machine(u.host));
+        here(url) || (self.config.server_url.is_none() && names.iter().all(|n| n.kind != NameKind::Pinned && here(&n.url)))
     }
 
     /// Records the URLs a `serve` process on host `host` is reachable at
@@ -301,29 +326,23 @@ impl Store {
     /// of the URL after the script, from its `/` on.
     pub(super) fn local_path<'a>(&self, text: &'a str) -> Option<&'a str> {
         let names = self.names.read().ok()?;
-        let configured = self.config.server_url.iter().map(|u| (u.as_str(), false));
-        let all = configured.chain(ordered(&names).map(|n| (n.url.as_str(), n.kind == NameKind::Learned)));
+        let all = self.config.server_url.iter().map(String::as_str).chain(ordered(&names).map(|n| n.url.as_str()));
         let mut aliasable = Vec::new();
-        for (own, learned) in all {
+        for own in all {
             if let Some(rest) = strip_prefix_ignore_case(text, own) {
                 if rest.starts_with('/') {
                     return Some(rest);
                 }
             }
-            aliasable.push((own, learned));
+            aliasable.push(own);
         }
         let target = Url::parse(text)?;
         if !is_this_machine(target.host) {
             return None;
         }
-        for (own, learned) in aliasable {
+        for own in aliasable {
             let Some(name) = Url::parse(own) else { continue };
-            // A name learned from a `Host` without a port (an HTTP/1.0
-            // client's) says nothing of the port the request came in on:
-            // under CGI the web server then reports its default port.
-            let any_port = learned && !name.explicit_port;
-            let same_port = name.port == target.port || any_port;
-            if name.scheme.eq_ignore_ascii_case(target.scheme) && same_port && is_this_machine(name.host) {
+            if name.scheme.eq_ignore_ascii_case(target.scheme) && name.port == target.port && is_this_machine(name.host) {
                 if let Some(rest) = target.path.strip_prefix(name.path) {
                     if rest.starts_with('/') {
                         // `rest` lies inside `text`: from it on, query and all.
@@ -379,8 +398,6 @@ struct Url<'a> {
     scheme: &'a str,
     host: &'a str,
     port: u16,
-    /// The port was written in the URL.
-    explicit_port: bool,
     path: &'a str,
 }
 
@@ -405,12 +422,11 @@ impl<'a> Url<'a> {
                 None => (authority, None),
             }
         };
-        let explicit_port = port.is_some_and(|p| !p.is_empty());
         let port = match port {
             Some("") | None => default,
             Some(p) => p.parse().ok()?,
         };
-        Some(Url { scheme, host, port, explicit_port, path })
+        Some(Url { scheme, host, port, path })
     }
 }
 

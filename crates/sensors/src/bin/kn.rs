@@ -449,8 +449,17 @@ fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: 
 fn names(store: &Store, out: &mut dyn Write, action: NamesAction) -> Result<ExitCode, SensorError> {
     match action {
         NamesAction::List => {
+            // The first is the server's URL; each with where it came from.
+            let entries = store.server_name_entries();
             for name in store.server_names() {
-                writeln!(out, "{name}").map_err(write_error)?;
+                let from = match entries.iter().find(|e| e.url == name).map(|e| &e.kind) {
+                    None if store.config().server_url.as_deref() == Some(name.as_str()) => "KN_SERVER_URL".to_string(),
+                    None => "default".to_string(),
+                    Some(kn_journal::NameKind::Pinned) => "pinned".to_string(),
+                    Some(kn_journal::NameKind::Server(host)) => format!("serve on {host}"),
+                    Some(kn_journal::NameKind::Learned) => "learned from a request".to_string(),
+                };
+                writeln!(out, "{name}\t{from}").map_err(write_error)?;
             }
         }
         NamesAction::Add { url } => store.add_server_name(&url).map_err(|e| match e.kind() {
@@ -497,5 +506,32 @@ fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> 
     if summaries {
         writeln!(out, "ok: {} records verified", report.records).map_err(write_error)?;
     }
+    for warning in name_warnings(store) {
+        writeln!(out, "WARN {warning}").map_err(write_error)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The names `serve` on this host recorded where no server answers now
+/// (a `serve` that moved or stopped: routes to them stay local for the
+/// tools, though no client reaches them any more).
+fn name_warnings(store: &Store) -> Vec<String> {
+    let host = kn_journal::own_host_name();
+    let mut warnings = Vec::new();
+    for name in store.server_name_entries() {
+        let kn_journal::NameKind::Server(by) = &name.kind else { continue };
+        if by != host {
+            continue;
+        }
+        let Some(authority) = name.url.split_once("://").map(|(_, rest)| rest.split('/').next().unwrap_or("")) else { continue };
+        let addr = if authority.contains(':') { authority.to_string() } else { format!("{authority}:80") };
+        let Some(socket) = std::net::ToSocketAddrs::to_socket_addrs(&addr).ok().and_then(|mut a| a.next()) else { continue };
+        if std::net::TcpStream::connect_timeout(&socket, Duration::from_millis(300)).is_err() {
+            warnings.push(format!(
+                "server name {} was recorded by serve on this host, but no server answers there now (kn names remove {} if it moved for good)",
+                name.url, name.url
+            ));
+        }
+    }
+    warnings
 }
