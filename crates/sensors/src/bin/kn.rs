@@ -300,6 +300,8 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gc { grace } => {
+            // Status events a killed route request held for a population.
+            let _ = store.complete_held_statuses();
             let report = store
                 .sweep_all(grace.map(Duration::from_secs))
                 .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
