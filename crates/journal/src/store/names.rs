@@ -326,7 +326,11 @@ impl Store {
     /// of the URL after the script, from its `/` on.
     pub(super) fn local_path<'a>(&self, text: &'a str) -> Option<&'a str> {
         let names = self.names.read().ok()?;
-        let all = self.config.server_url.iter().map(String::as_str).chain(ordered(&names).map(|n| n.url.as_str()));
+        // Without a configured name, the default one (`Store::server_url`
+        // of a store with no name): the URLs a tool wrote before the store
+        // had a name start with it.
+        let default = self.config.server_url.is_none().then_some("http://localhost/kn");
+        let all = self.config.server_url.iter().map(String::as_str).chain(default).chain(ordered(&names).map(|n| n.url.as_str()));
         let mut aliasable = Vec::new();
         for own in all {
             if let Some(rest) = strip_prefix_ignore_case(text, own) {
