@@ -1403,14 +1403,17 @@ fn foreign_absolute_kn_to_is_403_proxying_not_supported() {
 #[test]
 fn names_alias_is_local_once_an_administrator_adds_it_and_knfoo_is_not_local() {
     let pool = Pool::new("names");
-    // The first request names the unnamed store; a request by another Host
-    // adds nothing.
+    // This machine's URL is learned; the first name from elsewhere too,
+    // once; a request by yet another Host adds nothing.
     assert!(post(&pool, "kn_to=/what/chat&kn_payload=x&kn_response_format=simple").status().starts_with("200 "));
+    let reply = pool.cgi().env("HTTP_HOST", "public.example:8080").get("do_method=whoami").run();
+    assert!(reply.text().contains("kn_userid"));
     let reply = pool.cgi().env("HTTP_HOST", "alias:8080").get("do_method=whoami").run();
     assert!(reply.text().contains("kn_userid"));
     let names = std::fs::read_to_string(pool.events().join(".names")).unwrap();
-    assert_eq!(names.lines().count(), 1, "{names}");
+    assert_eq!(names.lines().count(), 2, "{names}");
     assert!(names.starts_with("http://127.0.0.1:8080/kn\t"), "{names}");
+    assert!(names.contains("\nhttp://public.example:8080/kn\n"), "{names}");
     let alias = "kn_to=http%3A%2F%2Falias%3A8080%2Fkn%2Fwhat%2Fchat&kn_payload=x&kn_id=n1&kn_response_format=simple";
     assert_eq!(post(&pool, alias).status(), "403 Proxying not supported", "a Host a client sent is no name");
     pool.store().add_server_name("http://alias:8080/kn").unwrap();
@@ -1437,10 +1440,11 @@ fn a_thousand_distinct_hosts_leave_names_unchanged() {
             .run();
         assert!(reply.status().starts_with("200 "), "{}", reply.status());
     }
-    // Names elsewhere are not this machine's: none is learned (the store
-    // has a name, so none is taken as its first either).
-    assert_eq!(std::fs::read_to_string(pool.events().join(".names")).unwrap(), before, ".names grew");
-    assert_eq!(pool.store().server_names(), ["http://127.0.0.1:8080/kn"]);
+    // Names elsewhere are not this machine's: only the first is taken (a
+    // fresh store's public name, once), none of the 999 others.
+    let after = std::fs::read_to_string(pool.events().join(".names")).unwrap();
+    assert_eq!(after, format!("{before}http://h0.example:8080/kn\n"), ".names grew");
+    assert_eq!(pool.store().server_names(), ["http://h0.example:8080/kn", "http://127.0.0.1:8080/kn"]);
 }
 
 /// Hostile input: a `Host` equal to a peer's URL made the peer count as
