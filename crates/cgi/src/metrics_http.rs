@@ -149,11 +149,13 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
     // pool, of a cost that does not grow with the store.
     let checked = pool.spawn_blocking(move || {
         allowed(&store, &auth, &headers, peer)?;
-        store.counters().map_err(|e| plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {e}\n")))
+        store.counters().map_err(|e| Refusal::Failed(e.to_string()))
     });
     let counters = match checked.await {
         Ok(Ok(counters)) => counters,
-        Ok(Err(refused)) => return refused,
+        Ok(Err(Refusal::Unauthorized(why))) => return challenge(format!("401 Unauthorized: {why}\n")),
+        Ok(Err(Refusal::Forbidden(why))) => return plain(StatusCode::FORBIDDEN, format!("403 Forbidden: {why}\n")),
+        Ok(Err(Refusal::Failed(why))) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {why}\n")),
         Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n".into()),
     };
     let body = figures.page(&counters, &streams, &serve).into_string().into_bytes();
@@ -164,25 +166,34 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
     reply
 }
 
+/// Why a scrape is not answered with the page.
+enum Refusal {
+    /// `401`: anonymous, or bad credentials; logging in may help.
+    Unauthorized(String),
+    /// `403`: the user may not.
+    Forbidden(String),
+    /// `500`: the rules or the counters cannot be read.
+    Failed(String),
+}
+
 /// Whether the request may scrape: always without access rules; else the
 /// user (identified as for `/kn`) needs `read` on [`METRICS_TOPIC`].
-#[allow(clippy::result_large_err)]
-fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], peer: SocketAddr) -> Result<(), hyper::Response<Body>> {
+fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], peer: SocketAddr) -> Result<(), Refusal> {
     let rules = match store.access_rules() {
         Ok(None) => return Ok(()),
         Ok(Some(rules)) => rules,
-        Err(e) => return Err(plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {e}\n"))),
+        Err(e) => return Err(Refusal::Failed(e.to_string())),
     };
     let who = match auth.identify(headers, peer.ip()) {
         Identity::Anonymous => Principal::anonymous(),
         Identity::User(name) => Principal::user(&name),
-        Identity::BadCredentials => return Err(challenge("401 Unauthorized: the user name or password is not valid\n".into())),
+        Identity::BadCredentials => return Err(Refusal::Unauthorized("the user name or password is not valid".into())),
     };
-    let topic = Topic::parse(METRICS_TOPIC).expect("a valid topic name");
+    let topic = Topic::parse(METRICS_TOPIC).map_err(|e| Refusal::Failed(e.to_string()))?;
     match rules.check(&who, Operation::Read, &topic) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == kn_journal::ErrorKind::Unauthorized => Err(challenge(format!("401 Unauthorized: {}\n", e.message()))),
-        Err(e) => Err(plain(StatusCode::FORBIDDEN, format!("403 Forbidden: {}\n", e.message()))),
+        Err(e) if e.kind() == kn_journal::ErrorKind::Unauthorized => Err(Refusal::Unauthorized(e.message().to_string())),
+        Err(e) => Err(Refusal::Forbidden(e.message().to_string())),
     }
 }
 
