@@ -425,7 +425,7 @@ fn run(args: &Args) -> Result<bool, String> {
         println!("ERROR {e}");
     }
     if let Ok(text) = metrics(&server) {
-        let nonzero: Vec<&str> = text.lines().filter(|l| l.starts_with("kn_") && l.contains("_total ") && !l.ends_with(" 0")).collect();
+        let nonzero: Vec<&str> = text.lines().filter(|l| l.starts_with("kn_") && (l.contains("_total ") || l.contains("_total{")) && !l.ends_with(" 0")).collect();
         println!("server counters: {}", if nonzero.is_empty() { "all 0".to_string() } else { nonzero.join(", ") });
     }
     println!(

@@ -98,7 +98,8 @@ pub struct ServeArgs {
     pub max_tunnels: Option<u32>,
     /// Do not answer GET /metrics (the store's counters and size, open
     /// tunnels and connections, requests served, in the Prometheus text
-    /// format); /metrics is then an ordinary static path.
+    /// format; with KN_ACCESS_RULES, only for users with read on
+    /// /kn_metrics); /metrics is then an ordinary static path.
     #[arg(long)]
     pub no_metrics: bool,
     /// Take the request's user from --user-header, but only on connections

@@ -17,7 +17,8 @@
 //!   `do_method` does, through kn-journal.
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
-//!   ([`pages`]); [`cli`]: its command line.
+//!   ([`pages`]) and its `/metrics` ([`metrics_http`]); [`cli`]: its
+//!   command line.
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
@@ -58,6 +59,7 @@ pub mod auth;
 pub mod cgi;
 pub mod cli;
 pub mod handler;
+pub mod metrics_http;
 pub mod pages;
 mod passwords;
 pub mod request;

@@ -39,8 +39,9 @@
 //!
 //! At `/metrics` ([`ServeConfig::metrics`], on by default) it answers the
 //! store's counters and size in the Prometheus text format (the same page
-//! as `kn stat --prometheus`), plus its own open tunnels, open connections
-//! and requests served.
+//! as `kn stat --prometheus`, its size figures from a walk made at most
+//! once per `KN_METRICS_REFRESH_MS`), plus its own figures, under the
+//! access rules ([`crate::metrics_http`]).
 //!
 //! ```no_run
 //! use kn_cgi::serve::{serve, ServeConfig};
@@ -66,7 +67,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use kn_journal::{Config, Exposition, Store, PROMETHEUS_CONTENT_TYPE};
+use kn_journal::{Config, Store};
 use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -95,7 +96,7 @@ const TUNNEL_QUEUE: usize = 8;
 /// Bounded so that a burst of requests (a thousand browsers reconnecting
 /// at once) cannot become a thousand threads; enough that a few slow
 /// remote routes do not stall every other request. The main runtime's own
-/// blocking pool (Durable Streams, the sweep, `/metrics`) has as many, and
+/// blocking pool (Durable Streams, the sweep) has as many, and
 /// room for the async workers' stand-ins besides.
 const BLOCKING_THREADS: usize = 32;
 
@@ -315,6 +316,7 @@ async fn refuse(server: Arc<Server>, stream: tokio::net::TcpStream, _refusal: Ow
             let message = format!("too many connections: this server holds at most {limit} at once");
             let mut reply = server.busy(&query, &message);
             reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            server.figures.record(crate::metrics_http::method_index(request.method()), reply.status());
             Ok::<_, Infallible>(reply)
         }
     });
@@ -373,6 +375,8 @@ struct Server {
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
     requests: AtomicU64,
+    /// What `/metrics` answers besides (crate::metrics_http).
+    figures: crate::metrics_http::Figures,
     /// Who makes a request.
     auth: Arc<Authentication>,
     /// Durable Streams at `/v1/stream/` (crate::streams).
@@ -470,15 +474,23 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
+            figures: crate::metrics_http::Figures::new(store.clone()),
             store,
         })
     }
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+        let method = crate::metrics_http::method_index(request.method());
+        let reply = self.clone().dispatch(request, peer).await;
+        self.figures.record(method, reply.status());
+        reply
+    }
+
+    async fn dispatch(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let path = request.uri().path();
         if self.metrics && path == METRICS_PATH {
-            return self.metrics(request.method()).await;
+            return self.metrics(&request, peer).await;
         }
         if path.starts_with(crate::streams::PREFIX) {
             return crate::streams::respond(self.streams.clone(), request, self.local).await;
@@ -657,33 +669,22 @@ impl Server {
 
     // ----- /metrics ---------------------------------------------------------
 
-    /// The Prometheus page: the store's figures (read on the blocking
-    /// pool: one walk of the store's tree) and this server's.
-    async fn metrics(self: Arc<Self>, method: &hyper::Method) -> hyper::Response<Body> {
-        let head_request = method == hyper::Method::HEAD;
-        if method != hyper::Method::GET && !head_request {
-            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n");
-            reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            return reply;
-        }
-        let store = self.store.clone();
-        // The store's figures; the outbox's pending deliveries join them
-        // there (Exposition::of_store) when the outbox merges.
-        let mut page = match tokio::task::spawn_blocking(move || Exposition::of_store(&store)).await {
-            Ok(Ok(page)) => page,
-            Ok(Err(err)) => return plain_owned(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {err}\n")),
-            Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n"),
-        };
+    /// The Prometheus page (crate::metrics_http): O(1) store I/O, under
+    /// the access rules.
+    async fn metrics(&self, request: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
         let (connections, tunnels) = self.caps;
-        page.gauge("kn_serve_open_tunnels", "Tunnels open now.", (tunnels - self.tunnels.available_permits()) as u64);
-        page.gauge("kn_serve_open_connections", "Connections open now.", (connections - self.connections.available_permits()) as u64);
-        page.counter("kn_serve_requests_total", "Requests answered since the server started.", self.requests.load(Ordering::Relaxed));
-        let body = page.into_string().into_bytes();
-        let length = body.len();
-        let mut reply = hyper::Response::new(if head_request { Body::empty() } else { Body::full(body) });
-        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));
-        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
-        reply
+        let scrape = crate::metrics_http::Scrape {
+            store: self.store.clone(),
+            streams: self.streams.clone(),
+            auth: self.auth.clone(),
+            pool: self.pool.clone(),
+            serve: crate::metrics_http::ServeGauges {
+                open_tunnels: (tunnels - self.tunnels.available_permits()) as u64,
+                open_connections: (connections - self.connections.available_permits()) as u64,
+                requests: self.requests.load(Ordering::Relaxed),
+            },
+        };
+        crate::metrics_http::answer(&self.figures, scrape, request, peer).await
     }
 
     // ----- static files ----------------------------------------------------
@@ -879,15 +880,6 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
             reply.headers_mut().append(name, value);
         }
     }
-    reply
-}
-
-fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
-    let length = text.len();
-    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
-    *reply.status_mut() = code;
-    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     reply
 }
 

@@ -113,6 +113,7 @@ impl std::str::FromStr for Shared {
 /// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
 /// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
 /// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
+/// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -307,6 +308,12 @@ pub struct Config {
     /// process keeps in memory, in bytes, so that catch-up reads near the
     /// tail read no file (0: none).
     pub stream_cache_bytes: usize,
+    /// Least time between the end of one walk of the store's tree and the
+    /// start of the next, for the size figures a long-lived server keeps
+    /// ([`UsageCache`](crate::UsageCache), `serve`'s `/metrics`). A scrape
+    /// answers the last walk's figures and never waits for one; at most
+    /// one walk runs at a time, on a thread of its own.
+    pub metrics_refresh: Duration,
 }
 
 impl Config {
@@ -365,6 +372,7 @@ impl Config {
             stream_max_producers: 10_000,
             stream_cache: 1024,
             stream_cache_bytes: 256 << 10,
+            metrics_refresh: Duration::from_secs(60),
         }
     }
 
@@ -542,6 +550,9 @@ impl Config {
         }
         if let Some(v) = var("KN_STREAM_CACHE_BYTES")? {
             self.stream_cache_bytes = v;
+        }
+        if let Some(v) = var("KN_METRICS_REFRESH_MS")? {
+            self.metrics_refresh = Duration::from_millis(v);
         }
         Ok(self)
     }

@@ -43,7 +43,9 @@
 //!   that holds them; readers put them back).
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
-//!   shared by every process in the root's `.stats`.
+//!   shared by every process in the root's `.stats`. `metrics.rs`: the
+//!   Prometheus text format ([`Exposition`]). `usage.rs`: the store's size
+//!   from one walk ([`Usage`]) and a server's cache of it ([`UsageCache`]).
 //! * `access/`: [`access`] control: the rules file ([`access::Rules`]),
 //!   who asks ([`access::Principal`]) and the checked request API
 //!   ([`access::AsUser`], from [`Store::as_user`]).
@@ -100,6 +102,7 @@ mod stats;
 mod store;
 pub mod streams;
 mod topic;
+mod usage;
 mod watch;
 
 pub use changes::CHANGES_FILE;
@@ -109,9 +112,10 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
-pub use metrics::{Exposition, Usage, PROMETHEUS_CONTENT_TYPE};
+pub use metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;
 pub use stats::{Counter, Counters, STATS_FILE};
 pub use store::*;
+pub use usage::{Cached, Usage, UsageCache};
 pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

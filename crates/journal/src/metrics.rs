@@ -4,95 +4,41 @@
 //! implementation, here beside the counters, so that both print the same
 //! names, help and types.
 //!
-//! Every [`Counter`] is a Prometheus counter `kn_<name>_total`; the store's
-//! size ([`Usage`], one walk of its directory tree) gives the gauges
-//! `kn_store_topics`, `kn_store_journals`, `kn_store_files`,
-//! `kn_store_directories` and `kn_store_bytes`. A server adds its own
-//! figures to the same [`Exposition`].
+//! Every [`Counter`](crate::Counter) is a Prometheus counter `kn_<name>_total`, except the
+//! poisonings, which are one counter `kn_routes_poisoned_total` with a
+//! `reason` label ([`Counter::poison_reason`](crate::Counter::poison_reason)); the store's size
+//! ([`Usage`], one walk of its directory tree) gives the gauges
+//! `kn_store_topics`, `kn_store_journals`, `kn_store_streams`,
+//! `kn_store_files`, `kn_store_directories`, `kn_store_bytes` and
+//! `kn_outbox_pending`. A server adds its own figures to the same
+//! [`Exposition`]. Names follow Prometheus' conventions: `_total` for
+//! counters, base units (bytes, seconds).
 //!
 //! ```
 //! use kn_journal::{Counter, Exposition, Store};
 //! let dir = tempfile::tempdir().unwrap();
 //! let store = Store::open(dir.path()).unwrap();
 //! store.count(Counter::Sweeps, 2).unwrap();
+//! store.count(Counter::PoisonedStale, 1).unwrap();
 //! let mut m = Exposition::of_store(&store).unwrap();
 //! m.gauge("kn_serve_open_tunnels", "Tunnels open now.", 1);
+//! m.counter_with("kn_serve_http_requests_total", "Requests.", &[(&[("method", "GET"), ("status_class", "2xx")], 3)]);
 //! let text = m.into_string();
 //! assert!(text.contains("# TYPE kn_sweeps_total counter\nkn_sweeps_total 2\n"));
+//! assert!(text.contains("kn_routes_poisoned_total{reason=\"stale\"} 1\n"));
 //! assert!(text.contains("kn_serve_open_tunnels 1\n"));
+//! assert!(text.contains("kn_serve_http_requests_total{method=\"GET\",status_class=\"2xx\"} 3\n"));
 //! ```
 
 use std::fmt::Write as _;
-use std::fs;
-use std::io::ErrorKind as IoKind;
-use std::path::Path;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
+use crate::stats::Counters;
 use crate::store::Store;
-use crate::topic::Topic;
+use crate::usage::Usage;
 
 /// The media type of the text exposition format (for `Content-Type`).
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// How big the store is on disk, from one walk of its directory tree
-/// (metadata only: no file is read).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Topic directories, the reserved `kn_routes` and `kn_subtopics`
-    /// topics and journals included.
-    pub topics: u64,
-    /// Journals (`.../kn_journal` topics).
-    pub journals: u64,
-    /// Regular files anywhere under the root (segments, indexes, blobs,
-    /// `.stats`, ...).
-    pub files: u64,
-    /// Directories under the root (the root itself not counted).
-    pub directories: u64,
-    /// Bytes of those files (their lengths).
-    pub bytes: u64,
-}
-
-impl Store {
-    /// Counts the store's topics, journals, files, directories and bytes
-    /// with one walk of its tree. Entries removed during the walk are
-    /// skipped; its cost grows with the number of files (a few hundred
-    /// thousand take well under a second when their metadata is cached).
-    pub fn usage(&self) -> Result<Usage> {
-        usage(self.root())
-    }
-}
-
-fn usage(root: &Path) -> Result<Usage> {
-    let mut usage = Usage::default();
-    for entry in walkdir::WalkDir::new(root).min_depth(1).follow_links(false) {
-        let entry = match entry {
-            Ok(e) => e,
-            // Removed while we walked (a compaction, a sweep).
-            Err(e) if e.io_error().is_some_and(|io| io.kind() == IoKind::NotFound) => continue,
-            Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot walk '{}': {e}", root.display()))),
-        };
-        let kind = entry.file_type();
-        if kind.is_dir() {
-            usage.directories += 1;
-            let rel = entry.path().strip_prefix(root).unwrap_or(entry.path()).to_string_lossy();
-            if rel.starts_with('.') {
-                continue;
-            }
-            if let Ok(topic) = Topic::parse(&rel) {
-                usage.topics += 1;
-                usage.journals += u64::from(topic.is_journal());
-            }
-        } else if kind.is_file() {
-            usage.files += 1;
-            match fs::symlink_metadata(entry.path()) {
-                Ok(m) => usage.bytes += m.len(),
-                Err(e) if e.kind() == IoKind::NotFound => usage.files -= 1,
-                Err(e) => return Err(Error::io("cannot stat", entry.path(), e)),
-            }
-        }
-    }
-    Ok(usage)
-}
 
 /// A page of the Prometheus text format being written: `# HELP` and
 /// `# TYPE` lines, then the sample, for each metric added.
@@ -107,26 +53,50 @@ impl Exposition {
         Exposition::default()
     }
 
-    /// The store's counters (`kn_<name>_total`) and its [`Usage`] gauges
-    /// (`kn_store_*`).
+    /// The store's counters ([`Exposition::of_counters`]) and its
+    /// [`Usage`] gauges ([`Exposition::usage`]), from one walk of its tree
+    /// (what `kn stat --prometheus` prints; a server keeps a
+    /// [`UsageCache`](crate::UsageCache) instead of walking per scrape).
     pub fn of_store(store: &Store) -> Result<Exposition> {
+        let mut page = Exposition::of_counters(&store.counters()?);
+        page.usage(&store.usage()?);
+        Ok(page)
+    }
+
+    /// The store's counters: `kn_<name>_total` each, and the poisonings
+    /// as one `kn_routes_poisoned_total` with a `reason` label.
+    pub fn of_counters(counters: &Counters) -> Exposition {
         let mut page = Exposition::new();
-        let counters = store.counters()?;
+        let mut poisoned = Vec::new();
         for (counter, value) in counters.iter() {
-            page.counter(&format!("kn_{}_total", counter.name()), counter.help(), value);
+            match counter.poison_reason() {
+                Some(reason) => poisoned.push((reason, value)),
+                None => {
+                    page.counter(&format!("kn_{}_total", counter.name()), counter.help(), value);
+                }
+            }
         }
-        let usage = store.usage()?;
-        page.gauge("kn_store_topics", "Topics in the store (reserved topics and journals included).", usage.topics);
-        page.gauge("kn_store_journals", "Journals in the store.", usage.journals);
-        page.gauge("kn_store_files", "Files in the store.", usage.files);
-        page.gauge("kn_store_directories", "Directories in the store.", usage.directories);
-        page.gauge("kn_store_bytes", "Bytes of the files in the store.", usage.bytes);
-        page.gauge(
+        let samples: Vec<([(&str, &str); 1], u64)> = poisoned.iter().map(|&(reason, value)| ([("reason", reason)], value)).collect();
+        let samples: Vec<(&[(&str, &str)], u64)> = samples.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+        page.counter_with("kn_routes_poisoned_total", POISONED_HELP, &samples);
+        page
+    }
+
+    /// The [`Usage`] gauges: `kn_store_topics`, `kn_store_journals`,
+    /// `kn_store_streams`, `kn_store_files`, `kn_store_directories`,
+    /// `kn_store_bytes` and `kn_outbox_pending`.
+    pub fn usage(&mut self, usage: &Usage) -> &mut Exposition {
+        self.gauge("kn_store_topics", "Topics in the store (reserved topics and journals included).", usage.topics);
+        self.gauge("kn_store_journals", "Journals in the store.", usage.journals);
+        self.gauge("kn_store_streams", "Durable Streams in the store.", usage.streams);
+        self.gauge("kn_store_files", "Files in the store.", usage.files);
+        self.gauge("kn_store_directories", "Directories in the store.", usage.directories);
+        self.gauge("kn_store_bytes", "Bytes of the files in the store.", usage.bytes);
+        self.gauge(
             "kn_outbox_pending",
             "Deliveries waiting in the forwarding outbox (routes behind on a retry or a population).",
-            store.outbox_pending()?,
-        );
-        Ok(page)
+            usage.outbox_pending,
+        )
     }
 
     /// Adds a counter (a figure that only grows; by convention its name
@@ -140,6 +110,20 @@ impl Exposition {
         self.metric(name, help, "gauge", value)
     }
 
+    /// Adds a counter with labels: one sample per entry of `samples`
+    /// (its label names and values, and its value). Label values are
+    /// escaped; keep their set bounded (a fixed list, never a value taken
+    /// from a request).
+    pub fn counter_with(&mut self, name: &str, help: &str, samples: &[(&[(&str, &str)], u64)]) -> &mut Exposition {
+        self.family(name, help, "counter", samples)
+    }
+
+    /// Adds a gauge with labels (see [`Exposition::counter_with`]); an
+    /// `_info` gauge of value 1 carries facts such as a version.
+    pub fn gauge_with(&mut self, name: &str, help: &str, samples: &[(&[(&str, &str)], u64)]) -> &mut Exposition {
+        self.family(name, help, "gauge", samples)
+    }
+
     /// The page's text.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -151,12 +135,39 @@ impl Exposition {
     }
 
     fn metric(&mut self, name: &str, help: &str, kind: &str, value: u64) -> &mut Exposition {
+        self.family(name, help, kind, &[(&[], value)])
+    }
+
+    fn family(&mut self, name: &str, help: &str, kind: &str, samples: &[(&[(&str, &str)], u64)]) -> &mut Exposition {
         debug_assert!(valid_name(name), "bad metric name {name:?}");
         // In HELP, a backslash and a line feed must be escaped.
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-        let _ = write!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
+        let _ = write!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        for (labels, value) in samples {
+            self.text.push_str(name);
+            for (i, (label, v)) in labels.iter().enumerate() {
+                debug_assert!(valid_label(label), "bad label name {label:?}");
+                // In a label value, a backslash, a double quote and a line
+                // feed must be escaped.
+                let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let _ = write!(self.text, "{}{label}=\"{v}\"", if i == 0 { '{' } else { ',' });
+            }
+            if !labels.is_empty() {
+                self.text.push('}');
+            }
+            let _ = writeln!(self.text, " {value}");
+        }
         self
     }
+}
+
+/// The help of `kn_routes_poisoned_total`.
+const POISONED_HELP: &str = "Routes poisoned, by reason: bad_name (the destination is not a valid topic), stale (the destination journal is stale), refused (the remote server answered 4xx, or the outbound policy forbids the URL), unreachable (no answer after every retry), other (access rules, a content transform, another permanent failure).";
+
+/// `[a-zA-Z_][a-zA-Z0-9_]*`, the label names Prometheus accepts (those
+/// starting with `__` are reserved).
+fn valid_label(name: &str) -> bool {
+    valid_name(name) && !name.contains(':') && !name.starts_with("__")
 }
 
 /// `[a-zA-Z_:][a-zA-Z0-9_:]*`, the metric names Prometheus accepts.
@@ -169,7 +180,7 @@ fn valid_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Counter, Event, Selection};
+    use crate::Counter;
 
     #[test]
     fn every_counter_has_help_type_and_sample() {
@@ -178,26 +189,22 @@ mod tests {
         store.count(Counter::PoisonedStale, 3).unwrap();
         let text = Exposition::of_store(&store).unwrap().into_string();
         for c in Counter::ALL {
-            let name = format!("kn_{}_total", c.name());
-            assert!(valid_name(&name));
-            assert!(text.contains(&format!("# HELP {name} {}\n# TYPE {name} counter\n", c.help())), "{text}");
+            match c.poison_reason() {
+                Some(reason) => assert!(text.contains(&format!("\nkn_routes_poisoned_total{{reason=\"{reason}\"}} ")), "{text}"),
+                None => {
+                    let name = format!("kn_{}_total", c.name());
+                    assert!(valid_name(&name));
+                    assert!(text.contains(&format!("# HELP {name} {}\n# TYPE {name} counter\n", c.help())), "{text}");
+                }
+            }
         }
-        assert!(text.contains("\nkn_poisoned_stale_total 3\n"), "{text}");
+        assert_eq!(text.matches("# TYPE kn_routes_poisoned_total counter\n").count(), 1, "one family: {text}");
+        assert!(!text.contains("kn_poisoned_"), "no counter per reason: {text}");
+        assert!(text.contains("\nkn_routes_poisoned_total{reason=\"stale\"} 3\n"), "{text}");
+        assert!(text.contains("\nkn_routes_poisoned_total{reason=\"refused\"} 0\n"), "{text}");
         assert!(text.contains("\nkn_sweeps_total 0\n"), "{text}");
+        assert!(text.contains("# TYPE kn_store_streams gauge\nkn_store_streams 0\n"), "{text}");
         assert!(text.lines().all(|l| l.starts_with('#') || l.split(' ').count() == 2), "{text}");
-    }
-
-    #[test]
-    fn usage_counts_topics_journals_files_and_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let before = store.usage().unwrap();
-        store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::default()).unwrap();
-        store.notify(&Topic::parse("/what/chat").unwrap(), Event::from_pairs([("kn_payload", "hi")])).unwrap();
-        let after = store.usage().unwrap();
-        assert_eq!(after.journals, before.journals + 1, "{after:?}");
-        assert!(after.topics >= before.topics + 2, "{before:?} {after:?}");
-        assert!(after.files > before.files && after.bytes > before.bytes && after.directories > before.directories, "{before:?} {after:?}");
     }
 
     #[test]
@@ -205,5 +212,17 @@ mod tests {
         let mut page = Exposition::new();
         page.gauge("a", "two\nlines \\ here", 7);
         assert_eq!(page.as_str(), "# HELP a two\\nlines \\\\ here\n# TYPE a gauge\na 7\n");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut page = Exposition::new();
+        page.gauge_with("kn_build_info", "h", &[(&[("version", "1.0"), ("commit", "a\"b\\c\nd")], 1)]);
+        page.counter_with("x_total", "h", &[]);
+        assert_eq!(
+            page.as_str(),
+            "# HELP kn_build_info h\n# TYPE kn_build_info gauge\nkn_build_info{version=\"1.0\",commit=\"a\\\"b\\\\c\\nd\"} 1\n# HELP x_total h\n# TYPE x_total counter\n"
+        );
+        assert!(valid_label("reason") && !valid_label("__name") && !valid_label("a:b") && !valid_label("1a"));
     }
 }

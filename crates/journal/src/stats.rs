@@ -43,12 +43,14 @@ pub enum Counter {
     PoisonedBadName = 6,
     /// Routes poisoned: the destination journal is stale.
     PoisonedStale = 7,
-    /// Routes poisoned: the remote server answered 4xx.
+    /// Routes poisoned: the destination refused them (the remote server
+    /// answered 4xx, or the outbound policy, `KN_OUTBOUND`, forbids the
+    /// URL).
     PoisonedRefused = 8,
     /// Routes poisoned: no answer (or 5xx) after every retry.
     PoisonedUnreachable = 9,
-    /// Routes poisoned for another permanent reason (the outbound policy,
-    /// a content transform's failure, access rules).
+    /// Routes poisoned for another permanent reason (a content
+    /// transform's failure, access rules).
     PoisonedOther = 10,
     /// Sweep passes run (a CGI slice, a `serve` round or a `kn gc`).
     Sweeps = 11,
@@ -90,6 +92,21 @@ impl Counter {
         }
     }
 
+    /// For a poisoning counter, the `reason` label of
+    /// `kn_routes_poisoned_total` it is counted under (a fixed set:
+    /// `bad_name`, `stale`, `refused`, `unreachable`, `other`); `None`
+    /// for the others.
+    pub fn poison_reason(self) -> Option<&'static str> {
+        match self {
+            Counter::PoisonedBadName => Some("bad_name"),
+            Counter::PoisonedStale => Some("stale"),
+            Counter::PoisonedRefused => Some("refused"),
+            Counter::PoisonedUnreachable => Some("unreachable"),
+            Counter::PoisonedOther => Some("other"),
+            _ => None,
+        }
+    }
+
     /// One line of help for the Prometheus `# HELP` line.
     pub fn help(self) -> &'static str {
         match self {
@@ -101,7 +118,7 @@ impl Counter {
             Counter::DeliveriesRecovered => "Deliveries completed from the outbox after their notify could not.",
             Counter::PoisonedBadName => "Routes poisoned because the destination is not a valid topic.",
             Counter::PoisonedStale => "Routes poisoned because the destination journal is stale.",
-            Counter::PoisonedRefused => "Routes poisoned because the remote server answered 4xx.",
+            Counter::PoisonedRefused => "Routes poisoned because the remote server answered 4xx or the outbound policy forbids the URL.",
             Counter::PoisonedUnreachable => "Routes poisoned because no answer came after every retry.",
             Counter::PoisonedOther => "Routes poisoned for another permanent reason.",
             Counter::Sweeps => "Sweep passes run.",

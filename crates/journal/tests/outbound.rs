@@ -196,3 +196,21 @@ fn the_store_sends_through_the_configured_proxy_only() {
     assert_eq!(line, format!("CONNECT 127.0.0.1:{} HTTP/1.1", listener.port));
     listener.assert_silent("a delivery the proxy refused");
 }
+
+/// A remote route made while the policy allowed it, delivering after the
+/// policy changed: poisoned, and counted as a refusal (`refused`, like a
+/// remote 4xx), not as `other`.
+#[test]
+fn a_route_the_policy_no_longer_allows_is_poisoned_as_refused() {
+    let listener = answering(b"");
+    let (dir, store) = store(Some(OutboundPolicy::AllowAll));
+    store.route(&topic("/what/chat"), listener.url("/kn/what/chat").as_bytes(), Event::new()).expect("route");
+    drop(store);
+    let store = Store::open_with(Config::new(dir.path().join("kn_events"))).expect("reopen under deny");
+    let report = store.notify(&topic("/what/chat"), event("hello")).expect("notify");
+    assert_eq!(report.poisoned.len(), 1, "{report:?}");
+    listener.assert_silent("a URL the policy forbids");
+    let counters = store.counters().expect("counters");
+    assert_eq!(counters.get(kn_journal::Counter::PoisonedRefused), 1);
+    assert_eq!(counters.get(kn_journal::Counter::PoisonedOther), 0);
+}

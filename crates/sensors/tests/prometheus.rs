@@ -31,11 +31,17 @@ fn prometheus_prints_every_counter_and_the_store_size() {
     store.count(Counter::JournalsRemoved, 2).unwrap();
     let text = ok(kn(dir.path(), &["stat", "--prometheus"]));
     for counter in Counter::ALL {
-        let name = format!("kn_{}_total", counter.name());
-        assert!(text.contains(&format!("# TYPE {name} counter\n{name} ")), "{text}");
+        match counter.poison_reason() {
+            Some(reason) => assert!(text.contains(&format!("\nkn_routes_poisoned_total{{reason=\"{reason}\"}} ")), "{text}"),
+            None => {
+                let name = format!("kn_{}_total", counter.name());
+                assert!(text.contains(&format!("# TYPE {name} counter\n{name} ")), "{text}");
+            }
+        }
     }
+    assert!(text.contains("# TYPE kn_routes_poisoned_total counter\n"), "{text}");
     assert_eq!(sample(&text, "kn_journals_removed_total"), 2);
-    assert_eq!(sample(&text, "kn_poisoned_stale_total"), 0);
+    assert_eq!(sample(&text, "kn_routes_poisoned_total{reason=\"stale\"}"), 0);
     assert_eq!(sample(&text, "kn_store_journals"), 1);
     assert!(text.contains("# TYPE kn_store_files gauge\n"), "{text}");
     let files = sample(&text, "kn_store_files");
@@ -47,7 +53,7 @@ fn prometheus_prints_every_counter_and_the_store_size() {
     store.tunnel(&Topic::parse("/who/bob/s/2/kn_journal").unwrap(), &Selection::default()).unwrap();
     let text = ok(kn(dir.path(), &["stat", "--prometheus"]));
     assert_eq!(sample(&text, "kn_journals_removed_total"), 3);
-    assert_eq!(sample(&text, "kn_poisoned_stale_total"), 4);
+    assert_eq!(sample(&text, "kn_routes_poisoned_total{reason=\"stale\"}"), 4);
     assert_eq!(sample(&text, "kn_store_journals"), 2);
     assert!(sample(&text, "kn_store_files") > files, "{text}");
     assert_eq!(sample(&text, "kn_outbox_pending"), 0);

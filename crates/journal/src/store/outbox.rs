@@ -948,7 +948,8 @@ impl Store {
             copy.set(KN_PAYLOAD, shared.bytes.clone());
         }
         if let Err(err) = self.config.outbound.check(url) {
-            return Delivery::Permanent(Counter::PoisonedOther, err);
+            // Refused by this server's policy: counted as a refusal.
+            return Delivery::Permanent(Counter::PoisonedRefused, err);
         }
         match remote::deliver_to(self.remote.as_ref(), url, &copy) {
             Ok(()) => Delivery::Done,

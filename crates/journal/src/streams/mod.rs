@@ -46,12 +46,14 @@ use crate::record::Record;
 use crate::store::Store;
 
 mod bridge;
+mod figures;
 mod json;
 mod offset;
 mod snapshot;
 mod state;
 mod time;
 
+pub use figures::StreamFigures;
 pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
@@ -460,6 +462,8 @@ pub struct Streams {
     /// Live reads of this process waiting now ([`StreamWatch`]es): with
     /// none, an append wakes no one (nor looks for whom to wake).
     live: Arc<AtomicUsize>,
+    /// Appends and their bytes, for [`Streams::figures`].
+    counted: figures::Counted,
 }
 
 impl fmt::Debug for Streams {
@@ -483,7 +487,7 @@ impl Streams {
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default() }
+        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default(), counted: Default::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -1254,6 +1258,7 @@ impl Streams {
             e.set(name::CLOSE, "true");
         }
         let at = self.append_record(entry, w, e)?;
+        self.counted.append(req.body.len());
         if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
             self.refresh_until(entry, Some(at), None)?;
         }

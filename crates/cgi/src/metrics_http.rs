@@ -1,0 +1,240 @@
+//! `serve`'s `/metrics`: who may read it, what a scrape costs, and the
+//! figures `serve` keeps for it.
+//!
+//! **Who.** Without access rules anyone who reaches `serve` may scrape, as
+//! before. With a rules file (docs/ACCESS.md) a scrape needs `read` on the
+//! pseudo-topic [`METRICS_TOPIC`] (`/kn_metrics`), checked like any
+//! request of that user: an anonymous client refused is answered `401`
+//! with a Basic challenge, a user refused `403`.
+//!
+//! **Cost.** A scrape does O(1) store I/O: it reads the shared counters
+//! (`.stats`, one file) on the request pool, and takes the store's size
+//! from a [`UsageCache`], which walks the tree at most once per
+//! `KN_METRICS_REFRESH_MS` on a thread of its own; a scrape never waits
+//! for a walk (RELIABILITY.md, "Work a request makes that grows with the
+//! store").
+//!
+//! **What.** The store's page ([`Exposition::of_counters`],
+//! [`Exposition::usage`]), then this process's figures: requests by
+//! method and status class (bounded labels), open tunnels and
+//! connections, Durable Streams (appends, bytes, live readers) and
+//! `kn_build_info`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, StatusCode};
+use kn_journal::access::{Operation, Principal};
+use kn_journal::streams::Streams;
+use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONTENT_TYPE};
+
+use crate::auth::{Authentication, Identity};
+use crate::handler::AUTH_REALM;
+use crate::serve::Body;
+
+/// The pseudo-topic whose `read` right the access rules must give for a
+/// scrape of `/metrics` (docs/ACCESS.md): `allow read /kn_metrics @ops`.
+/// No event is ever read from it; a real topic of that name would be
+/// covered by the same rules.
+pub const METRICS_TOPIC: &str = "/kn_metrics";
+
+/// The methods counted by name in `kn_serve_http_requests_total`; any
+/// other is counted as `other`, so that the labels stay a fixed set
+/// whatever clients send.
+const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "other"];
+
+/// The status classes (`1xx` to `5xx`); a code of 600 or more, which this
+/// server never sends, would be counted as `5xx`.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The git commit this binary was built from, when the build knew it
+/// (build.rs: `KN_GIT_COMMIT`, else `git rev-parse`).
+const GIT_COMMIT: Option<&str> = option_env!("KN_GIT_COMMIT");
+
+/// What `serve` keeps for `/metrics`.
+pub(crate) struct Figures {
+    usage: UsageCache,
+    requests: [[AtomicU64; CLASSES.len()]; METHODS.len()],
+}
+
+/// The figures only the server knows, read when a scrape is answered.
+pub(crate) struct ServeGauges {
+    pub open_tunnels: u64,
+    pub open_connections: u64,
+    pub requests: u64,
+}
+
+/// The index of `method` in [`METHODS`].
+pub(crate) fn method_index(method: &Method) -> usize {
+    METHODS.iter().position(|m| *m == method.as_str()).unwrap_or(METHODS.len() - 1)
+}
+
+fn class_index(status: StatusCode) -> usize {
+    usize::from(status.as_u16() / 100).clamp(1, CLASSES.len()) - 1
+}
+
+impl Figures {
+    /// The figures of `store`; its first walk starts now, in the
+    /// background.
+    pub(crate) fn new(store: Arc<Store>) -> Figures {
+        let usage = UsageCache::new(store);
+        usage.refresh();
+        Figures { usage, requests: Default::default() }
+    }
+
+    /// Counts a response of `status` to a request of method `method` (its
+    /// [`method_index`]).
+    pub(crate) fn record(&self, method: usize, status: StatusCode) {
+        self.requests[method][class_index(status)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The page, given the store's counters and this server's gauges.
+    fn page(&self, counters: &Counters, streams: &Streams, serve: &ServeGauges) -> Exposition {
+        let mut page = Exposition::of_counters(counters);
+        if let Some(cached) = self.usage.get() {
+            page.usage(&cached.usage);
+            page.gauge("kn_store_usage_age_seconds", "Seconds since the walk that measured the kn_store_* figures and kn_outbox_pending ended.", cached.age.as_secs());
+        }
+        page.counter("kn_store_usage_walks_total", "Walks of the store's tree started for the kn_store_* figures (at most one per KN_METRICS_REFRESH_MS).", self.usage.walks());
+        let streamed = streams.figures();
+        page.counter("kn_stream_appends_total", "Durable Streams appends stored since the server started.", streamed.appends);
+        page.counter("kn_stream_appended_bytes_total", "Bytes of data appended to Durable Streams since the server started.", streamed.appended_bytes);
+        page.gauge("kn_stream_live_readers", "Durable Streams live reads (long-poll, SSE) waiting now.", streamed.live_readers);
+        page.gauge("kn_serve_open_tunnels", "Tunnels open now.", serve.open_tunnels);
+        page.gauge("kn_serve_open_connections", "Connections open now.", serve.open_connections);
+        page.counter("kn_serve_requests_total", "Requests answered since the server started.", serve.requests);
+        let labels: Vec<[(&str, &str); 2]> =
+            METHODS.iter().flat_map(|m| CLASSES.iter().map(move |c| [("method", *m), ("status_class", *c)])).collect();
+        let samples: Vec<(&[(&str, &str)], u64)> = labels
+            .iter()
+            .enumerate()
+            .map(|(i, labels)| (&labels[..], self.requests[i / CLASSES.len()][i % CLASSES.len()].load(Ordering::Relaxed)))
+            .collect();
+        page.counter_with("kn_serve_http_requests_total", "Responses since the server started, by request method (other: any method not listed) and status class.", &samples);
+        let version = env!("CARGO_PKG_VERSION");
+        let info: &[(&str, &str)] = match GIT_COMMIT {
+            Some(commit) => &[("version", version), ("commit", commit)],
+            None => &[("version", version)],
+        };
+        page.gauge_with("kn_build_info", "The version of knpubsub serving, and the git commit it was built from when known; always 1.", &[(info, 1)]);
+        page
+    }
+}
+
+/// What the server hands a scrape.
+pub(crate) struct Scrape {
+    pub store: Arc<Store>,
+    pub streams: Arc<Streams>,
+    pub auth: Arc<Authentication>,
+    pub pool: tokio::runtime::Handle,
+    pub serve: ServeGauges,
+}
+
+/// Answers a request for `/metrics`: `405` unless `GET` or `HEAD`, the
+/// access check, then the page.
+pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::Request<hyper::body::Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+    let head_request = request.method() == Method::HEAD;
+    if request.method() != Method::GET && !head_request {
+        let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n".into());
+        reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return reply;
+    }
+    let headers: Vec<(String, Vec<u8>)> = request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+    let Scrape { store, streams, auth, pool, serve } = scrape;
+    // The rules (a `stat` of their file at most once a second), the user's
+    // password and the counters' file lock: blocking work, on the request
+    // pool, of a cost that does not grow with the store.
+    let checked = pool.spawn_blocking(move || {
+        allowed(&store, &auth, &headers, peer)?;
+        store.counters().map_err(|e| Refusal::Failed(e.to_string()))
+    });
+    let counters = match checked.await {
+        Ok(Ok(counters)) => counters,
+        Ok(Err(Refusal::Unauthorized(why))) => return challenge(format!("401 Unauthorized: {why}\n")),
+        Ok(Err(Refusal::Forbidden(why))) => return plain(StatusCode::FORBIDDEN, format!("403 Forbidden: {why}\n")),
+        Ok(Err(Refusal::Failed(why))) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {why}\n")),
+        Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n".into()),
+    };
+    let body = figures.page(&counters, &streams, &serve).into_string().into_bytes();
+    let length = body.len();
+    let mut reply = hyper::Response::new(Body::Full(if head_request { None } else { Some(Bytes::from(body)) }));
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+    reply
+}
+
+/// Why a scrape is not answered with the page.
+enum Refusal {
+    /// `401`: anonymous, or bad credentials; logging in may help.
+    Unauthorized(String),
+    /// `403`: the user may not.
+    Forbidden(String),
+    /// `500`: the rules or the counters cannot be read.
+    Failed(String),
+}
+
+/// Whether the request may scrape: always without access rules; else the
+/// user (identified as for `/kn`) needs `read` on [`METRICS_TOPIC`].
+fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], peer: SocketAddr) -> Result<(), Refusal> {
+    let rules = match store.access_rules() {
+        Ok(None) => return Ok(()),
+        Ok(Some(rules)) => rules,
+        Err(e) => return Err(Refusal::Failed(e.to_string())),
+    };
+    let who = match auth.identify(headers, peer.ip()) {
+        Identity::Anonymous => Principal::anonymous(),
+        Identity::User(name) => Principal::user(&name),
+        Identity::BadCredentials => return Err(Refusal::Unauthorized("the user name or password is not valid".into())),
+    };
+    let topic = Topic::parse(METRICS_TOPIC).map_err(|e| Refusal::Failed(e.to_string()))?;
+    match rules.check(&who, Operation::Read, &topic) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == kn_journal::ErrorKind::Unauthorized => Err(Refusal::Unauthorized(e.message().to_string())),
+        Err(e) => Err(Refusal::Forbidden(e.message().to_string())),
+    }
+}
+
+/// `401` with a Basic challenge (Prometheus' `basic_auth` answers it).
+fn challenge(text: String) -> hyper::Response<Body> {
+    let mut reply = plain(StatusCode::UNAUTHORIZED, text);
+    if let Ok(value) = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")) {
+        reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, value);
+    }
+    reply
+}
+
+fn plain(code: StatusCode, text: String) -> hyper::Response<Body> {
+    let length = text.len();
+    let mut reply = hyper::Response::new(Body::Full(Some(Bytes::from(text))));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+    reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_and_status_classes_are_a_fixed_set() {
+        assert_eq!(METHODS[method_index(&Method::GET)], "GET");
+        assert_eq!(METHODS[method_index(&Method::OPTIONS)], "OPTIONS");
+        assert_eq!(METHODS[method_index(&Method::PATCH)], "other");
+        assert_eq!(METHODS[method_index(&Method::from_bytes(b"BREW").unwrap())], "other");
+        assert_eq!(CLASSES[class_index(StatusCode::CONTINUE)], "1xx");
+        assert_eq!(CLASSES[class_index(StatusCode::NO_CONTENT)], "2xx");
+        assert_eq!(CLASSES[class_index(StatusCode::NOT_MODIFIED)], "3xx");
+        assert_eq!(CLASSES[class_index(StatusCode::GONE)], "4xx");
+        assert_eq!(CLASSES[class_index(StatusCode::SERVICE_UNAVAILABLE)], "5xx");
+        assert_eq!(CLASSES[class_index(StatusCode::from_u16(999).unwrap())], "5xx");
+    }
+
+    #[test]
+    fn the_metrics_topic_is_a_topic() {
+        assert_eq!(Topic::parse(METRICS_TOPIC).unwrap().as_str(), METRICS_TOPIC);
+    }
+}
