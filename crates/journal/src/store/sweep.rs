@@ -32,6 +32,7 @@ use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
 use super::post::{Job, PostReport, Stored};
 use super::read::Selection;
+use super::readers::Readers;
 use super::routes::RouteList;
 use super::sweep_index::{self as index, Due, DueQueue, Owed, Queue};
 use super::{Destination, HEARTBEAT_FILE, Store};
@@ -467,6 +468,10 @@ impl Store {
                 return Ok(Look::Again(secs_ceil(changed + run.grace.topic)));
             }
         }
+        if self.has_live_readers(&dir) {
+            // Read: looked at again, as a live journal is.
+            return Ok(Look::Again(secs_ceil(SystemTime::now() + self.config.heartbeat_stale)));
+        }
         self.prune_topic(topic, run.grace.topic, run)?;
         Ok(Look::Done)
     }
@@ -581,6 +586,9 @@ impl Store {
         if !self.removable_journal(&dir, grace) || has_child_dirs(&dir) {
             return Ok(false);
         }
+        // Held to the end: a tunnel that comes meanwhile waits, then
+        // finds the journal removed (readers.rs).
+        let Readers::None(_readers) = self.readers_of(&dir)? else { return Ok(false) };
         let removed_at = now_secs();
         let owed: Vec<Owed> = read_sources(&dir).into_iter().map(|source| Owed { removed_at, source, journal: journal.clone() }).collect();
         // Noted before the removal: a slice that dies after it leaves
@@ -589,6 +597,7 @@ impl Store {
         run.owed.extend(owed);
         self.queue_parent(journal, run)?;
         self.drop_announcement(journal)?;
+        self.record_last_seq(&dir)?;
         run.report.bytes_reclaimed += self.set_aside(&dir, lock, &[])?;
         run.report.journals_removed += 1;
         self.forget_kept(journal);
@@ -635,8 +644,18 @@ impl Store {
         if has_child_dirs(&dir) || !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
         }
+        // A tunnel on the topic, its `kn_routes` or its `kn_subtopics`
+        // keeps it; none: held to the end (readers.rs).
+        let mut unread = Vec::new();
+        for d in std::iter::once(dir.clone()).chain(inner.iter().map(|(name, _)| dir.join(name))) {
+            match self.readers_of(&d)? {
+                Readers::None(held) => unread.push(held),
+                Readers::Live => return Ok(false),
+            }
+        }
         self.queue_parent(topic, run)?;
         self.drop_announcement(topic)?;
+        self.record_last_seq(&dir)?;
         run.report.bytes_reclaimed += self.set_aside(&dir, lock, &inner)?;
         run.report.topics_pruned += 1;
         for t in [topic.clone(), topic.routes(), topic.subtopics()] {
