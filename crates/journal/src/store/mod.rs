@@ -27,6 +27,7 @@ mod readers;
 mod routes;
 mod sweep;
 mod sweep_index;
+mod sweep_routes;
 
 pub use admin::TopicStat;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
