@@ -101,6 +101,13 @@ fn name_hash(config: &Config, dir: &Path) -> u64 {
     xxhash_rust::xxh3::xxh3_64(rel.as_os_str().as_encoded_bytes())
 }
 
+/// False for a directory of the store's own (a name starting with `.`
+/// anywhere below the root: `.streams/`, `.probe-*`), never a topic.
+fn is_topic_dir(config: &Config, dir: &Path) -> bool {
+    let rel = dir.strip_prefix(&config.root).unwrap_or(dir);
+    !rel.components().any(|c| matches!(c, std::path::Component::Normal(n) if n.as_encoded_bytes().starts_with(b".")))
+}
+
 /// A name's tag: 31 bits of its hash other than those choosing the slot,
 /// odd (so never 0, empty, nor [`MIXED`]).
 fn tag_of(hash: u64) -> u32 {
@@ -156,6 +163,11 @@ fn scan_max(file: &File) -> std::io::Result<u64> {
 /// table only ever grows, and a slot caught being written does not check
 /// out and is answered by the header's maximum, written before it.
 pub(crate) fn first_seq(config: &Config, dir: &Path) -> Result<u64> {
+    if !is_topic_dir(config, dir) {
+        // The store's own logs (streams, probes) are never removed by
+        // the sweep, and a stream's fork must number as its source does.
+        return Ok(1);
+    }
     let path = config.root.join(REMOVED_FILE);
     let file = match File::open(&path) {
         Ok(f) => f,
@@ -243,6 +255,11 @@ mod tests {
         assert_eq!(first_seq(&c, &a).unwrap(), 8, "never lowered");
         record(&c, &a, 0).unwrap();
         assert_eq!(first_seq(&c, &a).unwrap(), 8);
+        // The store's own logs always start at 1 (a fork numbers as its
+        // source), whatever their slot holds.
+        let stream = root.path().join(".streams/0123");
+        record(&c, &stream, 9).unwrap();
+        assert_eq!(first_seq(&c, &stream).unwrap(), 1);
     }
 
     #[test]
