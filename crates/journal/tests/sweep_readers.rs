@@ -208,3 +208,41 @@ fn a_reader_killed_with_sigkill_keeps_its_topic_no_more() {
     assert!(store.sweep_all(Some(Duration::ZERO)).unwrap().topics_pruned >= 1);
     assert!(!exists(dir.path(), &quiet));
 }
+
+/// The race of FORMAT.md, "Readers and checkpoints": tunnels opening on
+/// empty topics while other threads sweep with no grace, over and over.
+/// Every tunnel, once open, has its topic for as long as it lives: a pass
+/// completed after the tunnel opened never leaves it without its topic,
+/// and a post made then reaches it.
+#[test]
+fn tunnels_opening_while_the_sweep_removes_their_topic_always_keep_it() {
+    let dir = scratch("kn-journal-readers-");
+    let store = Arc::new(Store::open_with(fast(dir.path())).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweepers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, root) = (stop.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                let other = Store::open_with(fast(&root)).unwrap();
+                let mut passes = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    other.sweep_all(Some(Duration::ZERO)).unwrap();
+                    passes += 1;
+                }
+                passes
+            })
+        })
+        .collect();
+    for round in 0..100 {
+        let topic = t(&format!("/what/r{round}/x"));
+        let mut tunnel = store.tunnel(&topic, &Selection::default()).unwrap().tunnel;
+        // Whatever the sweepers did meanwhile, one more whole pass.
+        store.sweep_all(Some(Duration::ZERO)).unwrap();
+        assert!(exists(dir.path(), &topic), "round {round}: {topic} removed under its tunnel");
+        store.notify(&topic, ev(&[("kn_payload", &format!("p{round}"))])).unwrap();
+        assert_eq!(payloads(&tunnel.wait(&store, Duration::from_secs(5)).unwrap()), [format!("p{round}")], "round {round}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let passes: Vec<usize> = sweepers.into_iter().map(|s| s.join().unwrap()).collect();
+    eprintln!("passes of the other sweepers: {passes:?}");
+}
