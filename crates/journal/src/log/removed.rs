@@ -174,6 +174,10 @@ pub(crate) fn first_seq(config: &Config, dir: &Path) -> Result<u64> {
         Err(e) if e.kind() == IoKind::NotFound => return Ok(1),
         Err(e) => return Err(Error::io("cannot open", &path, e)),
     };
+    if config.shared == crate::config::Shared::On {
+        // Another host may have recorded since this host cached a page.
+        crate::shared::drop_cached_pages(&file);
+    }
     let read = || -> std::io::Result<u64> {
         let Some(header) = read_header(&file)? else {
             // No header yet: created this instant, nothing recorded (a
@@ -207,6 +211,9 @@ pub(crate) fn record(config: &Config, dir: &Path, last: u64) -> Result<()> {
     let io = |e| Error::io("cannot record the last checkpoint of a removed topic in", &path, e);
     let file = super::open_shared(&path, false).map_err(io)?;
     crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(io)?;
+    if config.shared == crate::config::Shared::On {
+        crate::shared::drop_cached_pages(&file);
+    }
     let write = || -> std::io::Result<()> {
         let header = match read_header(&file)? {
             Some(h) => h,
