@@ -290,12 +290,15 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
         Some(&f) if seal => (max_seq + 1 + hidden).max(f + 1),
         Some(&f) => f,
         None => {
-            let path = dir.join(segment_name(1));
+            // A new topic: at 1, or after the last seq of a topic of this
+            // name that the sweep removed (FORMAT.md, "`.removed`").
+            let first = super::removed::first_seq(config, dir)?;
+            let path = dir.join(segment_name(first));
             open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;
             if config.sync == SyncPolicy::Always {
                 sync_dir(dir)?;
             }
-            1
+            first
         }
     };
     let next_seq = (max_seq + 1 + hidden).max(active);

@@ -15,6 +15,8 @@
 //!   that holds them; readers that put payloads back.
 //! * `compact`: compaction and journal retention ([`CompactReport`]).
 //! * `verify`: checking every record of a topic.
+//! * `removed`: the last sequence numbers of removed topics (`.removed`),
+//!   after which a topic created again goes on numbering.
 //! * here: the shared file names and modes, opening files group-writable,
 //!   syncing a directory, and the test failpoints.
 //!
@@ -30,6 +32,7 @@ use crate::error::{Error, Result};
 mod blob;
 mod compact;
 mod head;
+mod removed;
 mod segment;
 mod verify;
 mod writer;
@@ -38,6 +41,7 @@ pub use compact::CompactReport;
 pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::{indexed_ids, last_seq_of};
+pub(crate) use removed::record as record_removed;
 pub(crate) use blob::{orphan_blobs, read_backwards, read_backwards_after, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
 pub(crate) use verify::{BadFrame, verify_dir};

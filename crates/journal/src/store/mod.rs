@@ -25,9 +25,11 @@ mod nowait;
 mod outbox;
 mod post;
 mod read;
+mod readers;
 mod routes;
 mod sweep;
 mod sweep_index;
+mod sweep_routes;
 
 pub use admin::TopicStat;
 pub use held::HeldStatuses;
@@ -97,6 +99,9 @@ pub struct Store {
     /// Events of this process's posts stored and being forwarded inline,
     /// by topic, for a drain that finds them pending (`outbox::InFlight`).
     in_flight: Mutex<HashMap<Topic, Vec<(u64, Event)>>>,
+    /// The marks of this process's tunnels on the topics they read
+    /// (`readers.rs`).
+    readers: Mutex<readers::Marks>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -220,6 +225,7 @@ impl Store {
             access,
             deferred: Default::default(),
             in_flight: Default::default(),
+            readers: Default::default(),
         })
     }
 

@@ -204,6 +204,8 @@ impl Store {
             // Under the journal's lock: never one the sweep is removing.
             self.revive(topic, &mut report)?;
         }
+        // Held while the tunnel lives: the sweep leaves the topic alone.
+        let reading = self.mark_reader(topic, &mut report)?;
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);
         let cursor = log::cursor_at_end(&dir)?;
@@ -220,6 +222,7 @@ impl Store {
             kept: None,
             last_beat: Instant::now(),
             poll: self.config.poll_interval,
+            _reading: reading,
         };
         Ok(TunnelStart { tunnel, created: report, initial })
     }
@@ -250,6 +253,8 @@ pub struct Tunnel {
     kept: Option<log::KeptSegment>,
     last_beat: Instant,
     poll: Duration,
+    /// Keeps the topic from the sweep while the tunnel lives.
+    _reading: super::readers::ReaderMark,
 }
 
 /// Tunnels refresh their journal's heartbeat at least this often (and every

@@ -14,38 +14,36 @@
 //! versions). [`Store::sweep`] does one bounded slice (pubsub.cgi after a
 //! response, `serve` in the background), [`Store::sweep_all`] a whole pass
 //! (`kn gc`). FORMAT.md, "Removal", says why a post, route or tunnel
-//! racing with a removal never sees half a topic.
+//! racing with a removal never sees half a topic. The routes a removal
+//! leaves pointing at nothing are deleted by `sweep_routes.rs`; what
+//! keeps a topic from removal while it is read, and its numbers from
+//! being handed out again, is `readers.rs`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{ErrorKind as IoKind, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::ids::now;
-use crate::log::{self, Appended, Writer};
+use crate::log::{self, Writer};
 use crate::stats::Counter;
 use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
-use super::post::{Job, PostReport, Stored};
+use super::post::PostReport;
 use super::read::Selection;
-use super::routes::RouteList;
+use super::readers::Readers;
+use super::sweep_routes::{read_sources, SOURCES_FILE};
 use super::sweep_index::{self as index, Due, DueQueue, Owed, Queue};
-use super::{Destination, HEARTBEAT_FILE, Store};
+use super::{HEARTBEAT_FILE, Store};
 
-/// In a journal: the source topics of the routes created into it.
-pub(super) const SOURCES_FILE: &str = ".sources";
 /// The name prefix of a topic directory set aside for deletion.
 pub const REMOVING_PREFIX: &str = ".removing-";
 /// How long a directory set aside must have been left unchanged before a
 /// sweep takes it for the leftover of an interrupted removal.
 const LEFTOVER_AGE: Duration = Duration::from_secs(60);
-/// A route deletion owed this long (its source failing every slice since)
-/// is given up: the route's first delivery poisons it anyway.
-const OWED_GIVE_UP: u64 = 24 * 3600;
 
 /// How many kept topics one sweep slice of this process checks for files
 /// removed by another process (see `Store::drop_dead_kept`): all of 1,024
@@ -111,6 +109,15 @@ impl Run {
             queue_parents: self.queue_parents,
             queued: self.queued.clone(),
             failed: None,
+        }
+    }
+
+    /// Settles the route deletions owed (`sweep_routes.rs`).
+    fn settle_owed(&mut self, store: &Store) {
+        let (removed, failed) = store.settle_owed(std::mem::take(&mut self.owed));
+        self.report.routes_removed += removed;
+        if let Some(e) = failed {
+            self.fail(e);
         }
     }
 
@@ -241,7 +248,7 @@ impl Store {
         if let Err(e) = self.drain_topics(&mut topics, t, budget, &mut run) {
             run.fail(e);
         }
-        self.settle_owed(&mut run);
+        run.settle_owed(self);
         // A slice that failed keeps the interval's pace (a full disk, a
         // queue it cannot write): slices back to back would only fail
         // again.
@@ -294,7 +301,7 @@ impl Store {
                 run.fail(e);
             }
         }
-        self.settle_owed(&mut run);
+        run.settle_owed(self);
         self.finish(run)
     }
 
@@ -467,6 +474,10 @@ impl Store {
                 return Ok(Look::Again(secs_ceil(changed + run.grace.topic)));
             }
         }
+        if self.has_live_readers(&dir) {
+            // Read: looked at again, as a live journal is.
+            return Ok(Look::Again(secs_ceil(SystemTime::now() + self.config.heartbeat_stale)));
+        }
         self.prune_topic(topic, run.grace.topic, run)?;
         Ok(Look::Done)
     }
@@ -581,6 +592,9 @@ impl Store {
         if !self.removable_journal(&dir, grace) || has_child_dirs(&dir) {
             return Ok(false);
         }
+        // Held to the end: a tunnel that comes meanwhile waits, then
+        // finds the journal removed (readers.rs).
+        let Readers::None(_readers) = self.readers_of(&dir)? else { return Ok(false) };
         let removed_at = now_secs();
         let owed: Vec<Owed> = read_sources(&dir).into_iter().map(|source| Owed { removed_at, source, journal: journal.clone() }).collect();
         // Noted before the removal: a slice that dies after it leaves
@@ -589,6 +603,7 @@ impl Store {
         run.owed.extend(owed);
         self.queue_parent(journal, run)?;
         self.drop_announcement(journal)?;
+        self.record_last_seq(&dir)?;
         run.report.bytes_reclaimed += self.set_aside(&dir, lock, &[])?;
         run.report.journals_removed += 1;
         self.forget_kept(journal);
@@ -635,8 +650,18 @@ impl Store {
         if has_child_dirs(&dir) || !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
         }
+        // A tunnel on the topic, its `kn_routes` or its `kn_subtopics`
+        // keeps it; none: held to the end (readers.rs).
+        let mut unread = Vec::new();
+        for d in std::iter::once(dir.clone()).chain(inner.iter().map(|(name, _)| dir.join(name))) {
+            match self.readers_of(&d)? {
+                Readers::None(held) => unread.push(held),
+                Readers::Live => return Ok(false),
+            }
+        }
         self.queue_parent(topic, run)?;
         self.drop_announcement(topic)?;
+        self.record_last_seq(&dir)?;
         run.report.bytes_reclaimed += self.set_aside(&dir, lock, &inner)?;
         run.report.topics_pruned += 1;
         for t in [topic.clone(), topic.routes(), topic.subtopics()] {
@@ -654,195 +679,6 @@ impl Store {
         };
         Ok(!one(topic)? && self.routes(topic)?.is_empty() && !one(&topic.subtopics())?)
     }
-
-    /// Deletes the routes owed by the journals this run removed (and by a
-    /// run that died before), grouped by source: one read of each
-    /// source's routes and one append of all its deletions. What fails is
-    /// kept in `.sweep-routes` for the next run (given up after a day).
-    fn settle_owed(&self, run: &mut Run) {
-        let mut by_source: BTreeMap<Topic, Vec<Owed>> = BTreeMap::new();
-        for owed in std::mem::take(&mut run.owed) {
-            by_source.entry(owed.source.clone()).or_default().push(owed);
-        }
-        let t = now_secs();
-        let threads = self.config.sweep_threads.clamp(1, by_source.len().max(1));
-        let mut parts: Vec<Vec<(Topic, Vec<Owed>)>> = vec![Vec::new(); threads];
-        for (i, group) in by_source.into_iter().enumerate() {
-            parts[i % threads].push(group);
-        }
-        // Each part: the routes removed, what is still owed, the first error.
-        let settle = |part: Vec<(Topic, Vec<Owed>)>| {
-            let (mut removed, mut left, mut failed) = (0, Vec::new(), None);
-            for (source, owed) in part {
-                match self.delete_routes_into(&source, &owed) {
-                    Ok(n) => removed += n,
-                    Err(e) => {
-                        left.extend(owed.into_iter().filter(|o| o.removed_at + OWED_GIVE_UP > t));
-                        failed = failed.or(Some(e));
-                    }
-                }
-            }
-            (removed, left, failed)
-        };
-        let settled: Vec<(u64, Vec<Owed>, Option<Error>)> = if threads == 1 {
-            parts.into_iter().map(settle).collect()
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = parts.into_iter().map(|part| scope.spawn(move || settle(part))).collect();
-                handles.into_iter().filter_map(|h| h.join().ok()).collect()
-            })
-        };
-        let mut left = Vec::new();
-        for (removed, more, failed) in settled {
-            run.report.routes_removed += removed;
-            left.extend(more);
-            if let Some(e) = failed {
-                run.fail(e);
-            }
-        }
-        if let Err(e) = index::write_owed(&self.config.root, &left) {
-            run.fail(e);
-        }
-    }
-
-    /// Deletes the active routes of `source` into the journals of `owed`
-    /// made before their removal (or into one that does not exist now),
-    /// each replaced by an inactive route expiring after `tombstone_ttl`,
-    /// as [`Store::delete_route`] does, but all in one append; returns how
-    /// many.
-    fn delete_routes_into(&self, source: &Topic, owed: &[Owed]) -> Result<u64> {
-        if !self.dir(&source.routes()).is_dir() {
-            return Ok(0);
-        }
-        let mut into: HashMap<&Topic, u64> = HashMap::new();
-        for o in owed {
-            let at = into.entry(&o.journal).or_default();
-            *at = (*at).max(o.removed_at);
-        }
-        let mut ids = Vec::new();
-        let t = now();
-        for listed in self.current_routes(source)?.iter() {
-            let route = &listed.route;
-            if !route.is_active(t) {
-                continue;
-            }
-            let Ok(Destination::Local(to)) = listed.destination(self) else { continue };
-            let Some(&removed_at) = into.get(&to) else { continue };
-            // A route made after the removal is into a journal created
-            // again since (by a tunnel): it stays.
-            if made_at(&route.event) < removed_at as f64 || !self.dir(&to).is_dir() {
-                ids.push(route.id().to_vec());
-            }
-        }
-        self.delete_routes_at_once(source, &ids)
-    }
-
-    /// Replaces routes `ids` of `source` by deletions expiring after
-    /// `tombstone_ttl`, in one append under the locks a route write takes
-    /// (the source's, whose route generation changes once, then
-    /// `kn_routes`'s); the deletions are then forwarded along the routes
-    /// of `kn_routes` like any write there. Returns how many were stored.
-    fn delete_routes_at_once(&self, source: &Topic, ids: &[Vec<u8>]) -> Result<u64> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let t = now();
-        let time = format_time(t.floor());
-        let expires = format_time(t + self.config.tombstone_ttl.as_secs_f64());
-        let events: Vec<Event> = ids
-            .iter()
-            .map(|id| {
-                let mut event = Event::new();
-                event.set(KN_ID, id.as_slice()).set(KN_PAYLOAD, "").set(KN_TIME_T, time.as_str()).set(KN_EXPIRES, expires.as_str());
-                event
-            })
-            .collect();
-        let routes = source.routes();
-        let mut prepare = || Ok(());
-        let (mut source_writer, source_kept) = self.writer(source, self.take_kept(source), &mut prepare)?;
-        let opened = source_writer.routes_changing().and_then(|_| self.writer(&routes, self.take_kept(&routes), &mut prepare));
-        let (mut writer, kept) = match opened {
-            Ok(opened) => opened,
-            Err(e) => {
-                self.keep(source_writer, source_kept);
-                return Err(e);
-            }
-        };
-        let waking = self.appending(&routes);
-        let mut stored = Vec::new();
-        let mut result = Ok(());
-        for event in &events {
-            match writer.append(event, t.max(0.0) as u64, &self.gauge) {
-                Ok(Appended::Stored(seq)) => stored.push((seq, event)),
-                Ok(_) => {}
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        if !stored.is_empty() && writer.wants_compaction() {
-            // Best effort: the deletions are stored whatever happens here.
-            let _ = writer.compact_wanted(t);
-        }
-        self.keep(writer, kept);
-        self.keep(source_writer, source_kept);
-        self.appended(waking, !stored.is_empty());
-        if !stored.is_empty() {
-            self.changed(&routes);
-        }
-        let n = stored.len() as u64;
-        let jobs: VecDeque<Job> = stored
-            .into_iter()
-            .map(|(seq, event)| {
-                let mut event = event.clone();
-                event.set(KN_ROUTE_CHECKPOINT, seq.to_string());
-                Job::stored(routes.clone(), event, None, Stored { seq, routes_generation: None, routes: None, listed: false })
-            })
-            .collect();
-        self.run_forwarding(jobs, &mut PostReport::default())?;
-        result.map(|_| n)
-    }
-
-    /// The routes of `source` (active or not): the list a post to it
-    /// kept when the source's route generation still names it (one look
-    /// at the source's head, under its lock), else read (and kept). A
-    /// source that many removed journals were routed from (a chat room)
-    /// is posted to often, and its list is then read once per change, not
-    /// once per slice.
-    fn current_routes(&self, source: &Topic) -> Result<RouteList> {
-        let mut prepare = || Ok(());
-        let (writer, kept) = self.writer(source, self.take_kept(source), &mut prepare)?;
-        let generation = writer.routes_generation();
-        let listed = kept.1.routes.as_ref().filter(|(g, _)| *g == generation).map(|(_, r)| Arc::clone(r));
-        self.keep(writer, kept);
-        match listed {
-            Some(routes) => Ok(routes),
-            None => self.read_routes(source, Some(generation)),
-        }
-    }
-
-    /// Deletes the active routes of `source` into local journals that do
-    /// not exist, made longer than `grace` ago: routes no `.sources` lists
-    /// (made into a journal not opened yet that never was, made by an
-    /// older version, or racing with the removal), which a source without
-    /// posts would otherwise keep for ever. Its first delivery would have
-    /// poisoned such a route; this ends it the same way, earlier.
-    fn drop_routes_into_nothing(&self, source: &Topic, grace: Duration) -> Result<u64> {
-        if !self.dir(&source.routes()).is_dir() {
-            return Ok(0);
-        }
-        let horizon = now() - grace.as_secs_f64();
-        let mut ids = Vec::new();
-        for route in self.routes(source)? {
-            let Ok(Destination::Local(to)) = self.route_target(route.destination()) else { continue };
-            if to.is_journal() && made_at(&route.event) < horizon && !self.dir(&to).is_dir() {
-                ids.push(route.id().to_vec());
-            }
-        }
-        self.delete_routes_at_once(source, &ids)
-    }
-
 
     /// Withdraws the announcement(s) of `topic` in its parent's
     /// `kn_subtopics`: each is replaced, under its id, by a copy that has
@@ -1033,16 +869,6 @@ fn lock_topic(dir: &Path, config: &crate::Config) -> Result<Option<File>> {
     Ok(Some(file))
 }
 
-/// The source topics listed in a journal's `.sources` (lines that do not
-/// name a topic, e.g. one cut by a crash, are skipped).
-fn read_sources(dir: &Path) -> Vec<Topic> {
-    let text = fs::read_to_string(dir.join(SOURCES_FILE)).unwrap_or_default();
-    let mut out: Vec<Topic> = text.lines().filter_map(|l| Topic::parse(l).ok()).collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// True when `dir` has a child topic directory (reserved ones aside).
 fn has_child_dirs(dir: &Path) -> bool {
     let Ok(entries) = fs::read_dir(dir) else { return false };
@@ -1086,11 +912,6 @@ fn aside_name(dir: &Path) -> PathBuf {
     let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let parent = dir.parent().unwrap_or(dir);
     parent.join(format!("{REMOVING_PREFIX}{}-{n}-{nanos}", std::process::id()))
-}
-
-/// When a route was made (its `kn_time_t`; 0 without one).
-fn made_at(route: &Event) -> f64 {
-    route.get_str(KN_TIME_T).and_then(|t| t.parse::<f64>().ok()).unwrap_or(0.0)
 }
 
 /// Now, in whole seconds since the epoch.
