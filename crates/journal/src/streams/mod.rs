@@ -46,6 +46,7 @@ use crate::record::Record;
 use crate::store::Store;
 
 mod bridge;
+mod forks;
 mod json;
 mod offset;
 mod snapshot;
@@ -56,6 +57,7 @@ pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
 
+use forks::source_path;
 use state::{has_data, name, op, State};
 
 /// The directory of the store root holding the streams, one directory
@@ -857,7 +859,9 @@ impl Streams {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_millis() as i64);
             if let Some(last) = last {
-                return now > last + (ttl as i64) * 1000;
+                // Checked: a TTL past the representable range (only an
+                // older version could have stored one) never expires.
+                return time::deadline(last, ttl).is_some_and(|end| now > end);
             }
         }
         false
@@ -902,8 +906,19 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")));
         }
         if self.expired(entry) {
-            self.remove(path, entry)?;
+            self.expire(path, entry)?;
             return Err(not_found(path));
+        }
+        Ok(())
+    }
+
+    /// Removes the expired stream of `entry` (locked by the caller) and
+    /// counts it out of its fork source, as a delete would.
+    fn expire(&self, path: &str, entry: &mut Entry) -> StreamResult<()> {
+        let parent = entry.state.fork_from.clone();
+        self.remove(path, entry)?;
+        if let Some(parent) = parent {
+            self.count_fork(&parent, op::FORK_REMOVED)?;
         }
         Ok(())
     }
@@ -918,6 +933,11 @@ impl Streams {
         if req.ttl.is_some() && req.expires_at.is_some() {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-TTL and Stream-Expires-At cannot both be given"));
         }
+        if let Some(ttl) = req.ttl {
+            if time::deadline(time::now_ms(), ttl).is_none() {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-TTL {ttl} is past the times this server can represent")));
+            }
+        }
         if let Some(at) = &req.expires_at {
             if parse_rfc3339(at).is_none() {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-Expires-At '{at}' is not an RFC 3339 timestamp")));
@@ -930,7 +950,7 @@ impl Streams {
         let mut entry = lock(&cell);
         self.refresh(&mut entry)?;
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
-            self.remove(path, &mut entry)?;
+            self.expire(path, &mut entry)?;
         }
         if entry.state.exists {
             return self.recreate(path, req, &entry);
@@ -1008,6 +1028,7 @@ impl Streams {
                 e.set(name::FORK_FROM, src.info.path.as_str());
                 e.set(name::FORK_OFFSET, src.offset.to_string());
                 e.set(name::FORK_SUB, req.fork_sub_offset.to_string());
+                e.set(name::FORK_DEPTH, (src.depth + 1).to_string());
             }
             if let Some(topic) = &req.topic {
                 e.set(name::TOPIC, topic.as_str());
@@ -1090,6 +1111,12 @@ impl Streams {
         if req.body.is_empty() && !req.close {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "an append needs a body (or Stream-Closed: true)"));
         }
+        if let Some(p) = &req.producer {
+            let max = self.config().stream_max_producer_id_bytes;
+            if p.id.len() > max {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, format!("a Producer-Id of {} bytes is longer than the limit of {max} (KN_STREAM_MAX_PRODUCER_ID_BYTES)", p.id.len())));
+            }
+        }
         let cell = self.entry(path);
         let mut entry = lock(&cell);
         // The writer brings the state up to date under the lock: the
@@ -1097,7 +1124,7 @@ impl Streams {
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
             drop(w);
-            self.remove(path, &mut entry)?;
+            self.expire(path, &mut entry)?;
             return Err(not_found(path));
         }
         let result = self.append_locked(path, req, &mut entry, &mut w);
@@ -1133,7 +1160,8 @@ impl Streams {
         if self.config().sync == crate::SyncPolicy::Always || self.config().shared == crate::config::Shared::On || !self.watched {
             return None;
         }
-        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
+        let long_id = req.producer.as_ref().is_some_and(|p| p.id.len() > self.config().stream_max_producer_id_bytes);
+        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes || long_id {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
@@ -1455,97 +1483,6 @@ impl Streams {
         Ok(())
     }
 
-    /// Counts a fork of `source` created or deleted; a deleted source
-    /// whose last fork went is removed, and so on up the chain.
-    fn count_fork(&self, source: &str, what: &[u8]) -> StreamResult<()> {
-        let cell = self.entry(source);
-        let mut entry = lock(&cell);
-        let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(()) };
-        if !entry.state.exists {
-            self.release(&mut entry, w);
-            return Ok(());
-        }
-        let mut e = Event::new();
-        e.set(name::OP, what);
-        let r = self.append_record(&mut entry, &mut w, e);
-        self.release(&mut entry, w);
-        r?;
-        self.refresh(&mut entry)?;
-        if entry.state.soft_deleted && entry.state.forks == 0 {
-            let parent = entry.state.fork_from.clone();
-            self.remove(source, &mut entry)?;
-            drop(entry);
-            if let Some(parent) = parent {
-                return self.count_fork(&parent, op::FORK_REMOVED);
-            }
-        }
-        Ok(())
-    }
-
-    // ----- forks --------------------------------------------------------
-
-    /// The records a fork of `from` starts with, as the fork will hold
-    /// them: every record up to the fork point, data as `inherit`,
-    /// anything else as `pad`, so that checkpoints stay equal.
-    fn fork_source(&self, from: &str, req: &Create) -> StreamResult<ForkSource> {
-        let from_path = source_path(from);
-        self.check_path(from_path)?;
-        let cell = self.entry(from_path);
-        let mut entry = lock(&cell);
-        match self.live(from_path, &mut entry) {
-            Err(e) if e.kind() == StreamErrorKind::Gone => {
-                return Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{from_path}' was deleted: it cannot be forked")))
-            }
-            r => r?,
-        }
-        let info = Self::info(&entry);
-        let at = req.fork_offset.unwrap_or(info.tail);
-        if at > info.tail {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("fork offset {} is beyond the source's tail {}", offset(at), info.next_offset())));
-        }
-        let json = info.is_json();
-        let mut sub = req.fork_sub_offset;
-        let mut records = Vec::new();
-        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
-        let mut fork_at = at;
-        'read: loop {
-            let batch = log::read_new(&entry.dir, &mut cursor)?;
-            if batch.is_empty() {
-                break;
-            }
-            for r in batch {
-                if r.seq <= at {
-                    records.push(inherited(&r, None));
-                    continue;
-                }
-                if sub == 0 || r.seq > info.tail {
-                    break 'read;
-                }
-                if !has_data(&r) {
-                    records.push(inherited(&r, None));
-                    continue;
-                }
-                let payload = r.event.payload();
-                let (part, used) = if json {
-                    let messages = json::split(payload);
-                    let n = (sub as usize).min(messages.len());
-                    (messages[..n].join(",").into_bytes(), n as u64)
-                } else {
-                    let n = (sub as usize).min(payload.len());
-                    (payload[..n].to_vec(), n as u64)
-                };
-                sub -= used;
-                records.push(inherited(&r, Some(part)));
-                fork_at = r.seq;
-            }
-        }
-        if sub > 0 {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-Fork-Sub-Offset is beyond the source's data"));
-        }
-        let _ = fork_at;
-        Ok(ForkSource { info, offset: at, records })
-    }
-
     // ----- the bridge ---------------------------------------------------
 
     /// Whether the bridge may carry events: only in a store without access
@@ -1575,44 +1512,12 @@ impl Streams {
     }
 }
 
-/// A fork's source as read for the copy.
-struct ForkSource {
-    info: Info,
-    offset: u64,
-    records: Vec<Event>,
-}
-
-fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
-    let mut e = Event::new();
-    match part {
-        Some(p) => {
-            e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, p);
-        }
-        None if has_data(r) => {
-            e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, r.event.payload().to_vec());
-        }
-        None => {
-            e.set(name::OP, op::PAD);
-        }
-    }
-    e
-}
-
 /// Creates a directory as topic directories are (setgid, group-writable
 /// whatever the umask), so that every user of the store's group can write.
 fn create_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::DirBuilder::new().mode(0o2775).create(path)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o2775))
-}
-
-/// The stream path named by `Stream-Forked-From`: a path below
-/// `/v1/stream/` or the URL path itself.
-fn source_path(from: &str) -> &str {
-    let p = from.trim_start_matches('/');
-    p.strip_prefix("v1/stream/").unwrap_or(p)
 }
 
 fn not_found(path: &str) -> StreamError {

@@ -19,6 +19,7 @@ pub(crate) mod name {
     pub const FORK_FROM: &str = "ds_fork_from";
     pub const FORK_OFFSET: &str = "ds_fork_offset";
     pub const FORK_SUB: &str = "ds_fork_sub";
+    pub const FORK_DEPTH: &str = "ds_fork_depth";
     pub const TOPIC: &str = "ds_topic";
     pub const CREATED: &str = "ds_created";
     pub const PRODUCER: &str = "ds_producer";
@@ -68,6 +69,10 @@ pub(crate) struct State {
     pub fork_from: Option<String>,
     pub fork_offset: Option<u64>,
     pub fork_sub: u64,
+    /// How many forks down from a stream that is no fork (0: none); a
+    /// fork made by an older version, which did not count, is 1.
+    #[serde(default)]
+    pub fork_depth: u64,
     pub topic: Option<String>,
     /// Checkpoint of the last record holding data (0: none).
     pub tail: u64,
@@ -101,6 +106,11 @@ impl State {
         self.exists && !self.soft_deleted && self.ttl.is_none() && self.expires_at.is_none() && self.topic.is_none()
     }
 
+    /// How many forks down from a stream that is no fork this one is.
+    pub(crate) fn fork_depth(&self) -> u64 {
+        if self.fork_from.is_some() { self.fork_depth.max(1) } else { 0 }
+    }
+
     /// Applies one record, in checkpoint order.
     pub(crate) fn apply(&mut self, r: &Record) {
         let e = &r.event;
@@ -122,6 +132,7 @@ impl State {
                 fork_from: text(e, name::FORK_FROM),
                 fork_offset: number(e, name::FORK_OFFSET),
                 fork_sub: number(e, name::FORK_SUB).unwrap_or(0),
+                fork_depth: number(e, name::FORK_DEPTH).unwrap_or(u64::from(e.contains(name::FORK_FROM))),
                 topic: text(e, name::TOPIC),
                 created: text(e, name::CREATED).unwrap_or_default(),
                 topic_seq: number(e, name::TOPIC_SEQ).unwrap_or(0),
