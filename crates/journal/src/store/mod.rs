@@ -25,6 +25,7 @@ mod post;
 mod read;
 mod routes;
 mod sweep;
+mod sweep_extra;
 mod sweep_index;
 
 pub use admin::TopicStat;
@@ -94,6 +95,8 @@ pub struct Store {
     /// Events of this process's posts stored and being forwarded inline,
     /// by topic, for a drain that finds them pending (`outbox::InFlight`).
     in_flight: Mutex<HashMap<Topic, Vec<(u64, Event)>>>,
+    /// The sweep pass of a layer above the store (`sweep_extra.rs`).
+    extra_sweep: OnceLock<sweep_extra::ExtraSweep>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -217,6 +220,7 @@ impl Store {
             access,
             deferred: Default::default(),
             in_flight: Default::default(),
+            extra_sweep: OnceLock::new(),
         })
     }
 

@@ -242,6 +242,9 @@ impl Store {
             run.fail(e);
         }
         self.settle_owed(&mut run);
+        if let Err(e) = self.sweep_extra(Some(budget), None, &mut run.report) {
+            run.fail(e);
+        }
         // A slice that failed keeps the interval's pace (a full disk, a
         // queue it cannot write): slices back to back would only fail
         // again.
@@ -295,6 +298,9 @@ impl Store {
             }
         }
         self.settle_owed(&mut run);
+        if let Err(e) = self.sweep_extra(None, grace, &mut run.report) {
+            run.fail(e);
+        }
         self.finish(run)
     }
 

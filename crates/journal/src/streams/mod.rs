@@ -46,6 +46,7 @@ use crate::record::Record;
 use crate::store::Store;
 
 mod bridge;
+mod expiry;
 mod forks;
 mod json;
 mod offset;
@@ -53,6 +54,7 @@ mod snapshot;
 mod state;
 mod time;
 
+pub use expiry::ExpirySweep;
 pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
@@ -479,8 +481,15 @@ fn dir_ino(dir: &Path) -> u64 {
 }
 
 impl Streams {
-    /// The streams of `store`.
+    /// The streams of `store`. The store's sweep removes expired streams
+    /// from then on (`expiry.rs`).
     pub fn new(store: Arc<Store>) -> Streams {
+        expiry::register(&store);
+        Streams::unregistered(store)
+    }
+
+    /// [`Streams::new`] without registering the sweep's pass.
+    fn unregistered(store: Arc<Store>) -> Streams {
         let dir = store.config().root.join(STREAMS_DIR);
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
@@ -1472,9 +1481,7 @@ impl Streams {
         }
         let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
         match fs::rename(&entry.dir, &gone) {
-            Ok(()) => {
-                let _ = fs::remove_dir_all(&gone);
-            }
+            Ok(()) => release(&self.config().root, &gone),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("cannot delete stream", &entry.dir, e)),
         }
@@ -1510,6 +1517,17 @@ impl Streams {
         self.release(entry, w);
         r
     }
+}
+
+/// Deletes `gone`, a stream's directory set aside, and then the blobs
+/// that its records alone held (a large payload is stored once in
+/// `.blobs/`, FORMAT.md "Blobs"): a deleted stream leaves no orphan. Best
+/// effort: what a crash or an unreadable segment leaves, the sweep
+/// removes after `Config::blob_grace`.
+fn release(root: &Path, gone: &Path) {
+    let blobs = log::blobs_of(gone).unwrap_or_default();
+    let _ = fs::remove_dir_all(gone);
+    log::release_blobs(root, &blobs);
 }
 
 /// Creates a directory as topic directories are (setgid, group-writable
