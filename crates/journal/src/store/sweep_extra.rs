@@ -34,7 +34,7 @@ impl Store {
     pub(super) fn sweep_extra(&self, budget: Option<usize>, grace: Option<Duration>, report: &mut SweepReport) -> Result<()> {
         let limit = budget.map(|b| b.saturating_mul(BLOBS_PER_BUDGET));
         // A bounded pass lists `.blobs/` at most this often.
-        let every = self.config.sweep_interval.saturating_mul(16).max(Duration::from_secs(10));
+        let every = self.config.sweep_interval.saturating_mul(16);
         let blobs = log::sweep_orphan_blobs(&self.config.root, grace.unwrap_or(self.config.blob_grace), limit, every)?;
         report.bytes_reclaimed += blobs.bytes;
         if let Some(pass) = self.extra_sweep.get() {

@@ -71,7 +71,7 @@ impl Streams {
         let mut report = ExpirySweep::default();
         let cursor_path = self.dir.join(CURSOR_FILE);
         if budget.is_some() {
-            let every = self.config().sweep_interval.saturating_mul(PASS_EVERY).max(Duration::from_secs(10));
+            let every = self.config().sweep_interval.saturating_mul(PASS_EVERY);
             let ran = fs::metadata(&cursor_path).and_then(|m| m.modified()).ok();
             if ran.and_then(|t| t.elapsed().ok()).is_some_and(|age| age < every) {
                 return report;

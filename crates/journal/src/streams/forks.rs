@@ -9,7 +9,7 @@
 //! (never two at once).
 
 use super::state::{has_data, name, op};
-use super::{json, lock, offset, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
+use super::{json, offset, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
 use crate::event::Event;
 use crate::log::{self, LogCursor};
 use crate::record::Record;
@@ -44,7 +44,7 @@ impl Streams {
     /// its own source, whose count is next.
     fn count_one_fork(&self, source: &str, what: &[u8]) -> StreamResult<Option<String>> {
         let cell = self.entry(source);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(None) };
         if !entry.state.exists {
             self.release(&mut entry, w);
@@ -73,7 +73,7 @@ impl Streams {
         let from_path = source_path(from);
         self.check_path(from_path)?;
         let cell = self.entry(from_path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         match self.live(from_path, &mut entry) {
             Err(e) if e.kind() == StreamErrorKind::Gone => {
                 return Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{from_path}' was deleted: it cannot be forked")))

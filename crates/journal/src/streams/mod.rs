@@ -46,6 +46,7 @@ use crate::record::Record;
 use crate::store::Store;
 
 mod bridge;
+mod cache;
 mod expiry;
 mod forks;
 mod json;
@@ -452,7 +453,9 @@ impl Entry {
 pub struct Streams {
     store: Arc<Store>,
     dir: PathBuf,
-    entries: Mutex<HashMap<String, Arc<Mutex<Entry>>>>,
+    entries: Mutex<HashMap<String, Arc<cache::Cell>>>,
+    /// The bytes the cached entries hold, as last counted (`cache.rs`).
+    cached_bytes: AtomicUsize,
     gauge: SpaceGauge,
     /// The store's configuration for stream writers: without journal
     /// retention (a stream keeps all it was given, its `create` first).
@@ -494,7 +497,7 @@ impl Streams {
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default() }
+        Streams { store, dir, entries: Mutex::default(), cached_bytes: AtomicUsize::new(0), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -539,22 +542,6 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream path of {} bytes is longer than the limit of {max}", path.len())));
         }
         Ok(())
-    }
-
-    fn entry(&self, path: &str) -> Arc<Mutex<Entry>> {
-        let mut entries = lock(&self.entries);
-        if let Some(e) = entries.get(path) {
-            return e.clone();
-        }
-        if entries.len() >= self.config().stream_cache.max(1) {
-            // Forget idle streams (none is lost: all is in the log).
-            entries.retain(|_, e| Arc::strong_count(e) > 1);
-        }
-        let e = Arc::new(Mutex::new(Entry { dir: self.stream_dir(path), ..Entry::default() }));
-        if entries.len() < self.config().stream_cache.max(1) {
-            entries.insert(path.to_owned(), e.clone());
-        }
-        e
     }
 
     /// Brings `entry` up to date with the log (records written by any
@@ -956,7 +943,7 @@ impl Streams {
             return Err(too_large(req.body.len(), self.config().stream_max_append_bytes));
         }
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.refresh(&mut entry)?;
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
             self.expire(path, &mut entry)?;
@@ -1127,7 +1114,7 @@ impl Streams {
             }
         }
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         // The writer brings the state up to date under the lock: the
         // checks of `live` are made there, with one read of the log.
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
@@ -1174,7 +1161,7 @@ impl Streams {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut guard = cell.try_lock().ok()?;
+        let mut guard = self.try_hold(&cell)?;
         let entry = &mut *guard;
         if entry.ino == 0 || entry.verify.is_some() || !entry.state.is_plain() {
             return None;
@@ -1305,7 +1292,7 @@ impl Streams {
     pub fn head(&self, path: &str) -> StreamResult<Info> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         self.import(&mut entry)?;
         Ok(Self::info(&entry))
@@ -1317,7 +1304,7 @@ impl Streams {
     pub fn read(&self, path: &str, start: Start) -> StreamResult<Chunk> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         self.import(&mut entry)?;
         self.touch(&entry);
@@ -1404,7 +1391,7 @@ impl Streams {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut guard = cell.try_lock().ok()?;
+        let mut guard = self.try_hold(&cell)?;
         let entry = &mut *guard;
         if !self.fresh(entry) || !entry.state.is_plain() {
             return None;
@@ -1426,7 +1413,7 @@ impl Streams {
     /// ([`Streams::watch`]).
     pub fn watch(&self, path: &str) -> StreamResult<StreamWatch> {
         let cell = self.entry(path);
-        let entry = lock(&cell);
+        let entry = self.hold(&cell);
         let mut subs = vec![self.store.hub().subscribe(&entry.dir)];
         if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
             subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
@@ -1441,7 +1428,7 @@ impl Streams {
     pub fn delete(&self, path: &str) -> StreamResult<()> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
         if entry.state.soft_deleted {
