@@ -33,8 +33,7 @@ const CURSOR_FILE: &str = ".sweep";
 /// Streams one pass looks at, per unit of the slice's budget.
 const STREAMS_PER_BUDGET: usize = 16;
 
-/// A bounded pass runs at most once per this many sweep intervals (and
-/// at most once per 10 s).
+/// A bounded pass runs at most once per this many sweep intervals.
 const PASS_EVERY: u32 = 16;
 
 /// How old a `.gone-*` leftover must be before a pass deletes it (a
