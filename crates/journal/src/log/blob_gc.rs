@@ -100,12 +100,23 @@ pub(crate) fn sweep_orphan_blobs(root: &Path, grace: Duration, limit: Option<usi
             report.bytes += m.len();
         }
     }
-    if limit.is_some() {
+    if limit.is_some() && dir.is_dir() {
         // Past the last name: the next pass starts again at the first.
         let next = if start + report.looked >= names.len() { String::new() } else { last };
-        let _ = fs::write(&cursor_path, next);
+        write_cursor(&cursor_path, &next);
     }
     Ok(report)
+}
+
+/// Writes a pass's cursor file (`name`, where the next pass starts after),
+/// group-writable like every file of the store; the write sets its
+/// modification time, which paces the passes. Best effort: a cursor lost
+/// only makes the next pass start elsewhere.
+pub(crate) fn write_cursor(path: &Path, name: &str) {
+    use std::io::Write as _;
+    if let Ok(mut f) = super::open_shared(path, false) {
+        let _ = f.set_len(0).and_then(|_| f.write_all(format!("{name}\n").as_bytes()));
+    }
 }
 
 /// True for the name of a stored blob: its hash, 32 lowercase hex digits.

@@ -38,7 +38,7 @@ mod verify;
 mod writer;
 
 pub use compact::CompactReport;
-pub(crate) use blob_gc::sweep_orphan_blobs;
+pub(crate) use blob_gc::{sweep_orphan_blobs, write_cursor};
 pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::{indexed_ids, last_seq_of};

@@ -5,7 +5,7 @@
 //! touches again would stay on disk for ever; so every [`Streams`]
 //! registers this pass with its store ([`Store::set_extra_sweep`]), and
 //! each sweep slice (pubsub.cgi after a response, `serve` in the
-//! background, `kn gc`) runs it after the topics.
+//! background) runs it after the topics.
 //!
 //! A pass is bounded and incremental: it runs at most once per
 //! `PASS_EVERY` slices' interval, lists `.streams/` (names only) and looks
@@ -40,9 +40,12 @@ const PASS_EVERY: u32 = 16;
 /// removal running now deletes its own within milliseconds).
 const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 
-/// Registers the pass with `store` (once per store; later calls do
-/// nothing). The pass holds the store weakly: it never keeps it alive.
-pub(super) fn register(store: &Arc<Store>) {
+/// Makes `store`'s sweep remove expired streams too (what
+/// [`Streams::new`] does), for a process that sweeps without serving
+/// streams (pubsub.cgi after a `/kn` request). Once per store; later
+/// calls do nothing. The pass holds the store weakly: it never keeps it
+/// alive.
+pub fn register(store: &Arc<Store>) {
     let weak = Arc::downgrade(store);
     store.set_extra_sweep(Box::new(move |budget| match weak.upgrade() {
         Some(store) => Streams::unregistered(store).sweep_expired(budget).bytes,
@@ -108,7 +111,7 @@ impl Streams {
         if budget.is_some() {
             let next = if start + report.looked >= names.len() { String::new() } else { last };
             if self.dir.is_dir() {
-                let _ = fs::write(&cursor_path, next);
+                crate::log::write_cursor(&cursor_path, &next);
             }
         }
         report

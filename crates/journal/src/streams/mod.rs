@@ -55,7 +55,7 @@ mod snapshot;
 mod state;
 mod time;
 
-pub use expiry::ExpirySweep;
+pub use expiry::{register as sweep_expired_streams, ExpirySweep};
 pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
