@@ -11,11 +11,98 @@
 //! reached. A stream in use is never forgotten, so the bound is exceeded
 //! by at most what the requests running at once hold.
 
+use std::collections::BTreeMap;
+use std::fs;
 use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
-use super::{lock, Entry, Streams};
+use super::state::State;
+use super::{lock, snapshot, Streams};
+use crate::log::{LogCursor, TopicFiles};
+use crate::record::Record;
+
+/// What a process knows of one stream between requests.
+#[derive(Default)]
+pub(super) struct Entry {
+    pub(super) dir: PathBuf,
+    /// Inode of the stream directory the state was read from (0: none).
+    pub(super) ino: u64,
+    pub(super) state: State,
+    pub(super) cursor: Option<LogCursor>,
+    /// Cursors after batches of records, by the last checkpoint read, so
+    /// that a read from any offset starts near it.
+    pub(super) marks: BTreeMap<u64, LogCursor>,
+    pub(super) files: Option<TopicFiles>,
+    /// Where the bound topic was read up to.
+    pub(super) topic_cursor: Option<LogCursor>,
+    /// The latest data records, `(seq, payload)`, at most
+    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
+    /// tail need no file read.
+    pub(super) recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
+    pub(super) recent_bytes: usize,
+    /// The highest checkpoint of data dropped from `recent` (0: none):
+    /// reads from at or after it are served from memory.
+    pub(super) forgotten: u64,
+    /// The last record applied to `state`, and where it ends: what a
+    /// snapshot is taken after.
+    pub(super) last: Option<Last>,
+    /// Records and payload bytes applied since the snapshot was read or
+    /// written (or since the first record).
+    pub(super) since: (u64, u64),
+    /// The snapshot's record, when the state came from a snapshot and the
+    /// log has not confirmed it yet (see `snapshot.rs`).
+    pub(super) verify: Option<snapshot::Mark>,
+    /// The snapshot did not match the log: replay the whole log.
+    pub(super) no_snapshot: bool,
+    /// In a watched process: the log's `.head` open for reading, with its
+    /// inode, and when its path was last found to name that file. While
+    /// the head names the last record read, `state` still matches the log
+    /// (see `Streams::fresh`).
+    pub(super) head: Option<(fs::File, u64)>,
+    pub(super) checked: Option<Instant>,
+    /// The last read answered from memory: from where, at which tail, and
+    /// what it returned (records, next, body). The same range of an
+    /// append-only stream always holds the same data, so a read of it
+    /// again shares that body instead of joining it afresh (readers that
+    /// catch up from the same offset, as the protocol's caches do).
+    pub(super) served: Option<Served>,
+    /// The stream's id for ETags, with the `created` stamp it is of
+    /// (made once, not on every request).
+    pub(super) id: std::cell::RefCell<Option<(String, String)>>,
+}
+
+/// See `Entry::served`.
+pub(super) struct Served {
+    pub(super) from: u64,
+    pub(super) tail: u64,
+    pub(super) records: usize,
+    pub(super) next: u64,
+    pub(super) body: bytes::Bytes,
+}
+
+/// The last record applied to a stream's state, where its segment ends.
+pub(super) struct Last {
+    pub(super) record: Record,
+    pub(super) segment: u64,
+    pub(super) ino: u64,
+    pub(super) end: u64,
+}
+
+impl Entry {
+    pub(super) fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
+        self.recent.push_back((seq, Arc::from(payload)));
+        self.recent_bytes += payload.len();
+        while self.recent_bytes > budget {
+            let Some((seq, p)) = self.recent.pop_front() else { break };
+            self.recent_bytes -= p.len();
+            self.forgotten = seq;
+        }
+    }
+}
+
 
 /// A stream as the cache holds it: its entry, and what the cache counts
 /// for it.

@@ -49,6 +49,27 @@ pub(crate) fn split(payload: &[u8]) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Nesting comes from requests: parsing a body nested far deeper
+    /// than serde_json's limit (128) fails cleanly, on a small stack, in
+    /// every place a body or a stored payload is parsed.
+    #[test]
+    fn deep_nesting_is_refused_without_deep_recursion() {
+        let depth = 100_000;
+        let body = [vec![b'['; depth], vec![b']'; depth]].concat();
+        let done = std::thread::Builder::new()
+            .stack_size(128 << 10)
+            .spawn(move || {
+                assert_eq!(messages(&body, false).unwrap_err().kind(), StreamErrorKind::BadRequest);
+                assert!(split(&body[1..body.len() - 1]).is_empty());
+                let text = String::from_utf8(body).unwrap();
+                let e = super::super::bridge::json_to_event("s", 1, 0, &text);
+                assert_eq!(e.payload(), text.as_bytes(), "kept whole as the payload");
+            })
+            .unwrap()
+            .join();
+        assert!(done.is_ok());
+    }
+
     #[test]
     fn one_level_is_flattened() {
         assert_eq!(messages(br#"{"a": 1}"#, false).unwrap(), vec![r#"{"a": 1}"#]);

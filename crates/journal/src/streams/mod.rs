@@ -30,7 +30,7 @@
 //! assert!(chunk.up_to_date);
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
-use crate::log::{self, LogCursor, SpaceGauge, TopicFiles, Writer};
+use crate::log::{self, LogCursor, SpaceGauge, Writer};
 use crate::record::Record;
 use crate::store::Store;
 
@@ -60,8 +60,9 @@ pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
 
+use cache::{Entry, Last, Served};
 use forks::source_path;
-use state::{has_data, name, op, State};
+use state::{has_data, name, op};
 
 /// The directory of the store root holding the streams, one directory
 /// each, named by the `xxh3_128` of the stream's path in hex.
@@ -366,85 +367,6 @@ impl Joined {
             self.data.push(b']');
         }
         Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data.into() }
-    }
-}
-
-/// What a process knows of one stream between requests.
-#[derive(Default)]
-struct Entry {
-    dir: PathBuf,
-    /// Inode of the stream directory the state was read from (0: none).
-    ino: u64,
-    state: State,
-    cursor: Option<LogCursor>,
-    /// Cursors after batches of records, by the last checkpoint read, so
-    /// that a read from any offset starts near it.
-    marks: BTreeMap<u64, LogCursor>,
-    files: Option<TopicFiles>,
-    /// Where the bound topic was read up to.
-    topic_cursor: Option<LogCursor>,
-    /// The latest data records, `(seq, payload)`, at most
-    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
-    /// tail need no file read.
-    recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
-    recent_bytes: usize,
-    /// The highest checkpoint of data dropped from `recent` (0: none):
-    /// reads from at or after it are served from memory.
-    forgotten: u64,
-    /// The last record applied to `state`, and where it ends: what a
-    /// snapshot is taken after.
-    last: Option<Last>,
-    /// Records and payload bytes applied since the snapshot was read or
-    /// written (or since the first record).
-    since: (u64, u64),
-    /// The snapshot's record, when the state came from a snapshot and the
-    /// log has not confirmed it yet (see `snapshot.rs`).
-    verify: Option<snapshot::Mark>,
-    /// The snapshot did not match the log: replay the whole log.
-    no_snapshot: bool,
-    /// In a watched process: the log's `.head` open for reading, with its
-    /// inode, and when its path was last found to name that file. While
-    /// the head names the last record read, `state` still matches the log
-    /// (see `Streams::fresh`).
-    head: Option<(fs::File, u64)>,
-    checked: Option<Instant>,
-    /// The last read answered from memory: from where, at which tail, and
-    /// what it returned (records, next, body). The same range of an
-    /// append-only stream always holds the same data, so a read of it
-    /// again shares that body instead of joining it afresh (readers that
-    /// catch up from the same offset, as the protocol's caches do).
-    served: Option<Served>,
-    /// The stream's id for ETags, with the `created` stamp it is of
-    /// (made once, not on every request).
-    id: std::cell::RefCell<Option<(String, String)>>,
-}
-
-/// See `Entry::served`.
-struct Served {
-    from: u64,
-    tail: u64,
-    records: usize,
-    next: u64,
-    body: bytes::Bytes,
-}
-
-/// The last record applied to a stream's state, where its segment ends.
-struct Last {
-    record: Record,
-    segment: u64,
-    ino: u64,
-    end: u64,
-}
-
-impl Entry {
-    fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
-        self.recent.push_back((seq, Arc::from(payload)));
-        self.recent_bytes += payload.len();
-        while self.recent_bytes > budget {
-            let Some((seq, p)) = self.recent.pop_front() else { break };
-            self.recent_bytes -= p.len();
-            self.forgotten = seq;
-        }
     }
 }
 
