@@ -1,7 +1,7 @@
 //! The statuses of the Durable Streams limits of issue 28 at the front
 //! door (the same `handle` under `serve` and as a CGI): a `Stream-TTL`
-//! past the representable range, a `Producer-Id` past its limit, a fork
-//! past the fork-depth limit.
+//! past the representable range, a `Producer-Id` or a producer past its
+//! limit, a fork past the fork-depth limit.
 
 use std::sync::Arc;
 
@@ -31,6 +31,7 @@ fn limits_answer_their_statuses() {
     let mut config = Config::new(dir.path());
     config.stream_max_fork_depth = 1;
     config.stream_max_producer_id_bytes = 8;
+    config.stream_max_producers = 1;
     let streams = Streams::new(Arc::new(Store::open_with(config).unwrap()));
     let plain = ("Content-Type", "text/plain");
 
@@ -42,6 +43,7 @@ fn limits_answer_their_statuses() {
     let producer = |id: &'static str| request("POST", "s", &[plain, ("Producer-Id", id), ("Producer-Epoch", "0"), ("Producer-Seq", "0")], b"x");
     assert!(matches!(status(&streams, &producer("12345678")), 200 | 204));
     assert_eq!(status(&streams, &producer("123456789")), 400, "a Producer-Id past its limit");
+    assert_eq!(status(&streams, &producer("87654321")), 400, "a producer past the limit of producers");
 
     assert_eq!(status(&streams, &request("PUT", "f1", &[plain, ("Stream-Forked-From", "/v1/stream/s")], b"")), 201);
     assert_eq!(status(&streams, &request("PUT", "f2", &[plain, ("Stream-Forked-From", "/v1/stream/f1")], b"")), 409, "a fork past the depth limit");

@@ -109,7 +109,7 @@ impl std::str::FromStr for Shared {
 /// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
 /// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
 /// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
-/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
+/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `400`) | `KN_STREAM_MAX_PRODUCERS` |
 /// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
 /// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 /// | `stream_cache_memory` | 256 MiB: the most memory the cached streams of a process hold in all (state, producers, latest data; streams in use excepted) | `KN_STREAM_CACHE_MEMORY` |
@@ -296,7 +296,8 @@ pub struct Config {
     /// Longest stream path, in bytes (more: `400`).
     pub stream_max_path_bytes: usize,
     /// Most idempotent producers one stream tracks; a new one past it is
-    /// refused (`429`) so that producer state cannot grow without bound.
+    /// refused (`400`: producers are never forgotten, so a retry would fail
+    /// as well) so that producer state cannot grow without bound.
     pub stream_max_producers: usize,
     /// Most streams whose state one process keeps in memory between
     /// requests (the rest is read again from the log when needed).

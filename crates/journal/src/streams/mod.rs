@@ -110,7 +110,9 @@ pub enum StreamErrorKind {
     SequenceGap,
     /// Body larger than `Config::stream_max_append_bytes` (413).
     TooLarge,
-    /// A per-stream limit such as `Config::stream_max_producers` (429).
+    /// A limit that a later retry may pass (429). None is now: a stream's
+    /// producers never go, so `Config::stream_max_producers` refuses a new
+    /// one with `BadRequest` (a 429 would invite retries forever).
     Limit,
     /// Storage failure (500, or 507 when the disk is full).
     Store(crate::ErrorKind),
@@ -1162,7 +1164,7 @@ impl Streams {
                     return Err(e);
                 }
                 None if s.producers.len() >= self.config().stream_max_producers => {
-                    return Err(StreamError::new(StreamErrorKind::Limit, format!("stream '{path}' has the most producers allowed ({})", self.config().stream_max_producers)));
+                    return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream '{path}' has the most producers allowed ({}, KN_STREAM_MAX_PRODUCERS): a new Producer-Id is refused", self.config().stream_max_producers)));
                 }
                 _ => {}
             }
