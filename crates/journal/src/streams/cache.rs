@@ -151,8 +151,11 @@ impl Drop for Held<'_> {
             self.streams.cached_bytes.fetch_sub(before - now, Ordering::Relaxed);
         }
         if self.streams.cached_bytes.load(Ordering::Relaxed) > self.streams.config().stream_cache_memory {
-            let mut entries = lock(&self.streams.entries);
-            self.streams.forget_idle(&mut entries);
+            // Never waited for (this may run on a server's event loop):
+            // when the map is busy, the next request trims it.
+            if let Ok(mut entries) = self.streams.entries.try_lock() {
+                self.streams.forget_idle(&mut entries);
+            }
         }
     }
 }
@@ -170,7 +173,7 @@ impl Entry {
     /// An estimate of the memory this entry holds.
     fn footprint(&self) -> usize {
         let s = &self.state;
-        let producers: usize = s.producers.keys().map(|id| id.len() + PRODUCER_BYTES).sum();
+        let producers = s.producer_bytes + s.producers.len() * PRODUCER_BYTES;
         let closed_by = s.closed_by.as_ref().map_or(0, |(id, _, _)| id.len());
         let strings = s.path.len() + s.content_type.len() + s.created.len() + closed_by;
         let optional = [&s.expires_at, &s.fork_from, &s.topic].iter().map(|o| o.as_ref().map_or(0, String::len)).sum::<usize>();

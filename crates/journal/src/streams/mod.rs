@@ -534,7 +534,8 @@ impl Streams {
         if entry.no_snapshot {
             return beginning;
         }
-        let Some((mark, state)) = snapshot::load(&entry.dir) else { return beginning };
+        let Some((mark, mut state)) = snapshot::load(&entry.dir) else { return beginning };
+        state.count_producers();
         if mark.seq == 0 {
             return beginning;
         }

@@ -77,6 +77,11 @@ pub(crate) struct State {
     /// Checkpoint of the last record holding data (0: none).
     pub tail: u64,
     pub producers: HashMap<String, ProducerState>,
+    /// The bytes of the ids in `producers` (kept as they are added, so
+    /// that a process's cache counts them without a walk; recounted when
+    /// a snapshot is read, `State::count_producers`).
+    #[serde(skip)]
+    pub producer_bytes: usize,
     pub stream_seq: Option<Vec<u8>>,
     /// The bound topic's checkpoint imported last.
     pub topic_seq: u64,
@@ -104,6 +109,11 @@ impl State {
     /// `Streams::read_cached`).
     pub(crate) fn is_plain(&self) -> bool {
         self.exists && !self.soft_deleted && self.ttl.is_none() && self.expires_at.is_none() && self.topic.is_none()
+    }
+
+    /// Recounts `producer_bytes` (a state read from a snapshot).
+    pub(crate) fn count_producers(&mut self) {
+        self.producer_bytes = self.producers.keys().map(String::len).sum();
     }
 
     /// How many forks down from a stream that is no fork this one is.
@@ -153,7 +163,9 @@ impl State {
         }
         let producer = match (text(e, name::PRODUCER), number(e, name::EPOCH), number(e, name::SEQ)) {
             (Some(id), Some(epoch), Some(seq)) => {
-                self.producers.insert(id.clone(), (epoch, seq));
+                if self.producers.insert(id.clone(), (epoch, seq)).is_none() {
+                    self.producer_bytes += id.len();
+                }
                 Some((id, epoch, seq))
             }
             _ => None,
