@@ -110,10 +110,14 @@ impl std::str::FromStr for Shared {
 /// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
 /// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
 /// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
-/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `429`) | `KN_STREAM_MAX_PRODUCERS` |
+/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `400`) | `KN_STREAM_MAX_PRODUCERS` |
 /// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
 /// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
+/// | `stream_cache_memory` | 256 MiB: the most memory the cached streams of a process hold in all (state, producers, latest data; streams in use excepted) | `KN_STREAM_CACHE_MEMORY` |
+/// | `stream_max_fork_depth` | 100 forks in a chain (a fork of a fork ...; more: `409`) | `KN_STREAM_MAX_FORK_DEPTH` |
+/// | `stream_max_producer_id_bytes` | 256 bytes per `Producer-Id` (more: `400`) | `KN_STREAM_MAX_PRODUCER_ID_BYTES` |
+/// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -299,7 +303,8 @@ pub struct Config {
     /// Longest stream path, in bytes (more: `400`).
     pub stream_max_path_bytes: usize,
     /// Most idempotent producers one stream tracks; a new one past it is
-    /// refused (`429`) so that producer state cannot grow without bound.
+    /// refused (`400`: producers are never forgotten, so a retry would fail
+    /// as well) so that producer state cannot grow without bound.
     pub stream_max_producers: usize,
     /// Most streams whose state one process keeps in memory between
     /// requests (the rest is read again from the log when needed).
@@ -314,6 +319,22 @@ pub struct Config {
     /// answers the last walk's figures and never waits for one; at most
     /// one walk runs at a time, on a thread of its own.
     pub metrics_refresh: Duration,
+    /// Most memory, in bytes (an estimate: state, producers, read
+    /// positions, latest data), that the streams a process keeps in memory
+    /// hold in all; past it, streams not in use are forgotten (all is in
+    /// the log). Streams in use by a request are never forgotten.
+    pub stream_cache_memory: usize,
+    /// Longest chain of forks: a fork of a stream that is already this
+    /// many forks down from a stream that is no fork is refused (`409`).
+    /// It bounds what one delete may release up a chain.
+    pub stream_max_fork_depth: usize,
+    /// Longest `Producer-Id`, in bytes (more: `400`): with
+    /// `stream_max_producers`, what one stream's producer state holds.
+    pub stream_max_producer_id_bytes: usize,
+    /// A blob (`.blobs/<hash>`) that nothing links any more is removed by
+    /// the sweep once its last link change is this old (FORMAT.md,
+    /// "Blobs"): a writer about to link it has long done so.
+    pub blob_grace: Duration,
 }
 
 impl Config {
@@ -373,6 +394,10 @@ impl Config {
             stream_cache: 1024,
             stream_cache_bytes: 256 << 10,
             metrics_refresh: Duration::from_secs(60),
+            stream_cache_memory: 256 << 20,
+            stream_max_fork_depth: 100,
+            stream_max_producer_id_bytes: 256,
+            blob_grace: Duration::from_secs(3600),
         }
     }
 
@@ -553,6 +578,18 @@ impl Config {
         }
         if let Some(v) = var("KN_METRICS_REFRESH_MS")? {
             self.metrics_refresh = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_STREAM_CACHE_MEMORY")? {
+            self.stream_cache_memory = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_FORK_DEPTH")? {
+            self.stream_max_fork_depth = v;
+        }
+        if let Some(v) = var("KN_STREAM_MAX_PRODUCER_ID_BYTES")? {
+            self.stream_max_producer_id_bytes = v;
+        }
+        if let Some(v) = var("KN_BLOB_GRACE")? {
+            self.blob_grace = Duration::from_secs(v);
         }
         Ok(self)
     }

@@ -32,7 +32,9 @@
 //!   heartbeats and expiry.
 //! * `store/sweep.rs`: [`Store::sweep`] (a bounded slice) and
 //!   [`Store::sweep_all`] ([`SweepReport`]): stale journals removed with
-//!   the routes into them and their announcement, empty topics pruned.
+//!   the routes into them and their announcement, empty topics pruned;
+//!   `store/sweep_extra.rs`: the rest of a slice (orphan blobs, and the
+//!   pass a layer above registers: expired streams).
 //! * `store/admin.rs`: tools' APIs: [`TopicStat`], restore, setting a
 //!   heartbeat.
 //! * `log/`: one topic's files, knowing nothing of the store: `segment`
@@ -40,7 +42,8 @@
 //!   `kn_id` index), `writer` (the locked appender), `compact`
 //!   ([`CompactReport`], retention), `verify`, `blob` (large payloads
 //!   stored once in the root's `.blobs/`, hard-linked into each topic
-//!   that holds them; readers put them back).
+//!   that holds them; readers put them back), `blob_gc` (the sweep's
+//!   bounded pass removing orphan blobs past their grace).
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`. `metrics.rs`: the

@@ -176,7 +176,7 @@ fn producer_count_limit_boundary() {
     let by = |id: &str| Append { producer: Some(Producer { id: id.into(), epoch: 0, seq: 0 }), ..Append::data(Some("text/plain"), b"x") };
     streams.append("s", &by("a")).unwrap();
     streams.append("s", &by("b")).unwrap();
-    assert_eq!(streams.append("s", &by("c")).unwrap_err().kind(), StreamErrorKind::Limit);
+    assert_eq!(streams.append("s", &by("c")).unwrap_err().kind(), StreamErrorKind::BadRequest);
     // Known producers go on.
     let again = Append { producer: Some(Producer { id: "a".into(), epoch: 0, seq: 1 }), ..Append::data(Some("text/plain"), b"x") };
     assert!(streams.append("s", &again).unwrap().stored);

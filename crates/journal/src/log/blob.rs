@@ -221,6 +221,27 @@ impl Writer<'_> {
     }
 }
 
+/// The blobs the records of the log in `dir` refer to (its segments read
+/// without payloads): what removing the whole log releases.
+pub(crate) fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
+    let mut blobs = Vec::new();
+    for first in segment::list_segments(dir)? {
+        blobs.extend(refs_of_segment(&dir.join(segment::segment_name(first)))?.into_iter().map(|(_, b)| b));
+    }
+    blobs.sort_unstable_by_key(|b| b.hash);
+    blobs.dedup_by_key(|b| b.hash);
+    Ok(blobs)
+}
+
+/// Removes the `.blobs/` entries of `blobs` that nothing links any more,
+/// once the log that held them is gone (a deleted stream). As compaction
+/// does: a writer about to link one finds it gone and stores it again.
+pub(crate) fn release(root: &Path, blobs: &[BlobRef]) {
+    for blob in blobs {
+        sweep_one(root, blob);
+    }
+}
+
 /// Removes `.blobs/<hash>` when no topic links it any more. A writer that
 /// was about to link it finds it gone and stores it again.
 fn sweep_one(root: &Path, blob: &BlobRef) {

@@ -13,6 +13,8 @@
 //!   recovery, duplicate check, append, roll) and the free-space gauge.
 //! * `blob`: payloads stored once in `.blobs/` and linked into each topic
 //!   that holds them; readers that put payloads back.
+//! * `blob_gc`: the sweep's pass over `.blobs/`: blobs nothing links,
+//!   removed once past their grace, a bounded share at a time.
 //! * `compact`: compaction and journal retention ([`CompactReport`]).
 //! * `verify`: checking every record of a topic.
 //! * `removed`: the last sequence numbers of removed topics (`.removed`),
@@ -30,6 +32,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 mod blob;
+mod blob_gc;
 mod compact;
 mod head;
 mod removed;
@@ -38,11 +41,12 @@ mod verify;
 mod writer;
 
 pub use compact::CompactReport;
+pub(crate) use blob_gc::{sweep_orphan_blobs, write_cursor};
 pub(crate) use compact::{remove_topic_dir, unlinked};
 pub use segment::LogCursor;
 pub(crate) use head::{indexed_ids, last_seq_of};
 pub(crate) use removed::record as record_removed;
-pub(crate) use blob::{orphan_blobs, read_backwards, read_backwards_after, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
+pub(crate) use blob::{blobs_of, release as release_blobs, orphan_blobs, read_backwards, read_backwards_after, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
 pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
 pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};

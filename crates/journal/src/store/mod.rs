@@ -28,6 +28,7 @@ mod read;
 mod readers;
 mod routes;
 mod sweep;
+mod sweep_extra;
 mod sweep_index;
 mod sweep_routes;
 
@@ -102,6 +103,8 @@ pub struct Store {
     /// The marks of this process's tunnels on the topics they read
     /// (`readers.rs`).
     readers: Mutex<readers::Marks>,
+    /// The sweep pass of a layer above the store (`sweep_extra.rs`).
+    extra_sweep: OnceLock<sweep_extra::ExtraSweep>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -226,6 +229,7 @@ impl Store {
             deferred: Default::default(),
             in_flight: Default::default(),
             readers: Default::default(),
+            extra_sweep: OnceLock::new(),
         })
     }
 

@@ -249,6 +249,9 @@ impl Store {
             run.fail(e);
         }
         run.settle_owed(self);
+        if let Err(e) = self.sweep_extra(Some(budget), None, &mut run.report) {
+            run.fail(e);
+        }
         // A slice that failed keeps the interval's pace (a full disk, a
         // queue it cannot write): slices back to back would only fail
         // again.
@@ -302,6 +305,9 @@ impl Store {
             }
         }
         run.settle_owed(self);
+        if let Err(e) = self.sweep_extra(None, grace, &mut run.report) {
+            run.fail(e);
+        }
         self.finish(run)
     }
 

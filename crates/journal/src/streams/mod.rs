@@ -30,7 +30,7 @@
 //! assert!(chunk.up_to_date);
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -41,12 +41,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
-use crate::log::{self, LogCursor, SpaceGauge, TopicFiles, Writer};
+use crate::log::{self, LogCursor, SpaceGauge, Writer};
 use crate::record::Record;
 use crate::store::Store;
 
 mod bridge;
 mod figures;
+mod cache;
+mod expiry;
+mod forks;
 mod json;
 mod offset;
 mod snapshot;
@@ -54,11 +57,14 @@ mod state;
 mod time;
 
 pub use figures::StreamFigures;
+pub use expiry::{register as sweep_expired_streams, ExpirySweep};
 pub use json::{essence, is_json};
 pub use offset::{offset, parse_offset, parse_start, Start};
 pub use time::parse_rfc3339;
 
-use state::{has_data, name, op, State};
+use cache::{Entry, Last, Served};
+use forks::source_path;
+use state::{has_data, name, op};
 
 /// The directory of the store root holding the streams, one directory
 /// each, named by the `xxh3_128` of the stream's path in hex.
@@ -106,7 +112,9 @@ pub enum StreamErrorKind {
     SequenceGap,
     /// Body larger than `Config::stream_max_append_bytes` (413).
     TooLarge,
-    /// A per-stream limit such as `Config::stream_max_producers` (429).
+    /// A limit that a later retry may pass (429). None is now: a stream's
+    /// producers never go, so `Config::stream_max_producers` refuses a new
+    /// one with `BadRequest` (a 429 would invite retries forever).
     Limit,
     /// Storage failure (500, or 507 when the disk is full).
     Store(crate::ErrorKind),
@@ -366,91 +374,14 @@ impl Joined {
     }
 }
 
-/// What a process knows of one stream between requests.
-#[derive(Default)]
-struct Entry {
-    dir: PathBuf,
-    /// Inode of the stream directory the state was read from (0: none).
-    ino: u64,
-    state: State,
-    cursor: Option<LogCursor>,
-    /// Cursors after batches of records, by the last checkpoint read, so
-    /// that a read from any offset starts near it.
-    marks: BTreeMap<u64, LogCursor>,
-    files: Option<TopicFiles>,
-    /// Where the bound topic was read up to.
-    topic_cursor: Option<LogCursor>,
-    /// The latest data records, `(seq, payload)`, at most
-    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
-    /// tail need no file read.
-    recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
-    recent_bytes: usize,
-    /// The highest checkpoint of data dropped from `recent` (0: none):
-    /// reads from at or after it are served from memory.
-    forgotten: u64,
-    /// The last record applied to `state`, and where it ends: what a
-    /// snapshot is taken after.
-    last: Option<Last>,
-    /// Records and payload bytes applied since the snapshot was read or
-    /// written (or since the first record).
-    since: (u64, u64),
-    /// The snapshot's record, when the state came from a snapshot and the
-    /// log has not confirmed it yet (see `snapshot.rs`).
-    verify: Option<snapshot::Mark>,
-    /// The snapshot did not match the log: replay the whole log.
-    no_snapshot: bool,
-    /// In a watched process: the log's `.head` open for reading, with its
-    /// inode, and when its path was last found to name that file. While
-    /// the head names the last record read, `state` still matches the log
-    /// (see `Streams::fresh`).
-    head: Option<(fs::File, u64)>,
-    checked: Option<Instant>,
-    /// The last read answered from memory: from where, at which tail, and
-    /// what it returned (records, next, body). The same range of an
-    /// append-only stream always holds the same data, so a read of it
-    /// again shares that body instead of joining it afresh (readers that
-    /// catch up from the same offset, as the protocol's caches do).
-    served: Option<Served>,
-    /// The stream's id for ETags, with the `created` stamp it is of
-    /// (made once, not on every request).
-    id: std::cell::RefCell<Option<(String, String)>>,
-}
-
-/// See `Entry::served`.
-struct Served {
-    from: u64,
-    tail: u64,
-    records: usize,
-    next: u64,
-    body: bytes::Bytes,
-}
-
-/// The last record applied to a stream's state, where its segment ends.
-struct Last {
-    record: Record,
-    segment: u64,
-    ino: u64,
-    end: u64,
-}
-
-impl Entry {
-    fn remember(&mut self, seq: u64, payload: &[u8], budget: usize) {
-        self.recent.push_back((seq, Arc::from(payload)));
-        self.recent_bytes += payload.len();
-        while self.recent_bytes > budget {
-            let Some((seq, p)) = self.recent.pop_front() else { break };
-            self.recent_bytes -= p.len();
-            self.forgotten = seq;
-        }
-    }
-}
-
 /// The streams of a store. One per process (it caches what it has read);
 /// cheap to share behind an `Arc`.
 pub struct Streams {
     store: Arc<Store>,
     dir: PathBuf,
-    entries: Mutex<HashMap<String, Arc<Mutex<Entry>>>>,
+    entries: Mutex<HashMap<String, Arc<cache::Cell>>>,
+    /// The bytes the cached entries hold, as last counted (`cache.rs`).
+    cached_bytes: AtomicUsize,
     gauge: SpaceGauge,
     /// The store's configuration for stream writers: without journal
     /// retention (a stream keeps all it was given, its `create` first).
@@ -481,13 +412,20 @@ fn dir_ino(dir: &Path) -> u64 {
 }
 
 impl Streams {
-    /// The streams of `store`.
+    /// The streams of `store`. The store's sweep removes expired streams
+    /// from then on (`expiry.rs`).
     pub fn new(store: Arc<Store>) -> Streams {
+        expiry::register(&store);
+        Streams::unregistered(store)
+    }
+
+    /// [`Streams::new`] without registering the sweep's pass.
+    fn unregistered(store: Arc<Store>) -> Streams {
         let dir = store.config().root.join(STREAMS_DIR);
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default(), counted: Default::default() }
+        Streams { store, dir, entries: Mutex::default(), cached_bytes: AtomicUsize::new(0), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default(), counted: Default::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -532,22 +470,6 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream path of {} bytes is longer than the limit of {max}", path.len())));
         }
         Ok(())
-    }
-
-    fn entry(&self, path: &str) -> Arc<Mutex<Entry>> {
-        let mut entries = lock(&self.entries);
-        if let Some(e) = entries.get(path) {
-            return e.clone();
-        }
-        if entries.len() >= self.config().stream_cache.max(1) {
-            // Forget idle streams (none is lost: all is in the log).
-            entries.retain(|_, e| Arc::strong_count(e) > 1);
-        }
-        let e = Arc::new(Mutex::new(Entry { dir: self.stream_dir(path), ..Entry::default() }));
-        if entries.len() < self.config().stream_cache.max(1) {
-            entries.insert(path.to_owned(), e.clone());
-        }
-        e
     }
 
     /// Brings `entry` up to date with the log (records written by any
@@ -616,7 +538,8 @@ impl Streams {
         if entry.no_snapshot {
             return beginning;
         }
-        let Some((mark, state)) = snapshot::load(&entry.dir) else { return beginning };
+        let Some((mark, mut state)) = snapshot::load(&entry.dir) else { return beginning };
+        state.count_producers();
         if mark.seq == 0 {
             return beginning;
         }
@@ -861,7 +784,9 @@ impl Streams {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_millis() as i64);
             if let Some(last) = last {
-                return now > last + (ttl as i64) * 1000;
+                // Checked: a TTL past the representable range (only an
+                // older version could have stored one) never expires.
+                return time::deadline(last, ttl).is_some_and(|end| now > end);
             }
         }
         false
@@ -906,8 +831,19 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")));
         }
         if self.expired(entry) {
-            self.remove(path, entry)?;
+            self.expire(path, entry)?;
             return Err(not_found(path));
+        }
+        Ok(())
+    }
+
+    /// Removes the expired stream of `entry` (locked by the caller) and
+    /// counts it out of its fork source, as a delete would.
+    fn expire(&self, path: &str, entry: &mut Entry) -> StreamResult<()> {
+        let parent = entry.state.fork_from.clone();
+        self.remove(path, entry)?;
+        if let Some(parent) = parent {
+            self.count_fork(&parent, op::FORK_REMOVED)?;
         }
         Ok(())
     }
@@ -922,6 +858,11 @@ impl Streams {
         if req.ttl.is_some() && req.expires_at.is_some() {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-TTL and Stream-Expires-At cannot both be given"));
         }
+        if let Some(ttl) = req.ttl {
+            if time::deadline(time::now_ms(), ttl).is_none() {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-TTL {ttl} is past the times this server can represent")));
+            }
+        }
         if let Some(at) = &req.expires_at {
             if parse_rfc3339(at).is_none() {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-Expires-At '{at}' is not an RFC 3339 timestamp")));
@@ -931,10 +872,10 @@ impl Streams {
             return Err(too_large(req.body.len(), self.config().stream_max_append_bytes));
         }
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.refresh(&mut entry)?;
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
-            self.remove(path, &mut entry)?;
+            self.expire(path, &mut entry)?;
         }
         if entry.state.exists {
             return self.recreate(path, req, &entry);
@@ -1012,6 +953,7 @@ impl Streams {
                 e.set(name::FORK_FROM, src.info.path.as_str());
                 e.set(name::FORK_OFFSET, src.offset.to_string());
                 e.set(name::FORK_SUB, req.fork_sub_offset.to_string());
+                e.set(name::FORK_DEPTH, (src.depth + 1).to_string());
             }
             if let Some(topic) = &req.topic {
                 e.set(name::TOPIC, topic.as_str());
@@ -1094,14 +1036,20 @@ impl Streams {
         if req.body.is_empty() && !req.close {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "an append needs a body (or Stream-Closed: true)"));
         }
+        if let Some(p) = &req.producer {
+            let max = self.config().stream_max_producer_id_bytes;
+            if p.id.len() > max {
+                return Err(StreamError::new(StreamErrorKind::BadRequest, format!("a Producer-Id of {} bytes is longer than the limit of {max} (KN_STREAM_MAX_PRODUCER_ID_BYTES)", p.id.len())));
+            }
+        }
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         // The writer brings the state up to date under the lock: the
         // checks of `live` are made there, with one read of the log.
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
             drop(w);
-            self.remove(path, &mut entry)?;
+            self.expire(path, &mut entry)?;
             return Err(not_found(path));
         }
         let result = self.append_locked(path, req, &mut entry, &mut w);
@@ -1137,11 +1085,12 @@ impl Streams {
         if self.config().sync == crate::SyncPolicy::Always || self.config().shared == crate::config::Shared::On || !self.watched {
             return None;
         }
-        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes {
+        let long_id = req.producer.as_ref().is_some_and(|p| p.id.len() > self.config().stream_max_producer_id_bytes);
+        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes || long_id {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut guard = cell.try_lock().ok()?;
+        let mut guard = self.try_hold(&cell)?;
         let entry = &mut *guard;
         if entry.ino == 0 || entry.verify.is_some() || !entry.state.is_plain() {
             return None;
@@ -1220,7 +1169,7 @@ impl Streams {
                     return Err(e);
                 }
                 None if s.producers.len() >= self.config().stream_max_producers => {
-                    return Err(StreamError::new(StreamErrorKind::Limit, format!("stream '{path}' has the most producers allowed ({})", self.config().stream_max_producers)));
+                    return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream '{path}' has the most producers allowed ({}, KN_STREAM_MAX_PRODUCERS): a new Producer-Id is refused", self.config().stream_max_producers)));
                 }
                 _ => {}
             }
@@ -1273,7 +1222,7 @@ impl Streams {
     pub fn head(&self, path: &str) -> StreamResult<Info> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         self.import(&mut entry)?;
         Ok(Self::info(&entry))
@@ -1285,7 +1234,7 @@ impl Streams {
     pub fn read(&self, path: &str, start: Start) -> StreamResult<Chunk> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         self.import(&mut entry)?;
         self.touch(&entry);
@@ -1372,7 +1321,7 @@ impl Streams {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
-        let mut guard = cell.try_lock().ok()?;
+        let mut guard = self.try_hold(&cell)?;
         let entry = &mut *guard;
         if !self.fresh(entry) || !entry.state.is_plain() {
             return None;
@@ -1394,7 +1343,7 @@ impl Streams {
     /// ([`Streams::watch`]).
     pub fn watch(&self, path: &str) -> StreamResult<StreamWatch> {
         let cell = self.entry(path);
-        let entry = lock(&cell);
+        let entry = self.hold(&cell);
         let mut subs = vec![self.store.hub().subscribe(&entry.dir)];
         if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
             subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
@@ -1409,7 +1358,7 @@ impl Streams {
     pub fn delete(&self, path: &str) -> StreamResult<()> {
         self.check_path(path)?;
         let cell = self.entry(path);
-        let mut entry = lock(&cell);
+        let mut entry = self.hold(&cell);
         self.live(path, &mut entry)?;
         let Some(mut w) = self.writer(&mut entry, false)? else { return Err(not_found(path)) };
         if entry.state.soft_deleted {
@@ -1449,106 +1398,13 @@ impl Streams {
         }
         let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
         match fs::rename(&entry.dir, &gone) {
-            Ok(()) => {
-                let _ = fs::remove_dir_all(&gone);
-            }
+            Ok(()) => release(&self.config().root, &gone),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("cannot delete stream", &entry.dir, e)),
         }
         let dir = std::mem::take(&mut entry.dir);
         *entry = Entry { dir, ..Entry::default() };
         Ok(())
-    }
-
-    /// Counts a fork of `source` created or deleted; a deleted source
-    /// whose last fork went is removed, and so on up the chain.
-    fn count_fork(&self, source: &str, what: &[u8]) -> StreamResult<()> {
-        let cell = self.entry(source);
-        let mut entry = lock(&cell);
-        let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(()) };
-        if !entry.state.exists {
-            self.release(&mut entry, w);
-            return Ok(());
-        }
-        let mut e = Event::new();
-        e.set(name::OP, what);
-        let r = self.append_record(&mut entry, &mut w, e);
-        self.release(&mut entry, w);
-        r?;
-        self.refresh(&mut entry)?;
-        if entry.state.soft_deleted && entry.state.forks == 0 {
-            let parent = entry.state.fork_from.clone();
-            self.remove(source, &mut entry)?;
-            drop(entry);
-            if let Some(parent) = parent {
-                return self.count_fork(&parent, op::FORK_REMOVED);
-            }
-        }
-        Ok(())
-    }
-
-    // ----- forks --------------------------------------------------------
-
-    /// The records a fork of `from` starts with, as the fork will hold
-    /// them: every record up to the fork point, data as `inherit`,
-    /// anything else as `pad`, so that checkpoints stay equal.
-    fn fork_source(&self, from: &str, req: &Create) -> StreamResult<ForkSource> {
-        let from_path = source_path(from);
-        self.check_path(from_path)?;
-        let cell = self.entry(from_path);
-        let mut entry = lock(&cell);
-        match self.live(from_path, &mut entry) {
-            Err(e) if e.kind() == StreamErrorKind::Gone => {
-                return Err(StreamError::new(StreamErrorKind::Conflict, format!("stream '{from_path}' was deleted: it cannot be forked")))
-            }
-            r => r?,
-        }
-        let info = Self::info(&entry);
-        let at = req.fork_offset.unwrap_or(info.tail);
-        if at > info.tail {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("fork offset {} is beyond the source's tail {}", offset(at), info.next_offset())));
-        }
-        let json = info.is_json();
-        let mut sub = req.fork_sub_offset;
-        let mut records = Vec::new();
-        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
-        let mut fork_at = at;
-        'read: loop {
-            let batch = log::read_new(&entry.dir, &mut cursor)?;
-            if batch.is_empty() {
-                break;
-            }
-            for r in batch {
-                if r.seq <= at {
-                    records.push(inherited(&r, None));
-                    continue;
-                }
-                if sub == 0 || r.seq > info.tail {
-                    break 'read;
-                }
-                if !has_data(&r) {
-                    records.push(inherited(&r, None));
-                    continue;
-                }
-                let payload = r.event.payload();
-                let (part, used) = if json {
-                    let messages = json::split(payload);
-                    let n = (sub as usize).min(messages.len());
-                    (messages[..n].join(",").into_bytes(), n as u64)
-                } else {
-                    let n = (sub as usize).min(payload.len());
-                    (payload[..n].to_vec(), n as u64)
-                };
-                sub -= used;
-                records.push(inherited(&r, Some(part)));
-                fork_at = r.seq;
-            }
-        }
-        if sub > 0 {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, "Stream-Fork-Sub-Offset is beyond the source's data"));
-        }
-        let _ = fork_at;
-        Ok(ForkSource { info, offset: at, records })
     }
 
     // ----- the bridge ---------------------------------------------------
@@ -1580,29 +1436,15 @@ impl Streams {
     }
 }
 
-/// A fork's source as read for the copy.
-struct ForkSource {
-    info: Info,
-    offset: u64,
-    records: Vec<Event>,
-}
-
-fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
-    let mut e = Event::new();
-    match part {
-        Some(p) => {
-            e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, p);
-        }
-        None if has_data(r) => {
-            e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, r.event.payload().to_vec());
-        }
-        None => {
-            e.set(name::OP, op::PAD);
-        }
-    }
-    e
+/// Deletes `gone`, a stream's directory set aside, and then the blobs
+/// that its records alone held (a large payload is stored once in
+/// `.blobs/`, FORMAT.md "Blobs"): a deleted stream leaves no orphan. Best
+/// effort: what a crash or an unreadable segment leaves, the sweep
+/// removes after `Config::blob_grace`.
+fn release(root: &Path, gone: &Path) {
+    let blobs = log::blobs_of(gone).unwrap_or_default();
+    let _ = fs::remove_dir_all(gone);
+    log::release_blobs(root, &blobs);
 }
 
 /// Creates a directory as topic directories are (setgid, group-writable
@@ -1611,13 +1453,6 @@ fn create_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::DirBuilder::new().mode(0o2775).create(path)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o2775))
-}
-
-/// The stream path named by `Stream-Forked-From`: a path below
-/// `/v1/stream/` or the URL path itself.
-fn source_path(from: &str) -> &str {
-    let p = from.trim_start_matches('/');
-    p.strip_prefix("v1/stream/").unwrap_or(p)
 }
 
 fn not_found(path: &str) -> StreamError {

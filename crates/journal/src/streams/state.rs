@@ -19,6 +19,7 @@ pub(crate) mod name {
     pub const FORK_FROM: &str = "ds_fork_from";
     pub const FORK_OFFSET: &str = "ds_fork_offset";
     pub const FORK_SUB: &str = "ds_fork_sub";
+    pub const FORK_DEPTH: &str = "ds_fork_depth";
     pub const TOPIC: &str = "ds_topic";
     pub const CREATED: &str = "ds_created";
     pub const PRODUCER: &str = "ds_producer";
@@ -68,10 +69,19 @@ pub(crate) struct State {
     pub fork_from: Option<String>,
     pub fork_offset: Option<u64>,
     pub fork_sub: u64,
+    /// How many forks down from a stream that is no fork (0: none); a
+    /// fork made by an older version, which did not count, is 1.
+    #[serde(default)]
+    pub fork_depth: u64,
     pub topic: Option<String>,
     /// Checkpoint of the last record holding data (0: none).
     pub tail: u64,
     pub producers: HashMap<String, ProducerState>,
+    /// The bytes of the ids in `producers` (kept as they are added, so
+    /// that a process's cache counts them without a walk; recounted when
+    /// a snapshot is read, `State::count_producers`).
+    #[serde(skip)]
+    pub producer_bytes: usize,
     pub stream_seq: Option<Vec<u8>>,
     /// The bound topic's checkpoint imported last.
     pub topic_seq: u64,
@@ -101,6 +111,16 @@ impl State {
         self.exists && !self.soft_deleted && self.ttl.is_none() && self.expires_at.is_none() && self.topic.is_none()
     }
 
+    /// Recounts `producer_bytes` (a state read from a snapshot).
+    pub(crate) fn count_producers(&mut self) {
+        self.producer_bytes = self.producers.keys().map(String::len).sum();
+    }
+
+    /// How many forks down from a stream that is no fork this one is.
+    pub(crate) fn fork_depth(&self) -> u64 {
+        if self.fork_from.is_some() { self.fork_depth.max(1) } else { 0 }
+    }
+
     /// Applies one record, in checkpoint order.
     pub(crate) fn apply(&mut self, r: &Record) {
         let e = &r.event;
@@ -122,6 +142,7 @@ impl State {
                 fork_from: text(e, name::FORK_FROM),
                 fork_offset: number(e, name::FORK_OFFSET),
                 fork_sub: number(e, name::FORK_SUB).unwrap_or(0),
+                fork_depth: number(e, name::FORK_DEPTH).unwrap_or(u64::from(e.contains(name::FORK_FROM))),
                 topic: text(e, name::TOPIC),
                 created: text(e, name::CREATED).unwrap_or_default(),
                 topic_seq: number(e, name::TOPIC_SEQ).unwrap_or(0),
@@ -142,7 +163,9 @@ impl State {
         }
         let producer = match (text(e, name::PRODUCER), number(e, name::EPOCH), number(e, name::SEQ)) {
             (Some(id), Some(epoch), Some(seq)) => {
-                self.producers.insert(id.clone(), (epoch, seq));
+                if self.producers.insert(id.clone(), (epoch, seq)).is_none() {
+                    self.producer_bytes += id.len();
+                }
                 Some((id, epoch, seq))
             }
             _ => None,

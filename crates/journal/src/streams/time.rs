@@ -80,6 +80,14 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The end of a sliding TTL of `ttl` seconds from `from` (milliseconds
+/// since the epoch), in milliseconds; `None` past what an `i64` of
+/// milliseconds holds (about 292 million years): never a wrapped value.
+pub(crate) fn deadline(from: i64, ttl: u64) -> Option<i64> {
+    let ms = i64::try_from(ttl).ok()?.checked_mul(1000)?;
+    from.checked_add(ms)
+}
+
 /// Milliseconds since the epoch, now.
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -94,6 +102,15 @@ mod tests {
         assert_eq!(parse_rfc3339("2000-03-01T00:00:00Z"), Some(951_868_800_000));
         assert_eq!(parse_rfc3339("2024-10-09T00:00:00.123Z"), Some(1_728_432_000_123));
         assert_eq!(parse_rfc3339("2024-10-09T02:00:00+02:00"), Some(1_728_432_000_000));
+    }
+
+    #[test]
+    fn deadlines_never_wrap() {
+        assert_eq!(deadline(1_000, 2), Some(3_000));
+        assert_eq!(deadline(now_ms(), i64::MAX as u64), None);
+        assert_eq!(deadline(now_ms(), u64::MAX), None);
+        assert_eq!(deadline(i64::MAX - 999, 1), None);
+        assert!(deadline(now_ms(), 9_000_000_000_000_000 / 1000).is_some());
     }
 
     #[test]
