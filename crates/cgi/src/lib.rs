@@ -64,7 +64,9 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+mod session;
 pub mod streams;
+mod tunnel_end;
 mod wake;
 
 pub use kn_wire::{status_event, Format, Page, Params};

@@ -43,14 +43,23 @@ use crate::topic::Topic;
 
 mod as_user;
 mod rules;
+mod session;
+mod visible;
 
 pub use as_user::AsUser;
 pub use rules::{Rules, MAX_RULE_LINES};
+pub use session::{SessionKey, SESSION_COOKIE};
+pub(crate) use visible::Reader;
 
 /// The element of a route event that names the user who created the
 /// route through a server (absent: anonymous, or a local tool). Every
 /// delivery along the route is checked against this user's rights.
 pub const KN_ROUTE_CREATOR: &str = "kn_route_creator";
+
+/// The element of a route event that names the anonymous visitor's
+/// session ([`Principal::session`]) that created the route through a
+/// server: written by the server only, like [`KN_ROUTE_CREATOR`].
+pub const KN_ROUTE_SESSION: &str = "kn_route_session";
 
 /// What a request does to a topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,19 +110,28 @@ impl Operation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Principal {
     user: Option<String>,
+    /// An anonymous visitor's verified session id (see [`SessionKey`]).
+    session: Option<String>,
 }
 
 impl Principal {
     /// A request without a user.
     pub fn anonymous() -> Principal {
-        Principal { user: None }
+        Principal { user: None, session: None }
+    }
+
+    /// An anonymous visitor holding the session `id`, as verified by
+    /// [`SessionKey::verify`]: the rules' `{session}` segment matches `id`
+    /// for this visitor only (docs/ACCESS.md).
+    pub fn anonymous_session(id: &str) -> Principal {
+        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()) }
     }
 
     /// The authenticated user `name`. An empty name, and the name
     /// `anonymous` (the JavaScript client's journals of anonymous
     /// visitors are `/who/anonymous/...`), are anonymous.
     pub fn user(name: &str) -> Principal {
-        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous") }
+        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None }
     }
 
     /// The user's name; `None` for anonymous.
@@ -121,18 +139,46 @@ impl Principal {
         self.user.as_deref()
     }
 
-    /// The creator a route event names ([`KN_ROUTE_CREATOR`]).
+    /// An anonymous visitor's session id; `None` for a user, and for
+    /// anonymous without a session.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// True when this principal is someone in particular (a user, or an
+    /// anonymous visitor's session), who can be recognised as a route's
+    /// creator.
+    pub fn is_identified(&self) -> bool {
+        self.user.is_some() || self.session.is_some()
+    }
+
+    /// The creator a route event names ([`KN_ROUTE_CREATOR`], else
+    /// [`KN_ROUTE_SESSION`]).
     pub fn creator_of(route: &Event) -> Principal {
-        match route.get(KN_ROUTE_CREATOR) {
-            Some(name) => Principal::user(&String::from_utf8_lossy(name)),
-            None => Principal::anonymous(),
+        match (route.get(KN_ROUTE_CREATOR), route.get(KN_ROUTE_SESSION)) {
+            (Some(name), _) => Principal::user(&String::from_utf8_lossy(name)),
+            (None, Some(id)) => Principal::anonymous_session(&String::from_utf8_lossy(id)),
+            (None, None) => Principal::anonymous(),
+        }
+    }
+
+    /// Records this principal as the creator of `route` (whatever it said
+    /// before is dropped).
+    pub(crate) fn record_as_creator(&self, route: &mut Event) {
+        route.remove(KN_ROUTE_CREATOR);
+        route.remove(KN_ROUTE_SESSION);
+        if let Some(name) = self.name() {
+            route.set(KN_ROUTE_CREATOR, name);
+        } else if let Some(id) = self.session() {
+            route.set(KN_ROUTE_SESSION, id);
         }
     }
 
     fn describe(&self) -> String {
-        match &self.user {
-            Some(name) => format!("user '{name}'"),
-            None => "anonymous".to_string(),
+        match (&self.user, &self.session) {
+            (Some(name), _) => format!("user '{name}'"),
+            (None, Some(id)) => format!("anonymous (session '{id}')"),
+            (None, None) => "anonymous".to_string(),
         }
     }
 }
@@ -166,7 +212,7 @@ impl Rules {
         let decided = merged(anchored, &self.unanchored).map(|i| &self.rules[i]).find(|rule| {
             rule.operations & op.bit() != 0
                 && rule.who.iter().any(|w| applies(w, user, groups))
-                && rule.pattern.matches(segments, user)
+                && rule.pattern.matches(segments, user, who.session())
         });
         let why = match decided {
             Some(rule) if rule.allow => return Ok(()),
@@ -224,6 +270,8 @@ const RECHECK_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Source {
     path: Option<PathBuf>,
     cached: Mutex<Option<Cached>>,
+    /// The store's session key, once read.
+    session_key: std::sync::OnceLock<SessionKey>,
 }
 
 #[derive(Debug)]
@@ -235,7 +283,16 @@ struct Cached {
 
 impl Source {
     pub(crate) fn new(path: Option<PathBuf>) -> Source {
-        Source { path, cached: Mutex::new(None) }
+        Source { path, cached: Mutex::new(None), session_key: std::sync::OnceLock::new() }
+    }
+
+    /// The session key of the store at `root`, read (or made) once.
+    pub(crate) fn session_key(&self, root: &Path) -> Result<SessionKey> {
+        if let Some(key) = self.session_key.get() {
+            return Ok(key.clone());
+        }
+        let key = SessionKey::of_store(root)?;
+        Ok(self.session_key.get_or_init(|| key).clone())
     }
 
     /// The rules in force: `None` without a rules file (everything is

@@ -41,8 +41,9 @@ pub(super) enum Who {
 }
 
 /// A topic pattern: segments, each a literal, `*` (any one segment),
-/// `**` (any number of segments, none included) or `{user}` (the
-/// requesting user's name).
+/// `**` (any number of segments, none included), `{user}` (the
+/// requesting user's name) or `{session}` (an anonymous visitor's own
+/// verified session id).
 #[derive(Clone, Debug)]
 pub(super) struct Pattern {
     pub(super) segments: Vec<Segment>,
@@ -54,6 +55,7 @@ pub(super) enum Segment {
     One,
     Any,
     User,
+    Session,
 }
 
 /// A parsed rules file: its rules in order and who is in which group.
@@ -208,8 +210,9 @@ fn parse_pattern(text: &str) -> std::result::Result<Pattern, String> {
             "*" => Segment::One,
             "**" => Segment::Any,
             "{user}" => Segment::User,
+            "{session}" => Segment::Session,
             s if s.contains(['*', '{', '}']) => {
-                return Err(format!("bad topic pattern '{text}': '*', '**' and '{{user}}' must be whole segments"));
+                return Err(format!("bad topic pattern '{text}': '*', '**', '{{user}}' and '{{session}}' must be whole segments"));
             }
             s => Segment::Literal(s.to_string()),
         });
@@ -237,22 +240,24 @@ fn parse_who(word: &str) -> std::result::Result<Who, String> {
 
 impl Pattern {
     /// True when `topic`'s segments match, with `user` for `{user}` (an
-    /// anonymous request matches no `{user}`).
-    pub(super) fn matches(&self, topic: &[&str], user: Option<&str>) -> bool {
-        matches_from(&self.segments, topic, user)
+    /// anonymous request matches no `{user}`) and `session` for
+    /// `{session}` (a request without a verified session matches none).
+    pub(super) fn matches(&self, topic: &[&str], user: Option<&str>, session: Option<&str>) -> bool {
+        matches_from(&self.segments, topic, (user, session))
     }
 }
 
-fn matches_from(pattern: &[Segment], topic: &[&str], user: Option<&str>) -> bool {
+fn matches_from(pattern: &[Segment], topic: &[&str], who: (Option<&str>, Option<&str>)) -> bool {
     let Some((first, rest)) = pattern.split_first() else { return topic.is_empty() };
     if *first == Segment::Any {
-        return (0..=topic.len()).any(|skip| matches_from(rest, &topic[skip..], user));
+        return (0..=topic.len()).any(|skip| matches_from(rest, &topic[skip..], who));
     }
     let Some((segment, topic_rest)) = topic.split_first() else { return false };
     let here = match first {
         Segment::Literal(l) => l == segment,
-        Segment::User => user == Some(*segment),
+        Segment::User => who.0 == Some(*segment),
+        Segment::Session => who.1 == Some(*segment),
         Segment::One | Segment::Any => true,
     };
-    here && matches_from(rest, topic_rest, user)
+    here && matches_from(rest, topic_rest, who)
 }
