@@ -277,7 +277,9 @@ pub(crate) struct Source {
 #[derive(Debug)]
 struct Cached {
     checked: Instant,
-    stamp: Option<(SystemTime, u64)>,
+    /// The modification time and size of the rules file, then of each
+    /// group file it read.
+    stamp: Vec<Option<(SystemTime, u64)>>,
     rules: std::result::Result<Arc<Rules>, String>,
 }
 
@@ -303,11 +305,22 @@ impl Source {
         let mut cached = self.cached.lock().map_err(|_| Error::new(ErrorKind::Io, "access rules lock poisoned"))?;
         let fresh = cached.as_ref().is_some_and(|c| c.checked.elapsed() < RECHECK_EVERY);
         if !fresh {
-            let stamp = stamp(path);
+            // Unchanged when the rules file and every group file it read
+            // are (a broken file is read again each time: what broke it
+            // may have been a group file).
+            let unchanged = |c: &Cached| match &c.rules {
+                Ok(rules) => c.stamp.first().is_some_and(Option::is_some) && c.stamp == stamps(path, rules),
+                Err(_) => false,
+            };
             match cached.as_mut() {
-                Some(c) if c.stamp.is_some() && c.stamp == stamp => c.checked = Instant::now(),
+                Some(c) if unchanged(c) => c.checked = Instant::now(),
                 _ => {
+                    let before = stamp(path);
                     let rules = Rules::load(path).map(Arc::new).map_err(|e| e.to_string());
+                    let mut stamp = vec![before];
+                    if let Ok(rules) = &rules {
+                        stamp.extend(rules.group_files.iter().map(|g| self::stamp(g)));
+                    }
                     *cached = Some(Cached { checked: Instant::now(), stamp, rules });
                 }
             }
@@ -318,6 +331,12 @@ impl Source {
             None => Err(Error::new(ErrorKind::Io, "access rules not loaded")),
         }
     }
+}
+
+/// The stamps of the rules file at `path` and of the group files `rules`
+/// read, as [`Cached::stamp`] keeps them.
+fn stamps(path: &Path, rules: &Rules) -> Vec<Option<(SystemTime, u64)>> {
+    std::iter::once(stamp(path)).chain(rules.group_files.iter().map(|g| stamp(g))).collect()
 }
 
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
@@ -446,5 +465,19 @@ mod tests {
         let err = source.rules().unwrap_err();
         assert!(err.message().contains("refuse everything until fixed"), "{err}");
         assert!(Source::new(None).rules().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_changed_group_file_is_a_change_of_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules");
+        std::fs::write(dir.path().join("groups"), "staff: anna bob\n").unwrap();
+        std::fs::write(&path, "groupfile groups\nallow read /what/** @staff\n").unwrap();
+        let source = Source::new(Some(path));
+        let chat = topic("/what/chat");
+        assert!(source.rules().unwrap().unwrap().check(&Principal::user("bob"), Operation::Read, &chat).is_ok());
+        std::fs::write(dir.path().join("groups"), "staff: anna\n").unwrap();
+        std::thread::sleep(RECHECK_EVERY + Duration::from_millis(50));
+        assert!(source.rules().unwrap().unwrap().check(&Principal::user("bob"), Operation::Read, &chat).is_err());
     }
 }

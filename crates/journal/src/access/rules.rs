@@ -69,6 +69,9 @@ pub struct Rules {
     /// looks only at the rules that can match the topic's first segment.
     pub(super) by_first: HashMap<String, Vec<usize>>,
     pub(super) unanchored: Vec<usize>,
+    /// The group files the rules read (`groupfile`): a change to one is a
+    /// change of the rules.
+    pub(super) group_files: Vec<std::path::PathBuf>,
 }
 
 impl Rules {
@@ -124,6 +127,7 @@ impl Rules {
                 "groupfile" => {
                     let path = origin.parent().unwrap_or(Path::new(".")).join(rest.trim());
                     let text = std::fs::read_to_string(&path).map_err(|e| bad(number, format!("cannot read group file '{}': {e}", path.display())))?;
+                    rules.group_files.push(path.clone());
                     for (j, group) in text.lines().enumerate() {
                         let group = group.split('#').next().unwrap_or("").trim();
                         if group.is_empty() {

@@ -11,7 +11,7 @@
 //! only the cookie does.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use hmac::{Hmac, Mac, NewMac};
@@ -68,12 +68,14 @@ impl SessionKey {
             .try_into()
             .map_err(|_| Error::new(ErrorKind::Io, "session key of the wrong length"))?;
         let tmp = root.join(format!("{KEY_FILE}.{}.tmp", crate::ids::fresh_id()));
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o640)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()));
+        // Group-readable and -writable, as every file of the store (the
+        // server's processes share a group: docs/DEPLOY.md), but never
+        // world-readable: whoever reads it can make sessions.
+        let written = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o660).open(&tmp).and_then(|mut f| {
+            f.set_permissions(std::fs::Permissions::from_mode(0o660))?;
+            f.write_all(&key)?;
+            f.sync_all()
+        });
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io("cannot write the session key", &tmp, e));
@@ -192,6 +194,8 @@ mod tests {
     fn the_store_key_is_made_once_and_kept() {
         let dir = tempfile::tempdir().unwrap();
         let a = SessionKey::of_store(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660, "group read and write, nothing for others");
         let b = SessionKey::of_store(dir.path()).unwrap();
         assert_eq!(a.0, b.0);
         let (_, token) = a.new_session();
