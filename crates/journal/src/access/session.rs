@@ -187,7 +187,7 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
         assert_eq!(key.verify(&flipped), None);
-        assert_eq!(key.verify(&vec![b'a'; MAX_TOKEN_BYTES + 1]), None);
+        assert_eq!(key.verify(&[b'a'; MAX_TOKEN_BYTES + 1]), None);
     }
 
     #[test]

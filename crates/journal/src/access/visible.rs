@@ -50,8 +50,11 @@ impl Rules {
 pub(crate) struct Reader {
     who: Principal,
     /// The rules' last answer, with the rules that gave it.
-    last: Option<(Arc<Rules>, Option<(crate::error::ErrorKind, String)>)>,
+    last: Option<(Arc<Rules>, Option<Refusal>)>,
 }
+
+/// Why the rules refuse a reader: the error's kind and message.
+type Refusal = (crate::error::ErrorKind, String);
 
 impl Reader {
     pub(crate) fn new(who: Principal) -> Reader {
