@@ -140,7 +140,7 @@ impl AsUser<'_> {
             rules.check(self.who, Operation::Route, &topic)?;
         }
         if let Some(id) = params.id().filter(|id| !id.is_empty()) {
-            if let Some(existing) = self.store.all_routes(from)?.into_iter().find(|r| r.id() == id) {
+            if let Some(existing) = self.store.route_of(from, id)? {
                 self.may_remove(&rules, &existing)?;
             }
         }
@@ -153,7 +153,7 @@ impl AsUser<'_> {
     /// topics of their own.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
         let Some(rules) = self.store.access_rules()? else { return self.store.delete_route(from, id, expires) };
-        let existing = self.store.all_routes(from)?.into_iter().find(|r| r.id() == id);
+        let existing = self.store.route_of(from, id)?;
         match &existing {
             Some(existing) => self.may_remove(&rules, existing)?,
             None => rules.check(self.who, Operation::Delete, from)?,

@@ -565,7 +565,7 @@ impl Store {
         event.set(KN_ID, route_id).set(KN_PAYLOAD, "").set(KN_EXPIRES, "+300");
         // The record keeps the route's creator: reusing its id needs what
         // deleting the route needed (docs/ACCESS.md).
-        if let Some(route) = self.all_routes(source).ok().and_then(|all| all.into_iter().find(|r| r.id() == route_id)) {
+        if let Ok(Some(route)) = self.route_of(source, route_id) {
             crate::access::Principal::creator_of(&route.event).record_as_creator(&mut event);
         }
         let mut with_reason = event.clone();

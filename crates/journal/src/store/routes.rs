@@ -169,6 +169,25 @@ impl Store {
             .collect())
     }
 
+    /// The route of `topic` with id `id`, active or not (as
+    /// [`Store::all_routes`] lists it), if there is one: read from the
+    /// newest record back, stopping at the first of that id.
+    pub fn route_of(&self, topic: &Topic, id: &[u8]) -> Result<Option<Route>> {
+        let dir = self.checked_dir(&topic.routes())?;
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut found = None;
+        log::read_backwards_after(&dir, 0, |r| {
+            if r.event.id() != Some(id) {
+                return true;
+            }
+            found = Some(r.event);
+            false
+        })?;
+        Ok(found.map(|event| Route { source: topic.clone(), event }))
+    }
+
     /// The active routes of `topic`: a destination and not expired.
     pub fn routes(&self, topic: &Topic) -> Result<Vec<Route>> {
         let t = now();
@@ -295,10 +314,7 @@ impl Store {
         route.remove(KN_POISONED_BEFORE);
         route.remove(super::KN_POISONED);
         let Some(id) = route.id().filter(|id| !id.is_empty()) else { return Ok(()) };
-        if !self.dir(&from.routes()).is_dir() {
-            return Ok(());
-        }
-        let Some(existing) = self.all_routes(from)?.into_iter().find(|r| r.id() == id) else { return Ok(()) };
+        let Some(existing) = self.route_of(from, id)? else { return Ok(()) };
         let record = existing.event.get(super::KN_POISONED).or_else(|| existing.event.get(KN_POISONED_BEFORE));
         if let Some(reason) = record {
             route.set(KN_POISONED_BEFORE, reason.to_vec());
