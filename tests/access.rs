@@ -184,6 +184,40 @@ fn apache_basic_auth_sets_remote_user_and_the_cgi_applies_the_rules() {
     anonymous_gets_a_challenge(&apache.url());
 }
 
+/// A tunnel through Apache and pubsub.cgi, open while bob leaves the
+/// staff (in the group file the rules read): it ends with `403` at its
+/// next delivery instead of delivering it.
+#[test]
+fn apache_cgi_tunnel_ends_with_403_once_its_reader_left_the_group() {
+    if !support::available(support::APACHE) {
+        return;
+    }
+    let Some(f) = Files::new("access_apache_tunnel") else { return };
+    let conf = format!("SetEnv KN_ACCESS_RULES {}\n{}", f.rules().display(), f.apache_auth(""));
+    let apache = Apache::start(&support::pubsub_cgi(), &f.store, &conf);
+    let url = apache.url();
+    use base64::Engine as _;
+    let (addr, path) = url.strip_prefix("http://").unwrap().split_once('/').unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode("bob:bob-pw");
+    let request = format!("GET /{path}/what/staff/plans?kn_response_format=simple HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Basic {auth}\r\n\r\n");
+    let mut tunnel = Stream::send(&url, request.as_bytes());
+    assert!(tunnel.read_until(b"Watching topic", Duration::from_secs(10)), "{}", tunnel.text());
+    let post = |id: &str, payload: &str| {
+        let query = format!("do_method=notify&kn_to=/what/staff/plans&kn_payload={payload}&kn_id={id}&kn_response_format=simple");
+        let a = get(&url, &query, pw("anna"), "");
+        assert_eq!(a.code, 200, "{a:?}");
+    };
+    post("e1", "before-the-change");
+    assert!(tunnel.read_until(b"before-the-change", Duration::from_secs(10)), "{}", tunnel.text());
+    std::fs::write(f.dir.join("groups"), "staff: anna\nops: dora\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    post("e2", "after-the-change");
+    assert!(tunnel.read_until(b"403 Forbidden", Duration::from_secs(10)), "{}", tunnel.text());
+    assert!(tunnel.read_to_end(Duration::from_secs(10)), "the tunnel ends: {}", tunnel.text());
+    let text = tunnel.text();
+    assert!(!text.contains("after-the-change") && text.contains("user 'bob' may not read '/what/staff/plans'"), "{text}");
+}
+
 #[test]
 fn lighttpd_mod_auth_sets_remote_user_and_the_cgi_applies_the_rules() {
     if !support::available(support::LIGHTTPD) {

@@ -287,6 +287,74 @@ fn two_chat_pages_talk_through_apache_and_survive_its_restart() {
     drop(site.dir);
 }
 
+/// docs/ACCESS.md's rules for anonymous visitors: each page's journal lies
+/// under the visitor's own session (`do_method=session`, its cookie).
+const ANONYMOUS_RULES: &str = "\
+allow post,read,route /who/anonymous/s/{session}/**  anonymous
+allow post,read       /what/chat/**                  *
+";
+
+#[test]
+fn two_anonymous_chat_pages_talk_under_the_access_rules_each_in_its_own_session() {
+    if !browser_available() {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = Dir::new("browser_sessions");
+    let rules = dir.create("access.rules", ANONYMOUS_RULES);
+    let store = dir.store("kn_events");
+    let www = dir.create_dir("www");
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("www"), &www);
+    let conf = format!(
+        "SetEnv KN_ACCESS_RULES {rules}\nAlias /kn_apps/ {www}/\nAddType text/html .html\nAddType application/javascript .js\nAddCharset utf-8 .html .js\n",
+        rules = rules.display(),
+        www = www.display()
+    );
+    let apache = Apache::start(&support::pubsub_cgi(), &store, &conf);
+    let site = Site { apache, dir };
+    let driver = Driver::start();
+    runtime().block_on(async {
+        let anna = driver.browser("anonymous-1").await;
+        let bert = driver.browser("anonymous-2").await;
+        let url = site.page("chat.html?topic=/what/chat/sessions");
+        anna.goto(&url).await.expect("open chat (1)");
+        bert.goto(&url).await.expect("open chat (2)");
+        wait_connected(&anna, "visitor 1").await;
+        wait_connected(&bert, "visitor 2").await;
+        let journals = (js(&anna, "return kn.journal;").await, js(&bert, "return kn.journal;").await);
+        let session = |j: &Value| j.as_str().and_then(|j| j.strip_prefix("/who/anonymous/s/")).and_then(|r| r.split('/').next()).map(String::from);
+        let (one, two) = (session(&journals.0), session(&journals.1));
+        assert!(one.is_some() && two.is_some() && one != two, "each visitor has a session of its own: {journals:?}");
+        say(&anna, "one", "hello from visitor one").await;
+        say(&bert, "two", "hello from visitor two").await;
+        both_show(&[&anna, &bert], &["hello from visitor one", "hello from visitor two"], &site).await;
+        // The other visitor's journal, by name, with this visitor's
+        // session cookie (HttpOnly: taken through WebDriver): refused; with
+        // its own visitor's, allowed.
+        let cookie = |c: fantoccini::cookies::Cookie<'static>| format!("{}={}", c.name(), c.value());
+        // The cookie's path is the script's (/kn): look from there.
+        let help = format!("{}?do_method=help", site.apache.url());
+        anna.goto(&help).await.expect("open /kn (1)");
+        bert.goto(&help).await.expect("open /kn (2)");
+        let one_cookie = cookie(anna.get_named_cookie("kn_session").await.expect("visitor one's kn_session cookie"));
+        let two_cookie = cookie(bert.get_named_cookie("kn_session").await.expect("visitor two's kn_session cookie"));
+        let other = journals.1.as_str().unwrap_or_default().to_string();
+        let open = |cookie: &str| {
+            let url = site.apache.url();
+            let addr = url.strip_prefix("http://").and_then(|r| r.split('/').next()).unwrap_or_default().to_string();
+            let request = format!("GET /kn{other}?kn_response_format=simple&kn_expires=%2B0 HTTP/1.0\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n");
+            let mut stream = support::http::Stream::send(&url, request.as_bytes());
+            stream.read_to_end(Duration::from_secs(10));
+            stream.status()
+        };
+        assert_eq!(open(&one_cookie), Some(401), "visitor one may not open visitor two's journal");
+        assert_eq!(open(&two_cookie), Some(200), "visitor two may");
+        anna.close().await.ok();
+        bert.close().await.ok();
+    });
+    drop(site.dir);
+}
+
 // ----- topic browser --------------------------------------------------------
 
 #[test]

@@ -1,8 +1,11 @@
 // knpubsub JavaScript client (served by do_method=lib after whoami).
 // No dependencies; any current browser (fetch, EventSource, Promise).
 //
-// One page = one journal (/who/<user>/s/<session>/kn_journal) = one
-// EventSource (kn_response_format=sse). Subscribing routes a topic into that
+// One page = one journal (/who/<user>/s/<session>/kn_journal; for an
+// anonymous visitor /who/anonymous/s/<visitor>/<session>/kn_journal, where
+// <visitor> is the session do_method=session gives, proven by its
+// kn_session cookie: docs/ACCESS.md) = one EventSource
+// (kn_response_format=sse). Subscribing routes a topic into that
 // journal; its events come back over the one connection and are dispatched
 // on kn_route_location, which is the route's kn_uri. Publishing and every
 // other request is a fetch POST answered in the simple format.
@@ -32,6 +35,8 @@
 //       no longer retains the resume point: events may have been missed;
 //       detail is its explanation).
 //   kn.server, kn.journal, kn.userid, kn.displayname, kn.connected
+//   kn.ready: a Promise settled once kn.journal is known (at once for a
+//       user; for an anonymous visitor after do_method=session).
 //   kn.retryFor: how long (ms) a request is retried; default 60000.
 //
 // Reconnecting: when the connection drops (server restart, network), the
@@ -50,14 +55,35 @@
   // The user's own name when it is a valid topic segment, so that access
   // rules granting /who/{user}/** match (docs/ACCESS.md); else the bytes a
   // topic cannot hold become "_".
-  var journal = "/who/" + (userid.replace(/[^A-Za-z0-9_.\u0080-\uffff-]/g, "_").replace(/^\.|\.$/g, "_") || "anonymous") +
-    "/s/" + session + "/kn_journal";
-  var statusFrom = server + journal + "/kn_status/tunnel";
+  var owner = userid.replace(/[^A-Za-z0-9_.\u0080-\uffff-]/g, "_").replace(/^\.|\.$/g, "_") || "anonymous";
+  var journal = null, statusFrom = null;
   var subscriptions = {};   // id -> {topic, params, onEvent, uri, sent}
   var byUri = {};           // kn_uri -> subscription
   var source = null, open = false, everOpen = false, lostAt = 0, retryTimer = null, backoff = 250;
   var lastCheckpoint = -1, seen = [], seenSet = {}, counter = 0;
   var kn;
+
+  function setJournal(path) {
+    journal = path;
+    statusFrom = server + journal + "/kn_status/tunnel";
+    if (kn) kn.journal = journal;
+  }
+
+  // An anonymous visitor's journal lies under the session the server
+  // hands out (its token in an HttpOnly cookie that every request then
+  // brings): only this visitor may read it, whoever learns its name. A
+  // server without sessions (an unknown do_method) gets the old name.
+  function startSession() {
+    if (owner !== "anonymous") {
+      setJournal("/who/" + owner + "/s/" + session + "/kn_journal");
+      return Promise.resolve(journal);
+    }
+    return request({do_method: "session"}, {onError: function () {}}).then(function (status) {
+      var id = /^200/.test(status.status || "") ? (status.kn_payload || "") : "";
+      setJournal(id ? "/who/anonymous/s/" + id + "/" + session + "/kn_journal" : "/who/anonymous/s/" + session + "/kn_journal");
+      return journal;
+    });
+  }
 
   function randomId(n) {
     var bytes = new Uint8Array(n), s = "", abc = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -211,17 +237,26 @@
     return request(params, callbacks || sub.callbacks);
   }
 
+  // The route's destination and kn_uri, once the journal is known.
+  function bind(sub) {
+    if (sub.uri || !journal || subscriptions[sub.id] !== sub) return;
+    sub.uri = server + journal + "/kn_routes/" + sub.id;
+    sub.params.kn_to = journal;
+    sub.params.kn_uri = sub.uri;
+    byUri[sub.uri] = sub;
+  }
+
   function subscribe(topic, onEvent, options, callbacks) {
     options = options || {};
     var id = options.id || ("r" + freshId());
-    var uri = server + journal + "/kn_routes/" + id;
-    var params = {do_method: "route", kn_from: topic, kn_to: journal, kn_id: id, kn_uri: uri};
+    var params = {do_method: "route", kn_from: topic, kn_id: id};
     ["do_max_n", "do_max_age", "kn_content_filter", "kn_expires"].forEach(function (k) {
       if (options[k] !== undefined && options[k] !== null && options[k] !== "") params[k] = options[k];
     });
-    var sub = {id: id, topic: topic, params: params, onEvent: onEvent, uri: uri, callbacks: callbacks || {}, sent: false};
+    var sub = {id: id, topic: topic, params: params, onEvent: onEvent, uri: null, callbacks: callbacks || {}, sent: false};
     subscriptions[id] = sub;
-    byUri[uri] = sub;
+    if (journal) bind(sub);
+    else ready.then(function () { bind(sub); });
     connect();
     // A route into a journal needs the journal's heartbeat: wait for the
     // tunnel's status event.
@@ -233,7 +268,7 @@
     var sub = subscriptions[id];
     if (!sub) return Promise.resolve(report(callbacks || {}, {status: "404 Not subscribed", kn_payload: id}));
     delete subscriptions[id];
-    delete byUri[sub.uri];
+    if (sub.uri) delete byUri[sub.uri];
     if (!sub.sent) return Promise.resolve(report(callbacks || {}, {status: "200 Unsubscribed", kn_payload: ""}));
     return request({do_method: "route", kn_from: sub.topic, kn_to: "", kn_id: id}, callbacks);
   }
@@ -297,6 +332,7 @@
       // an intact route answers "Ignored route".
       Object.keys(subscriptions).forEach(function (id) {
         var sub = subscriptions[id];
+        bind(sub);
         if (!sub.sent || (wasLost && Date.now() - wasLost > 90000)) sendRoute(sub);
       });
     } else if (code === 205) {
@@ -309,6 +345,10 @@
 
   function connect() {
     if (source) return;
+    if (!journal) {
+      ready.then(connect);
+      return;
+    }
     if (typeof EventSource === "undefined") {
       setState("reconnecting", "this browser has no EventSource");
       return;
@@ -330,6 +370,8 @@
     };
   }
 
+  var ready;
+
   kn = window.kn = {
     server: server,
     journal: journal,
@@ -348,4 +390,5 @@
     freshId: freshId,
     parseSimple: parseSimple
   };
+  kn.ready = ready = startSession();
 })();

@@ -190,7 +190,7 @@ impl Handler {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
-        let who = request.principal();
+        let who = crate::session::principal(&self.store, request);
         let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
         let page = Page::new(request.server_url());
         Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
@@ -222,11 +222,12 @@ impl Handler {
             None => "route".to_string(),
         };
         let status_from = params.get("kn_status_from");
-        let who = request.principal();
+        let who = crate::session::principal(&self.store, request);
         let user = self.store.as_user(&who);
         match method.as_str() {
             "notify" | "route" | "batch" | "replay" => {}
             "whoami" => return Reply::Done(self.whoami(request)),
+            "session" => return Reply::Done(crate::session::reply(&self.store, request, format, &page)),
             "lib" | "libform" | "lib2form" => return Reply::Done(self.lib(request, &method)),
             "blank" => return Reply::Done(self.blank(request)),
             "help" => return Reply::Done(self.help(request)),
@@ -474,7 +475,7 @@ impl Handler {
     }
 
     fn reply_statuses(&self, request: &Request, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {
-        let who = request.principal();
+        let who = crate::session::principal(&self.store, request);
         // Where the user may not post, the statuses come in the response.
         let to = self.status_topic(request.params(), &self.store.as_user(&who)).unwrap_or(None);
         if to.is_some() {
@@ -567,6 +568,8 @@ impl Handler {
             expires: deadline,
             closes,
             keep_alive: self.options.keep_alive,
+            status_from: params.get("kn_status_from").map(<[u8]>::to_vec),
+            ended: false,
         })
     }
 
@@ -753,6 +756,10 @@ pub struct TunnelReply {
     /// When the store's `tunnel_max_time` ends it (its journal stays).
     closes: Option<Instant>,
     keep_alive: Duration,
+    /// The request's `kn_status_from`, for the status that ends it.
+    status_from: Option<Vec<u8>>,
+    /// The access rules ended the tunnel (crate::tunnel_end).
+    ended: bool,
 }
 
 impl TunnelReply {
@@ -769,9 +776,17 @@ impl TunnelReply {
 
     /// New events since the last call, encoded with their padding; `None`
     /// when nothing is new. Never blocks for long (a file read).
+    /// Once the access rules refuse the reader, the chunk is the refusal's
+    /// status event and the page's end, and the next call an error.
     pub fn next_chunk(&mut self, store: &Store) -> kn_journal::Result<Option<Vec<u8>>> {
-        let events = self.tunnel.next(store)?;
-        Ok(self.encode(&events))
+        match crate::tunnel_end::ended(self.tunnel.next(store), &mut self.ended)? {
+            Ok(events) => Ok(self.encode(&events)),
+            Err(refused) => Ok(Some(self.refusal(refused))),
+        }
+    }
+
+    fn refusal(&self, refused: kn_journal::Error) -> Vec<u8> {
+        crate::tunnel_end::refusal(self.format, refused, self.status_from.as_deref())
     }
 
     fn encode(&self, events: &[Event]) -> Option<Vec<u8>> {
@@ -790,7 +805,7 @@ impl TunnelReply {
     /// read all there was: await the wakeup armed before it rather than
     /// read again.
     pub fn caught_up(&self) -> bool {
-        self.tunnel.caught_up()
+        !self.ended && self.tunnel.caught_up()
     }
 
     /// An armed wakeup (a `Future`) for async servers: arm, call
@@ -865,7 +880,10 @@ impl TunnelReply {
             }
             let until_keep_alive = every.saturating_sub(now.duration_since(last_write));
             let wait = self.deadline().map(|d| d.saturating_duration_since(now)).unwrap_or(until_keep_alive).min(until_keep_alive);
-            let events = self.tunnel.wait(store, wait).map_err(std::io::Error::other)?;
+            let events = match crate::tunnel_end::ended(self.tunnel.wait(store, wait), &mut self.ended).map_err(std::io::Error::other)? {
+                Ok(events) => events,
+                Err(refused) => return write_flush(out, &self.refusal(refused)),
+            };
             if let Some(chunk) = self.encode(&events) {
                 write_flush(out, &chunk)?;
                 last_write = Instant::now();

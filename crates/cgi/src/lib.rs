@@ -14,7 +14,9 @@
 //! * [`response`]: one-shot CGI responses written with one `write`
 //!   ([`Response`]) and streaming tunnels ([`TunnelWriter`]).
 //! * [`handler`]: one request in, one reply out ([`Handler`]): what each
-//!   `do_method` does, through kn-journal.
+//!   `do_method` does, through kn-journal; `session.rs`: who an anonymous
+//!   request is (its verified `kn_session` cookie) and `do_method=session`;
+//!   `tunnel_end.rs`: how a tunnel the access rules refuse ends.
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
 //!   ([`pages`]) and its `/metrics` ([`metrics_http`]); [`cli`]: its
@@ -66,7 +68,9 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+mod session;
 pub mod streams;
+mod tunnel_end;
 mod wake;
 
 pub use kn_wire::{status_event, Format, Page, Params};

@@ -166,6 +166,9 @@ pub struct Request {
     names: Vec<String>,
     remote_user: Option<String>,
     last_event_id: Option<Vec<u8>>,
+    /// The value of the `kn_session` cookie (an anonymous visitor's
+    /// session token, docs/ACCESS.md), unverified.
+    session_cookie: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -217,6 +220,7 @@ impl Request {
             script_name,
             remote_user: env.text("REMOTE_USER").filter(|u| !u.is_empty()),
             last_event_id: env.get("HTTP_LAST_EVENT_ID").map(<[u8]>::to_vec),
+            session_cookie: env.get("HTTP_COOKIE").and_then(|c| cookie(c, kn_journal::access::SESSION_COOKIE.as_bytes())),
         })
     }
 
@@ -353,6 +357,21 @@ impl Request {
     pub fn last_event_id(&self) -> Option<&[u8]> {
         self.last_event_id.as_deref()
     }
+
+    /// The `kn_session` cookie's value, as sent (not yet verified).
+    pub fn session_cookie(&self) -> Option<&[u8]> {
+        self.session_cookie.as_deref()
+    }
+}
+
+/// The value of cookie `name` in a `Cookie` header (`a=1; b=2`; RFC 6265
+/// 5.4), the first if it is there more than once.
+fn cookie(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    header.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let (key, value) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+        (key.trim_ascii() == name).then(|| value[1..].trim_ascii().to_vec())
+    })
 }
 
 /// The absolute URL of the script of this CGI process, from its
@@ -509,7 +528,7 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 2] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID"];
+const READ_HEADERS: [&str; 3] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE"];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),

@@ -279,7 +279,7 @@ fn whoami_names_the_authenticated_user_under_serve() {
     assert!(who.body.contains("window.kn_userid = 'anna'"), "{who:?}");
     // The JavaScript client names its journal after the user.
     let lib = s.request("do_method=lib", "X-Forwarded-User: anna\r\n");
-    assert!(lib.body.contains("window.kn_userid = 'anna'") && lib.body.contains("\"/who/\" + (userid"), "{lib:?}");
+    assert!(lib.body.contains("window.kn_userid = 'anna'") && lib.body.contains("setJournal(\"/who/\" + owner + \"/s/\""), "{lib:?}");
 }
 
 fn htpasswd(dir: &Path, flag: &str) -> Option<PathBuf> {

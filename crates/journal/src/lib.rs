@@ -50,8 +50,10 @@
 //!   Prometheus text format ([`Exposition`]). `usage.rs`: the store's size
 //!   from one walk ([`Usage`]) and a server's cache of it ([`UsageCache`]).
 //! * `access/`: [`access`] control: the rules file ([`access::Rules`]),
-//!   who asks ([`access::Principal`]) and the checked request API
-//!   ([`access::AsUser`], from [`Store::as_user`]).
+//!   who asks ([`access::Principal`]), the checked request API
+//!   ([`access::AsUser`], from [`Store::as_user`]), what a reader is shown
+//!   ([`access::Rules::may_see`]) and anonymous visitors' sessions
+//!   ([`access::SessionKey`]).
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
 //!   remote deliveries and the outbound policy; `http.rs`: the one HTTP

@@ -8,7 +8,7 @@ use crate::event::Event;
 use crate::store::{Destination, PostReport, Route, RouteReport, Selected, Selection, Store, TunnelStart};
 use crate::topic::Topic;
 
-use super::{Operation, Principal, Rules, KN_ROUTE_CREATOR};
+use super::{Operation, Principal, Reader, Rules};
 
 /// The store as one user sees it: every call checks the access rules
 /// before it does anything, then calls the [`Store`] method of the same
@@ -81,22 +81,36 @@ impl AsUser<'_> {
         self.store.notify_nowait(topic, event)
     }
 
-    /// [`Store::events`], if this user may read `topic`.
+    /// [`Store::events`], if this user may read `topic`; of an
+    /// introspection topic, only the events this user may see
+    /// ([`Rules::may_see`]).
     pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
         self.check(Operation::Read, topic)?;
-        self.store.events(topic, selection)
+        let mut selected = self.store.events(topic, selection)?;
+        if let Some(rules) = self.store.access_rules()? {
+            rules.retain_visible(self.who, topic, &mut selected.events);
+        }
+        Ok(selected)
     }
 
-    /// [`Store::tunnel`], if this user may read `topic`.
+    /// [`Store::tunnel`], if this user may read `topic`. Every delivery
+    /// checks again that the user still may (the tunnel ends with the
+    /// refusal when not), and an introspection topic's tunnel delivers
+    /// only what the user may see ([`Rules::may_see`]).
     pub fn tunnel(&self, topic: &Topic, selection: &Selection) -> Result<TunnelStart> {
         self.check(Operation::Read, topic)?;
-        self.store.tunnel(topic, selection)
+        let mut start = self.store.tunnel(topic, selection)?;
+        if let Some(rules) = self.store.access_rules()? {
+            rules.retain_visible(self.who, topic, &mut start.initial.events);
+        }
+        start.tunnel.reader = Some(Reader::new(self.who.clone()));
+        Ok(start)
     }
 
     /// [`Store::route`], if this user may read `from` and route to `to`
     /// (when it is a topic of this store), and, when the route replaces
     /// someone else's of the same `kn_id`, may delete that one. The route
-    /// records its creator ([`KN_ROUTE_CREATOR`]; whatever the request
+    /// records its creator ([`KN_ROUTE_CREATOR`](super::KN_ROUTE_CREATOR), or [`KN_ROUTE_SESSION`](super::KN_ROUTE_SESSION); whatever the request
     /// said there is dropped), so that each delivery checks the creator's
     /// rights again.
     pub fn route(&self, from: &Topic, to: &[u8], params: Event) -> Result<RouteReport> {
@@ -112,19 +126,21 @@ impl AsUser<'_> {
     }
 
     /// The checks of [`AsUser::route`]: the route's elements, with its
-    /// creator recorded, when this user may make it.
+    /// creator recorded, when this user may make it. A route replacing
+    /// one of the same `kn_id`, active, poisoned or deleted alike, needs
+    /// what deleting that one needs ([`AsUser::delete_route`]).
     fn may_route(&self, from: &Topic, to: &[u8], mut params: Event) -> Result<Event> {
-        params.remove(KN_ROUTE_CREATOR);
-        if let Some(name) = self.who.name() {
-            params.set(KN_ROUTE_CREATOR, name);
-        }
+        // Only the store writes these.
+        params.remove(crate::store::KN_POISONED);
+        params.remove(crate::store::KN_POISONED_BEFORE);
+        self.who.record_as_creator(&mut params);
         let Some(rules) = self.store.access_rules()? else { return Ok(params) };
         rules.check(self.who, Operation::Read, from)?;
         if let Ok(Destination::Local(topic)) = self.store.resolve(to) {
             rules.check(self.who, Operation::Route, &topic)?;
         }
         if let Some(id) = params.id().filter(|id| !id.is_empty()) {
-            if let Some(existing) = self.store.routes(from)?.into_iter().find(|r| r.id() == id) {
+            if let Some(existing) = self.store.route_of(from, id)? {
                 self.may_remove(&rules, &existing)?;
             }
         }
@@ -136,18 +152,21 @@ impl AsUser<'_> {
     /// (a topic of this store): a user can always stop what arrives in
     /// topics of their own.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
-        if let Some(rules) = self.store.access_rules()? {
-            match self.store.all_routes(from)?.into_iter().find(|r| r.id() == id) {
-                Some(existing) => self.may_remove(&rules, &existing)?,
-                None => rules.check(self.who, Operation::Delete, from)?,
-            }
+        let Some(rules) = self.store.access_rules()? else { return self.store.delete_route(from, id, expires) };
+        let existing = self.store.route_of(from, id)?;
+        match &existing {
+            Some(existing) => self.may_remove(&rules, existing)?,
+            None => rules.check(self.who, Operation::Delete, from)?,
         }
-        self.store.delete_route(from, id, expires)
+        // The tombstone keeps the route's creator: reusing its id later
+        // needs what deleting it needed.
+        let creator = existing.map(|r| Principal::creator_of(&r.event)).unwrap_or_default();
+        self.store.delete_route_of(from, id, expires, &creator)
     }
 
     /// Whether this user may delete or replace `route`.
     fn may_remove(&self, rules: &Arc<Rules>, route: &Route) -> Result<()> {
-        if self.who.name().is_some() && Principal::creator_of(&route.event) == *self.who {
+        if self.who.is_identified() && Principal::creator_of(&route.event) == *self.who {
             return Ok(());
         }
         let refused = match rules.check(self.who, Operation::Delete, &route.source) {

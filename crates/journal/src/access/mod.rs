@@ -43,14 +43,23 @@ use crate::topic::Topic;
 
 mod as_user;
 mod rules;
+mod session;
+mod visible;
 
 pub use as_user::AsUser;
 pub use rules::{Rules, MAX_RULE_LINES};
+pub use session::{SessionKey, SESSION_COOKIE};
+pub(crate) use visible::Reader;
 
 /// The element of a route event that names the user who created the
 /// route through a server (absent: anonymous, or a local tool). Every
 /// delivery along the route is checked against this user's rights.
 pub const KN_ROUTE_CREATOR: &str = "kn_route_creator";
+
+/// The element of a route event that names the anonymous visitor's
+/// session ([`Principal::session`]) that created the route through a
+/// server: written by the server only, like [`KN_ROUTE_CREATOR`].
+pub const KN_ROUTE_SESSION: &str = "kn_route_session";
 
 /// What a request does to a topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,19 +110,28 @@ impl Operation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Principal {
     user: Option<String>,
+    /// An anonymous visitor's verified session id (see [`SessionKey`]).
+    session: Option<String>,
 }
 
 impl Principal {
     /// A request without a user.
     pub fn anonymous() -> Principal {
-        Principal { user: None }
+        Principal { user: None, session: None }
+    }
+
+    /// An anonymous visitor holding the session `id`, as verified by
+    /// [`SessionKey::verify`]: the rules' `{session}` segment matches `id`
+    /// for this visitor only (docs/ACCESS.md).
+    pub fn anonymous_session(id: &str) -> Principal {
+        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()) }
     }
 
     /// The authenticated user `name`. An empty name, and the name
     /// `anonymous` (the JavaScript client's journals of anonymous
     /// visitors are `/who/anonymous/...`), are anonymous.
     pub fn user(name: &str) -> Principal {
-        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous") }
+        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None }
     }
 
     /// The user's name; `None` for anonymous.
@@ -121,18 +139,46 @@ impl Principal {
         self.user.as_deref()
     }
 
-    /// The creator a route event names ([`KN_ROUTE_CREATOR`]).
+    /// An anonymous visitor's session id; `None` for a user, and for
+    /// anonymous without a session.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// True when this principal is someone in particular (a user, or an
+    /// anonymous visitor's session), who can be recognised as a route's
+    /// creator.
+    pub fn is_identified(&self) -> bool {
+        self.user.is_some() || self.session.is_some()
+    }
+
+    /// The creator a route event names ([`KN_ROUTE_CREATOR`], else
+    /// [`KN_ROUTE_SESSION`]).
     pub fn creator_of(route: &Event) -> Principal {
-        match route.get(KN_ROUTE_CREATOR) {
-            Some(name) => Principal::user(&String::from_utf8_lossy(name)),
-            None => Principal::anonymous(),
+        match (route.get(KN_ROUTE_CREATOR), route.get(KN_ROUTE_SESSION)) {
+            (Some(name), _) => Principal::user(&String::from_utf8_lossy(name)),
+            (None, Some(id)) => Principal::anonymous_session(&String::from_utf8_lossy(id)),
+            (None, None) => Principal::anonymous(),
+        }
+    }
+
+    /// Records this principal as the creator of `route` (whatever it said
+    /// before is dropped).
+    pub(crate) fn record_as_creator(&self, route: &mut Event) {
+        route.remove(KN_ROUTE_CREATOR);
+        route.remove(KN_ROUTE_SESSION);
+        if let Some(name) = self.name() {
+            route.set(KN_ROUTE_CREATOR, name);
+        } else if let Some(id) = self.session() {
+            route.set(KN_ROUTE_SESSION, id);
         }
     }
 
     fn describe(&self) -> String {
-        match &self.user {
-            Some(name) => format!("user '{name}'"),
-            None => "anonymous".to_string(),
+        match (&self.user, &self.session) {
+            (Some(name), _) => format!("user '{name}'"),
+            (None, Some(id)) => format!("anonymous (session '{id}')"),
+            (None, None) => "anonymous".to_string(),
         }
     }
 }
@@ -166,7 +212,7 @@ impl Rules {
         let decided = merged(anchored, &self.unanchored).map(|i| &self.rules[i]).find(|rule| {
             rule.operations & op.bit() != 0
                 && rule.who.iter().any(|w| applies(w, user, groups))
-                && rule.pattern.matches(segments, user)
+                && rule.pattern.matches(segments, user, who.session())
         });
         let why = match decided {
             Some(rule) if rule.allow => return Ok(()),
@@ -224,18 +270,31 @@ const RECHECK_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Source {
     path: Option<PathBuf>,
     cached: Mutex<Option<Cached>>,
+    /// The store's session key, once read.
+    session_key: std::sync::OnceLock<SessionKey>,
 }
 
 #[derive(Debug)]
 struct Cached {
     checked: Instant,
-    stamp: Option<(SystemTime, u64)>,
+    /// The modification time and size of the rules file, then of each
+    /// group file it read.
+    stamp: Vec<Option<(SystemTime, u64)>>,
     rules: std::result::Result<Arc<Rules>, String>,
 }
 
 impl Source {
     pub(crate) fn new(path: Option<PathBuf>) -> Source {
-        Source { path, cached: Mutex::new(None) }
+        Source { path, cached: Mutex::new(None), session_key: std::sync::OnceLock::new() }
+    }
+
+    /// The session key of the store at `root`, read (or made) once.
+    pub(crate) fn session_key(&self, root: &Path) -> Result<SessionKey> {
+        if let Some(key) = self.session_key.get() {
+            return Ok(key.clone());
+        }
+        let key = SessionKey::of_store(root)?;
+        Ok(self.session_key.get_or_init(|| key).clone())
     }
 
     /// The rules in force: `None` without a rules file (everything is
@@ -246,11 +305,22 @@ impl Source {
         let mut cached = self.cached.lock().map_err(|_| Error::new(ErrorKind::Io, "access rules lock poisoned"))?;
         let fresh = cached.as_ref().is_some_and(|c| c.checked.elapsed() < RECHECK_EVERY);
         if !fresh {
-            let stamp = stamp(path);
+            // Unchanged when the rules file and every group file it read
+            // are (a broken file is read again each time: what broke it
+            // may have been a group file).
+            let unchanged = |c: &Cached| match &c.rules {
+                Ok(rules) => c.stamp.first().is_some_and(Option::is_some) && c.stamp == stamps(path, rules),
+                Err(_) => false,
+            };
             match cached.as_mut() {
-                Some(c) if c.stamp.is_some() && c.stamp == stamp => c.checked = Instant::now(),
+                Some(c) if unchanged(c) => c.checked = Instant::now(),
                 _ => {
+                    let before = stamp(path);
                     let rules = Rules::load(path).map(Arc::new).map_err(|e| e.to_string());
+                    let mut stamp = vec![before];
+                    if let Ok(rules) = &rules {
+                        stamp.extend(rules.group_files.iter().map(|g| self::stamp(g)));
+                    }
                     *cached = Some(Cached { checked: Instant::now(), stamp, rules });
                 }
             }
@@ -261,6 +331,12 @@ impl Source {
             None => Err(Error::new(ErrorKind::Io, "access rules not loaded")),
         }
     }
+}
+
+/// The stamps of the rules file at `path` and of the group files `rules`
+/// read, as [`Cached::stamp`] keeps them.
+fn stamps(path: &Path, rules: &Rules) -> Vec<Option<(SystemTime, u64)>> {
+    std::iter::once(stamp(path)).chain(rules.group_files.iter().map(|g| stamp(g))).collect()
 }
 
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
@@ -389,5 +465,19 @@ mod tests {
         let err = source.rules().unwrap_err();
         assert!(err.message().contains("refuse everything until fixed"), "{err}");
         assert!(Source::new(None).rules().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_changed_group_file_is_a_change_of_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules");
+        std::fs::write(dir.path().join("groups"), "staff: anna bob\n").unwrap();
+        std::fs::write(&path, "groupfile groups\nallow read /what/** @staff\n").unwrap();
+        let source = Source::new(Some(path));
+        let chat = topic("/what/chat");
+        assert!(source.rules().unwrap().unwrap().check(&Principal::user("bob"), Operation::Read, &chat).is_ok());
+        std::fs::write(dir.path().join("groups"), "staff: anna\n").unwrap();
+        std::thread::sleep(RECHECK_EVERY + Duration::from_millis(50));
+        assert!(source.rules().unwrap().unwrap().check(&Principal::user("bob"), Operation::Read, &chat).is_err());
     }
 }

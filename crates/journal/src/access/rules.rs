@@ -41,8 +41,9 @@ pub(super) enum Who {
 }
 
 /// A topic pattern: segments, each a literal, `*` (any one segment),
-/// `**` (any number of segments, none included) or `{user}` (the
-/// requesting user's name).
+/// `**` (any number of segments, none included), `{user}` (the
+/// requesting user's name) or `{session}` (an anonymous visitor's own
+/// verified session id).
 #[derive(Clone, Debug)]
 pub(super) struct Pattern {
     pub(super) segments: Vec<Segment>,
@@ -54,6 +55,7 @@ pub(super) enum Segment {
     One,
     Any,
     User,
+    Session,
 }
 
 /// A parsed rules file: its rules in order and who is in which group.
@@ -67,6 +69,9 @@ pub struct Rules {
     /// looks only at the rules that can match the topic's first segment.
     pub(super) by_first: HashMap<String, Vec<usize>>,
     pub(super) unanchored: Vec<usize>,
+    /// The group files the rules read (`groupfile`): a change to one is a
+    /// change of the rules.
+    pub(super) group_files: Vec<std::path::PathBuf>,
 }
 
 impl Rules {
@@ -122,6 +127,7 @@ impl Rules {
                 "groupfile" => {
                     let path = origin.parent().unwrap_or(Path::new(".")).join(rest.trim());
                     let text = std::fs::read_to_string(&path).map_err(|e| bad(number, format!("cannot read group file '{}': {e}", path.display())))?;
+                    rules.group_files.push(path.clone());
                     for (j, group) in text.lines().enumerate() {
                         let group = group.split('#').next().unwrap_or("").trim();
                         if group.is_empty() {
@@ -208,8 +214,9 @@ fn parse_pattern(text: &str) -> std::result::Result<Pattern, String> {
             "*" => Segment::One,
             "**" => Segment::Any,
             "{user}" => Segment::User,
+            "{session}" => Segment::Session,
             s if s.contains(['*', '{', '}']) => {
-                return Err(format!("bad topic pattern '{text}': '*', '**' and '{{user}}' must be whole segments"));
+                return Err(format!("bad topic pattern '{text}': '*', '**', '{{user}}' and '{{session}}' must be whole segments"));
             }
             s => Segment::Literal(s.to_string()),
         });
@@ -237,22 +244,24 @@ fn parse_who(word: &str) -> std::result::Result<Who, String> {
 
 impl Pattern {
     /// True when `topic`'s segments match, with `user` for `{user}` (an
-    /// anonymous request matches no `{user}`).
-    pub(super) fn matches(&self, topic: &[&str], user: Option<&str>) -> bool {
-        matches_from(&self.segments, topic, user)
+    /// anonymous request matches no `{user}`) and `session` for
+    /// `{session}` (a request without a verified session matches none).
+    pub(super) fn matches(&self, topic: &[&str], user: Option<&str>, session: Option<&str>) -> bool {
+        matches_from(&self.segments, topic, (user, session))
     }
 }
 
-fn matches_from(pattern: &[Segment], topic: &[&str], user: Option<&str>) -> bool {
+fn matches_from(pattern: &[Segment], topic: &[&str], who: (Option<&str>, Option<&str>)) -> bool {
     let Some((first, rest)) = pattern.split_first() else { return topic.is_empty() };
     if *first == Segment::Any {
-        return (0..=topic.len()).any(|skip| matches_from(rest, &topic[skip..], user));
+        return (0..=topic.len()).any(|skip| matches_from(rest, &topic[skip..], who));
     }
     let Some((segment, topic_rest)) = topic.split_first() else { return false };
     let here = match first {
         Segment::Literal(l) => l == segment,
-        Segment::User => user == Some(*segment),
+        Segment::User => who.0 == Some(*segment),
+        Segment::Session => who.1 == Some(*segment),
         Segment::One | Segment::Any => true,
     };
-    here && matches_from(rest, topic_rest, user)
+    here && matches_from(rest, topic_rest, who)
 }

@@ -38,7 +38,7 @@ pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
 pub use post::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
-pub use routes::{Route, RouteReport};
+pub use routes::{Route, RouteReport, KN_POISONED_BEFORE};
 pub use sweep::{SweepReport, REMOVING_PREFIX};
 
 use routes::RouteList;
@@ -287,6 +287,11 @@ impl Store {
     /// it is fixed. Read again when the file changes.
     pub fn access_rules(&self) -> Result<Option<Arc<crate::access::Rules>>> {
         self.access.rules()
+    }
+
+    /// The access rules' source (and the session key it keeps).
+    pub(crate) fn access_source(&self) -> &crate::access::Source {
+        &self.access
     }
 
     /// The store's root directory.

@@ -921,7 +921,7 @@ impl Store {
         let route = &listed.route;
         let route_id = route.id().to_vec();
         let payload = shared.map_or(event.payload(), |p| &p.bytes[..]);
-        if !listed.passes(self, payload) {
+        if !listed.passes(self, payload) || !listed.shows(self, event) {
             return None;
         }
         let mut out = event.clone();

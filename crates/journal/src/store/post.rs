@@ -563,6 +563,11 @@ impl Store {
         let _ = self.count(counter, 1);
         let mut event = Event::new();
         event.set(KN_ID, route_id).set(KN_PAYLOAD, "").set(KN_EXPIRES, "+300");
+        // The record keeps the route's creator: reusing its id needs what
+        // deleting the route needed (docs/ACCESS.md).
+        if let Ok(Some(route)) = self.route_of(source, route_id) {
+            crate::access::Principal::creator_of(&route.event).record_as_creator(&mut event);
+        }
         let mut with_reason = event.clone();
         with_reason.set(KN_POISONED, reason);
         if let Ok(event) = self.normalise(with_reason).or_else(|_| self.normalise(event)) {

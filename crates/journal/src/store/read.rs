@@ -223,6 +223,7 @@ impl Store {
             last_beat: Instant::now(),
             poll: self.config.poll_interval,
             _reading: reading,
+            reader: None,
         };
         Ok(TunnelStart { tunnel, created: report, initial })
     }
@@ -255,6 +256,9 @@ pub struct Tunnel {
     poll: Duration,
     /// Keeps the topic from the sweep while the tunnel lives.
     _reading: super::readers::ReaderMark,
+    /// Who reads, when the tunnel was opened through `Store::as_user`:
+    /// each delivery checks the access rules again (access/visible.rs).
+    pub(crate) reader: Option<crate::access::Reader>,
 }
 
 /// Tunnels refresh their journal's heartbeat at least this often (and every
@@ -274,7 +278,19 @@ impl Tunnel {
 
     /// The events stored since the last call (never blocks), oldest first,
     /// unexpired, with checkpoints. Refreshes a journal's heartbeat when due.
+    /// A tunnel opened through [`Store::as_user`] delivers only while its
+    /// reader may read the topic: once the access rules refuse it, this
+    /// is the refusal (`Forbidden`, or `Unauthorized` for anonymous), and
+    /// the tunnel is over.
     pub fn next(&mut self, store: &Store) -> Result<Vec<Event>> {
+        let mut events = self.read_next(store)?;
+        if let Some(reader) = &mut self.reader {
+            reader.admit(store, &self.topic, &mut events)?;
+        }
+        Ok(events)
+    }
+
+    fn read_next(&mut self, store: &Store) -> Result<Vec<Event>> {
         if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY.min(store.config().heartbeat_stale / 5) {
             store.heartbeat(&self.topic)?;
             self.last_beat = Instant::now();

@@ -15,6 +15,13 @@ use super::{Destination, Store};
 use super::post::{Poisoned, PostReport, Write};
 use super::read::Selection;
 
+/// The element of a route that replaced a poisoned one under the same
+/// `kn_id`: why that one was poisoned (its [`KN_POISONED`](super::KN_POISONED)),
+/// carried on by every later replacement, so that replacing a route never
+/// erases the record of its poisoning (`kn routes --all` shows it).
+/// Written by the store only.
+pub const KN_POISONED_BEFORE: &str = "kn_poisoned_before";
+
 /// What a route request did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouteReport {
@@ -104,6 +111,22 @@ impl ListedRoute {
         Ok(answer)
     }
 
+    /// True when the route's creator may see `event` of its source: always,
+    /// except from an introspection topic (`kn_subtopics`, `kn_routes`),
+    /// which a route carries only what a tunnel of its creator's would
+    /// ([`Rules::may_see`](crate::access::Rules::may_see)). Unreadable
+    /// rules show nothing.
+    pub(super) fn shows(&self, store: &Store, event: &Event) -> bool {
+        if !self.route.source.is_reserved() {
+            return true;
+        }
+        match store.access_rules() {
+            Ok(Some(rules)) => rules.may_see(&crate::access::Principal::creator_of(&self.route.event), &self.route.source, event),
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
     /// True when an event with `payload` passes the route's content
     /// filter (always, without one).
     pub(super) fn passes(&self, store: &Store, payload: &[u8]) -> bool {
@@ -144,6 +167,25 @@ impl Store {
             .into_iter()
             .map(|event| Route { source: topic.clone(), event })
             .collect())
+    }
+
+    /// The route of `topic` with id `id`, active or not (as
+    /// [`Store::all_routes`] lists it), if there is one: read from the
+    /// newest record back, stopping at the first of that id.
+    pub fn route_of(&self, topic: &Topic, id: &[u8]) -> Result<Option<Route>> {
+        let dir = self.checked_dir(&topic.routes())?;
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut found = None;
+        log::read_backwards_after(&dir, 0, |r| {
+            if r.event.id() != Some(id) {
+                return true;
+            }
+            found = Some(r.event);
+            false
+        })?;
+        Ok(found.map(|event| Route { source: topic.clone(), event }))
     }
 
     /// The active routes of `topic`: a destination and not expired.
@@ -219,6 +261,7 @@ impl Store {
         let settled = self.settle_forwarding(from)?;
         let mut event = params;
         event.set(KN_PAYLOAD, destination);
+        self.keep_poison_record(from, &mut event)?;
         let mut report = self.post_route_event(from, event)?;
         if !settled {
             // The route created the topic: its outbox starts now, empty.
@@ -264,6 +307,21 @@ impl Store {
         }
     }
 
+    /// When `route` replaces a route of the same `kn_id` that was
+    /// poisoned (or itself carries such a record), carries the reason on
+    /// as [`KN_POISONED_BEFORE`]; whatever `route` said there is dropped.
+    fn keep_poison_record(&self, from: &Topic, route: &mut Event) -> Result<()> {
+        route.remove(KN_POISONED_BEFORE);
+        route.remove(super::KN_POISONED);
+        let Some(id) = route.id().filter(|id| !id.is_empty()) else { return Ok(()) };
+        let Some(existing) = self.route_of(from, id)? else { return Ok(()) };
+        let record = existing.event.get(super::KN_POISONED).or_else(|| existing.event.get(KN_POISONED_BEFORE));
+        if let Some(reason) = record {
+            route.set(KN_POISONED_BEFORE, reason.to_vec());
+        }
+        Ok(())
+    }
+
     /// Refuses a new route from `from` when it has `max_routes` active
     /// ones already (replacing one of them, same `kn_id`, is allowed). The
     /// routes are counted only when the index says there may be that many.
@@ -288,8 +346,16 @@ impl Store {
     /// at `expires`, else after `tombstone_ttl`, and compaction reclaims
     /// it once expired longer than `expired_grace`.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
+        self.delete_route_of(from, id, expires, &crate::access::Principal::anonymous())
+    }
+
+    /// [`Store::delete_route`], the tombstone naming the deleted route's
+    /// `creator` (docs/ACCESS.md: reusing its id needs what deleting it
+    /// needed).
+    pub(crate) fn delete_route_of(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>, creator: &crate::access::Principal) -> Result<RouteReport> {
         let mut event = Event::new();
         event.set(KN_ID, id).set(KN_PAYLOAD, "");
+        creator.record_as_creator(&mut event);
         match expires {
             Some(e) => event.set(KN_EXPIRES, e),
             None => event.set(KN_EXPIRES, format!("+{}", self.config.tombstone_ttl.as_secs())),
