@@ -17,7 +17,8 @@
 //!   `do_method` does, through kn-journal.
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
-//!   ([`pages`]); [`cli`]: its command line.
+//!   ([`pages`]), which stops as `shutdown.rs` says; [`cli`]: its command
+//!   line.
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
@@ -64,6 +65,7 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+mod shutdown;
 pub mod streams;
 mod wake;
 

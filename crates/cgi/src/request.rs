@@ -164,6 +164,7 @@ pub struct Request {
     server_url: String,
     remote_user: Option<String>,
     last_event_id: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -211,6 +212,7 @@ impl Request {
             script_name,
             remote_user: env.text("REMOTE_USER").filter(|u| !u.is_empty()),
             last_event_id: env.get("HTTP_LAST_EVENT_ID").map(<[u8]>::to_vec),
+            user_agent: env.get("HTTP_USER_AGENT").map(<[u8]>::to_vec),
         })
     }
 
@@ -329,6 +331,12 @@ impl Request {
     /// The `Last-Event-ID` header of an `EventSource` reconnect.
     pub fn last_event_id(&self) -> Option<&[u8]> {
         self.last_event_id.as_deref()
+    }
+
+    /// The `User-Agent` header (`HTTP_USER_AGENT`), if sent: whether a
+    /// tunnel is padded for a browser ([`kn_wire::Format::tunnel_padding`]).
+    pub fn user_agent(&self) -> Option<&[u8]> {
+        self.user_agent.as_deref()
     }
 }
 
@@ -452,7 +460,7 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 2] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID"];
+const READ_HEADERS: [&str; 3] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_USER_AGENT"];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),
