@@ -81,9 +81,9 @@ const STORED_ONLY: [&[u8]; 5] = [KN_PAYLOAD, b"kn_time_t", b"kn_route_checkpoint
 impl Poisoned {
     /// A `curl` command that makes the route again, under the same id, on
     /// the server `store` knows itself by (its configured URL or first
-    /// name, `kn names`): with the destination and elements of the route
-    /// it replaced, or with `DESTINATION` to fill in when the log no
-    /// longer holds that.
+    /// name, `kn names`; else `http://SERVER/kn` to fill in): with the
+    /// destination and elements of the route it replaced, or with
+    /// `DESTINATION` to fill in when the log no longer holds that.
     pub fn recreate(&self, store: &Store) -> String {
         let mut command = format!("curl -d do_method=route {}", data("kn_from", self.route.source.as_str().as_bytes()));
         match &self.before {
@@ -95,7 +95,7 @@ impl Poisoned {
             }
             None => command.push_str(&format!(" -d kn_to=DESTINATION {}", data("kn_id", self.route.id()))),
         }
-        command.push_str(&format!(" -d kn_response_format=simple {}", shell_word(&store.server_url())));
+        command.push_str(&format!(" -d kn_response_format=simple {}", shell_word(&server_url(store))));
         command
     }
 
@@ -113,6 +113,17 @@ impl Poisoned {
             self.reason,
             self.recreate(store)
         )
+    }
+}
+
+/// The URL the store knows its server by, if any: its configured URL or
+/// first name, else `http://SERVER/kn` (a placeholder).
+fn server_url(store: &Store) -> String {
+    let named = store.config().server_url.is_some() || store.server_names().len() > 1 || store.server_url() != "http://localhost/kn";
+    if named {
+        store.server_url()
+    } else {
+        "http://SERVER/kn".to_string()
     }
 }
 
