@@ -171,8 +171,8 @@ impl Format {
     /// `js` pages are only ever loaded by browsers and `flash` frames by
     /// the Flash player (whose requests may carry `Shockwave Flash`), so
     /// both always get it. A `simple` tunnel gets it when the request
-    /// carries no `User-Agent` (the old C and Perl clients send none, and
-    /// nor do the golden transcripts) or one that starts with `Mozilla/`
+    /// carries no `User-Agent` (the original Perl client's tunnels send
+    /// none, nor do the golden transcripts) or one that starts with `Mozilla/`
     /// or `Opera` (every browser's, old and new); any other (`curl/8.5.0`,
     /// `Wget/1.21`, `python-requests/2.31`) gets none. Padding is only ever
     /// spaces that every simple reader skips between frames, so a client
