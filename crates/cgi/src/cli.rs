@@ -22,8 +22,13 @@ Environment:
     KN_EVENTS           the event store (both modes)
     KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
                         store settings (see crates/journal)
+    KN_LISTEN           serve's address (--listen; default 127.0.0.1:8080)
     KN_MAX_CONNECTIONS, KN_MAX_TUNNELS
                         serve's caps (--max-connections, --max-tunnels)
+    KN_SHUTDOWN_GRACE   seconds serve may take to stop on SIGTERM or Ctrl-C
+                        (default 5): tunnels end at once with a 503 status
+                        event, clients reconnect; see docs/DEPLOY.md
+    KN_SSE_RETRY_MS     the retry: of sse tunnels (default 1000)
     KN_MAX_REPLAYS      most do_method=replay runs at once per store
                         (default 8; more: 503 with Retry-After)
     KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
@@ -60,7 +65,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve the PubSub protocol at /kn over HTTP/1.1, Durable Streams at
     /// /v1/stream/ (docs/DURABLE-STREAMS.md), and the pages built into the
-    /// program (or --static DIR) for every other path, until Ctrl-C.
+    /// program (or --static DIR) for every other path, until Ctrl-C or
+    /// SIGTERM (then it stops within $KN_SHUTDOWN_GRACE seconds, 5 by
+    /// default: see docs/DEPLOY.md, "Rolling restarts").
     ///
     /// One persistent process with thousands of open tunnels; put it
     /// behind Apache's mod_proxy or nginx, or use it directly.
@@ -70,9 +77,10 @@ pub enum Command {
 /// The options of `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The address to listen on (port 0 picks a free port).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    pub listen: String,
+    /// The address to listen on (port 0 picks a free port) [default:
+    /// $KN_LISTEN, else 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// The event store [default: $KN_EVENTS, else ./kn_events].
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
@@ -123,7 +131,11 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     fn config(self) -> Result<ServeConfig, String> {
-        let listen = resolve(&self.listen)?;
+        let listen = match self.listen {
+            Some(listen) => listen,
+            None => std::env::var("KN_LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".to_owned()),
+        };
+        let listen = resolve(&listen)?;
         let root = self
             .root
             .or_else(|| std::env::var_os("KN_EVENTS").map(PathBuf::from))

@@ -541,8 +541,12 @@ impl Handler {
             head = head.with("Cache-Control", "no-cache").with("X-Accel-Buffering", "no");
         }
         let mut first = format.prologue(&page, &status);
+        if format == Format::Sse {
+            kn_wire::sse::write_retry(&mut first, self.store.config().sse_retry.as_millis() as u64);
+        }
         format.write_event(&mut first, &status);
-        first.extend_from_slice(format.padding());
+        let padding = format.tunnel_padding(request.user_agent());
+        first.extend_from_slice(padding);
         let mut initial = Vec::new();
         if format == Format::Sse && matches!(start.initial.resume, Resume::Gap | Resume::Unknown) && selection.since_checkpoint.is_some() {
             let gap = status_event(
@@ -557,7 +561,7 @@ impl Handler {
             format.write_event(&mut initial, e);
         }
         if !initial.is_empty() {
-            initial.extend_from_slice(format.padding());
+            initial.extend_from_slice(padding);
         }
         Ok(TunnelReply {
             head,
@@ -565,10 +569,11 @@ impl Handler {
             initial,
             tunnel: start.tunnel,
             format,
+            padding,
+            status_from: params.get("kn_status_from").map(<[u8]>::to_vec),
             expires: deadline,
             closes,
             keep_alive: self.options.keep_alive,
-            status_from: params.get("kn_status_from").map(<[u8]>::to_vec),
             ended: false,
         })
     }
@@ -751,13 +756,15 @@ pub struct TunnelReply {
     initial: Vec<u8>,
     tunnel: Tunnel,
     format: Format,
+    /// What follows each burst ([`Format::tunnel_padding`]).
+    padding: &'static [u8],
+    /// The request's `kn_status_from`, for the status event that ends it.
+    status_from: Option<Vec<u8>>,
     /// When the tunnel's `kn_expires` ends it, and its journal with it.
     expires: Option<Instant>,
     /// When the store's `tunnel_max_time` ends it (its journal stays).
     closes: Option<Instant>,
     keep_alive: Duration,
-    /// The request's `kn_status_from`, for the status that ends it.
-    status_from: Option<Vec<u8>>,
     /// The access rules ended the tunnel (crate::tunnel_end).
     ended: bool,
 }
@@ -797,7 +804,7 @@ impl TunnelReply {
         for e in events {
             self.format.write_event(&mut out, e);
         }
-        out.extend_from_slice(self.format.padding());
+        out.extend_from_slice(self.padding);
         Some(out)
     }
 
@@ -855,6 +862,17 @@ impl TunnelReply {
             let _ = store.expire(self.tunnel.topic());
         }
         self.format.trailer().to_vec()
+    }
+
+    /// Ends the tunnel because the server is stopping: a `503 Service
+    /// Unavailable` status event (for its `kn_status_from`) and the closing
+    /// bytes of the page. The journal stays: the client reconnects at once
+    /// (to the next server) and resumes from its last checkpoint.
+    pub fn closing(&self) -> Vec<u8> {
+        let status = status_event(503, "Service Unavailable", "the server is shutting down: reconnect", self.status_from.as_deref());
+        let mut out = self.format.event(&status);
+        out.extend_from_slice(self.format.trailer());
+        out
     }
 
     /// Serves the tunnel on a blocking writer until the client goes away

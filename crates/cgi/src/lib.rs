@@ -19,8 +19,8 @@
 //!   `tunnel_end.rs`: how a tunnel the access rules refuse ends.
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
-//!   ([`pages`]) and its `/metrics` ([`metrics_http`]); [`cli`]: its
-//!   command line.
+//!   ([`pages`]), which stops as `shutdown.rs` says, and its `/metrics`
+//!   ([`metrics_http`]); [`cli`]: its command line.
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
@@ -69,6 +69,7 @@ pub mod response;
 pub mod selftest;
 pub mod serve;
 mod session;
+mod shutdown;
 pub mod streams;
 mod tunnel_end;
 mod wake;

@@ -169,6 +169,7 @@ pub struct Request {
     /// The value of the `kn_session` cookie (an anonymous visitor's
     /// session token, docs/ACCESS.md), unverified.
     session_cookie: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -221,6 +222,7 @@ impl Request {
             remote_user: env.text("REMOTE_USER").filter(|u| !u.is_empty()),
             last_event_id: env.get("HTTP_LAST_EVENT_ID").map(<[u8]>::to_vec),
             session_cookie: env.get("HTTP_COOKIE").and_then(|c| cookie(c, kn_journal::access::SESSION_COOKIE.as_bytes())),
+            user_agent: env.get("HTTP_USER_AGENT").map(<[u8]>::to_vec),
         })
     }
 
@@ -361,6 +363,12 @@ impl Request {
     /// The `kn_session` cookie's value, as sent (not yet verified).
     pub fn session_cookie(&self) -> Option<&[u8]> {
         self.session_cookie.as_deref()
+    }
+
+    /// The `User-Agent` header (`HTTP_USER_AGENT`), if sent: whether a
+    /// tunnel is padded for a browser ([`kn_wire::Format::tunnel_padding`]).
+    pub fn user_agent(&self) -> Option<&[u8]> {
+        self.user_agent.as_deref()
     }
 }
 
@@ -528,7 +536,7 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 3] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE"];
+const READ_HEADERS: [&str; 4] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT"];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),

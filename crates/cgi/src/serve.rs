@@ -77,6 +77,7 @@ use crate::auth::{Authentication, Identity};
 use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
+use crate::shutdown::{Closing, Shutdown};
 use crate::{Error, ErrorKind};
 
 /// Where the protocol is mounted: the path the JavaScript library expects
@@ -190,8 +191,9 @@ impl ServeConfig {
     }
 }
 
-/// Runs the server until Ctrl-C (SIGINT) or SIGTERM. Prints one line
-/// when ready: `knpubsub serving http://ADDR/kn (store DIR)`.
+/// Runs the server until Ctrl-C (SIGINT) or SIGTERM, then stops within
+/// `Config::shutdown_grace` (see `shutdown.rs`). Prints one line when
+/// ready: `knpubsub serving http://ADDR/kn (store DIR)`.
 ///
 /// Errors: the store cannot be opened, the address cannot be bound.
 pub fn serve(config: ServeConfig) -> Result<(), Error> {
@@ -204,22 +206,24 @@ pub fn serve(config: ServeConfig) -> Result<(), Error> {
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
     let requests = Pool::start(BLOCKING_THREADS - IN_PLACE, "kn-request")?;
     let result = runtime.block_on(run(config, requests.handle()));
-    // Open tunnels never finish by themselves: give one-shot requests a
-    // moment, then drop the rest (each tunnel's Drop ends its watch).
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    requests.shut_down(Duration::from_secs(1));
-    result
+    // Give what still runs (a sweep slice, a request past the grace) what
+    // is left of the grace, a second at most, then drop the rest.
+    let left = result.as_ref().map_or(Duration::ZERO, |deadline| deadline.saturating_duration_since(std::time::Instant::now()));
+    runtime.shutdown_timeout(left.min(Duration::from_secs(1)) / 2);
+    requests.shut_down(left.min(Duration::from_secs(1)) / 2);
+    result.map(|_| ())
 }
 
 /// Serves until a signal, with one-shot requests not run in place on
-/// `requests` (a [`Pool`]'s).
-async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<(), Error> {
+/// `requests` (a [`Pool`]'s); returns when the server must be gone.
+async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<std::time::Instant, Error> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| Error::io(&format!("cannot listen on {}", config.listen), e))?;
     let local = listener.local_addr().map_err(|e| Error::io("cannot read the listening address", e))?;
     let names = own_names(local, config.public_url.as_deref());
-    let server = Arc::new(Server::new(config, local, requests)?);
+    let shutdown = Shutdown::new();
+    let server = Arc::new(Server::new(config, local, requests, shutdown.closing())?);
     // The tools on this store (kn-post, kn-mail, kn) must take the URLs
     // clients reach this server by for local ones, as it does.
     server
@@ -228,7 +232,7 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
         .map_err(|e| Error::io("cannot record the server's names in the store", std::io::Error::other(e.to_string())))?;
     tokio::spawn(sweeper(server.store.clone()));
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
-    let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut signal = std::pin::pin!(crate::shutdown::signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
     tokio::spawn(retry_lagging_forwarding(server.store.clone()));
     tokio::spawn(refresh_names(server.store.clone(), names));
@@ -242,7 +246,8 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
                         Ok(permit) => {
                             // Its own wakes (a request body read) poll it again
                             // at once instead of moving it to another worker.
-                            tokio::spawn(crate::wake::coalesced(connection(server.clone(), stream, peer, permit)));
+                            let watcher = shutdown.watcher();
+                            tokio::spawn(crate::wake::coalesced(connection(server.clone(), stream, peer, permit, watcher)));
                         }
                         // Full: answer 503 if few are waiting for that,
                         // else close at once (dropping the stream).
@@ -257,9 +262,16 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<()
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut signal => break,
         }
     }
+    drop(listener);
+    let deadline = std::time::Instant::now() + server.store.config().shutdown_grace;
+    let open = shutdown.stop(deadline).await;
+    if open > 0 {
+        eprintln!("pubsub-cgi serve: stopping with {open} connection(s) still open after the shutdown grace");
+    }
+    Ok(deadline)
 }
 
 /// The sweep in the background (kn-journal's `Store::sweep`): a slice
@@ -294,14 +306,21 @@ async fn retry_lagging_forwarding(store: Arc<Store>) {
 }
 
 /// Serves one connection; `_permit` counts it against the cap until it
-/// closes.
-async fn connection(server: Arc<Server>, stream: tokio::net::TcpStream, peer: SocketAddr, _permit: OwnedSemaphorePermit) {
+/// closes; `watcher` closes it after its response when the server stops.
+async fn connection(
+    server: Arc<Server>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    _permit: OwnedSemaphorePermit,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
     let service = service_fn(move |request| {
         let server = server.clone();
         async move { Ok::<_, Infallible>(server.respond(request, peer).await) }
     });
     // A failed connection (the client went away) concerns no one else.
-    let _ = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service).await;
+    let serving = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service);
+    let _ = watcher.watch(serving).await;
 }
 
 /// Answers the first request of a connection past the cap with `503` and
@@ -322,22 +341,6 @@ async fn refuse(server: Arc<Server>, stream: tokio::net::TcpStream, _refusal: Ow
     });
     let serving = http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(stream), service);
     let _ = tokio::time::timeout(REFUSAL_TIMEOUT, serving).await;
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
 
 /// The soft open-file limit (a server holding thousands of tunnels needs
@@ -384,6 +387,8 @@ struct Server {
     /// Requests running on an async worker made a blocking thread (at
     /// most [`IN_PLACE`]).
     in_place: AtomicUsize,
+    /// Whether the server is stopping: tunnels then end.
+    closing: Closing,
 }
 
 /// A request's turn to run on its async worker ([`IN_PLACE`]); given back
@@ -445,7 +450,7 @@ impl Drop for Pool {
 }
 
 impl Server {
-    fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle) -> Result<Server, Error> {
+    fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle, closing: Closing) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
         let listened = format!("http://{local}{MOUNT}");
         store_config.server_url = Some(config.public_url.clone().or(store_config.server_url.take()).unwrap_or_else(|| listened.clone()));
@@ -473,6 +478,7 @@ impl Server {
             metrics: config.metrics,
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
+            closing,
             streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
@@ -663,7 +669,7 @@ impl Server {
         // Proxies must pass each piece on at once.
         reply.headers_mut().insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
         let reader = self.readers.handle();
-        tokio::spawn(follow(self.store.clone(), reader, tunnel, tx, permit));
+        tokio::spawn(follow(self.store.clone(), reader, tunnel, tx, permit, self.closing.clone()));
         reply
     }
 
@@ -727,7 +733,8 @@ async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
     tokio::task::spawn_blocking(read).await.ok().flatten()
 }
 
-/// Follows a tunnel until the client goes away or `kn_expires` passes:
+/// Follows a tunnel until the client goes away, `kn_expires` passes or the
+/// server stops (`closing`: then a last status event ends it):
 /// arm a wakeup, read what is new, send it; when nothing is (or the read
 /// caught up), await the wakeup, the keep-alive timer or the deadline
 /// (whose trailer is written on `reader`'s blocking threads). `_permit` counts the tunnel against the cap until it ends.
@@ -737,6 +744,7 @@ async fn follow(
     mut tunnel: Box<TunnelReply>,
     tx: mpsc::Sender<Bytes>,
     _permit: OwnedSemaphorePermit,
+    mut closing: Closing,
 ) {
     let (keep_alive, every) = tunnel.keep_alive();
     // With change notification, a wakeup comes with every append; a lost
@@ -746,6 +754,10 @@ async fn follow(
     let deadline = tunnel.deadline().map(Instant::from_std);
     let mut last_write = Instant::now();
     loop {
+        if closing.is_closing() {
+            let _ = tx.send(Bytes::from(tunnel.closing())).await;
+            return;
+        }
         let listener = tunnel.listen();
         let chunk = tunnel.next_chunk(&store);
         match chunk {
@@ -790,6 +802,7 @@ async fn follow(
             _ = tokio::time::sleep_until(wake) => {}
             // The connection is gone: drop the tunnel (and its watch) now.
             _ = tx.closed() => return,
+            _ = closing.wait() => {}
         }
     }
 }

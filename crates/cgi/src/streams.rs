@@ -28,7 +28,7 @@ pub const PREFIX: &str = "/v1/stream/";
 
 /// The response headers browsers may read (CORS).
 const EXPOSED: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, \
-Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Kn-Bridge-Error";
+Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Kn-Bridge-Error, Kn-Topic";
 
 /// The request headers browsers may send (CORS preflight).
 const ALLOWED: &str = "Content-Type, Stream-TTL, Stream-Expires-At, Stream-Seq, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, \
@@ -37,7 +37,7 @@ Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match
 /// Every response header this module sets, in canonical case, with its
 /// `HeaderName` for `serve` (made once, at compile time: no allocation
 /// per response).
-pub static HEADER_NAMES: [(&str, HeaderName); 24] = [
+pub static HEADER_NAMES: [(&str, HeaderName); 25] = [
     ("X-Content-Type-Options", hyper::header::X_CONTENT_TYPE_OPTIONS),
     ("Cross-Origin-Resource-Policy", HeaderName::from_static("cross-origin-resource-policy")),
     ("Access-Control-Allow-Origin", hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN),
@@ -58,6 +58,7 @@ pub static HEADER_NAMES: [(&str, HeaderName); 24] = [
     ("Stream-SSE-Data-Encoding", HeaderName::from_static("stream-sse-data-encoding")),
     ("Location", hyper::header::LOCATION),
     ("Kn-Bridge-Error", HeaderName::from_static("kn-bridge-error")),
+    ("Kn-Topic", HeaderName::from_static("kn-topic")),
     ("Allow", hyper::header::ALLOW),
     ("Access-Control-Allow-Methods", hyper::header::ACCESS_CONTROL_ALLOW_METHODS),
     ("Access-Control-Allow-Headers", hyper::header::ACCESS_CONTROL_ALLOW_HEADERS),
@@ -368,7 +369,7 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
         fork_from,
         fork_offset,
         fork_sub_offset,
-        topic: req.header("Kn-Topic").map(str::to_owned),
+        topic: req.header("Kn-Topic").map(bound_topic).transpose()?,
     };
     let created = streams.create(&req.path, &create)?;
     let mut r = StreamResponse::new(if created.created { 201 } else { 200 });
@@ -378,6 +379,17 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
         r.set("Location", req.url.clone());
     }
     Ok(r)
+}
+
+/// A `Kn-Topic` value: an absolute topic name below the root (a relative
+/// name would be resolved against nothing, and the root is no topic events
+/// are posted to).
+fn bound_topic(topic: &str) -> Result<String, StreamError> {
+    match topic {
+        "/" => Err(bad("Kn-Topic '/' names the root, which cannot be bound: name a topic, e.g. /what/chat")),
+        t if !t.starts_with('/') => Err(bad(format!("Kn-Topic '{t}' is not an absolute topic name: start it with '/', e.g. /{t}"))),
+        t => Ok(t.to_owned()),
+    }
 }
 
 fn producer(req: &StreamRequest) -> Result<Option<Producer>, StreamError> {
@@ -439,6 +451,9 @@ fn head(streams: &Streams, path: &str) -> Result<StreamResponse, StreamError> {
     }
     if let Some(at) = &info.expires_at {
         r.set("Stream-Expires-At", at.clone());
+    }
+    if let Some(topic) = &info.topic {
+        r.set("Kn-Topic", topic.clone());
     }
     r.set("Cache-Control", "no-store");
     Ok(r)

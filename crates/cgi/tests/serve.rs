@@ -68,6 +68,13 @@ impl Server {
         tunnel
     }
 
+    /// Opens an `sse` tunnel and waits for its status event.
+    fn tunnel_sse(&self, target: &str) -> Tunnel {
+        let mut tunnel = self.open_tunnel(target);
+        assert!(tunnel.wait_for(b"\"status\":\"200 Watching topic\"", Duration::from_secs(10)), "no status: {}", tunnel.text());
+        tunnel
+    }
+
     fn open_tunnel(&self, target: &str) -> Tunnel {
         let mut conn = self.connect();
         conn.send("GET", target, b"");
@@ -596,4 +603,55 @@ fn an_http_1_0_request_without_host_is_served() {
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("HTTP/1.0 200 Notified\r\n"), "{reply}");
     assert!(reply.contains("Wrote to '/what/old'"), "{reply}");
+}
+
+// ----- padding and retry ---------------------------------------------------
+
+/// A tunnel request sent with `User-Agent: agent` (none when `None`),
+/// read until its `200 Watching topic` status event.
+fn tunnel_as(server: &Server, target: &str, agent: Option<&str>) -> Tunnel {
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    let agent = agent.map(|a| format!("User-Agent: {a}\r\n")).unwrap_or_default();
+    write!(stream, "GET {target} HTTP/1.1\r\nHost: {}\r\n{agent}\r\n", server.addr).unwrap();
+    let mut tunnel = Tunnel { stream, seen: Vec::new() };
+    assert!(tunnel.wait_for(b"200 Watching topic", Duration::from_secs(10)), "{}", tunnel.text());
+    tunnel
+}
+
+/// Browsers of mod_pubsub's day buffered the first kilobytes of a
+/// response, hence 4096 spaces after each burst (PROTOCOL.md 3.8): kept for
+/// clients that send no User-Agent (old C and Perl clients, the golden
+/// transcripts) or a browser's; a simple tunnel to any other client (curl in
+/// a terminal) gets its frames alone.
+#[test]
+fn simple_tunnels_are_padded_for_browsers_and_old_clients_only() {
+    let server = Server::start();
+    let pad = " ".repeat(4096);
+    let cases = [(None, true), (Some("Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/128.0"), true), (Some("curl/8.5.0"), false)];
+    for (i, (agent, padded)) in cases.into_iter().enumerate() {
+        let journal = format!("/who/p{i}/kn_journal");
+        let mut tunnel = tunnel_as(&server, &format!("/kn{journal}?do_method=route&kn_response_format=simple"), agent);
+        server.post(&format!("kn_to={journal}&kn_payload=hello-{i}&kn_response_format=simple"));
+        assert!(tunnel.wait_for(format!("hello-{i}").as_bytes(), Duration::from_secs(5)), "{}", tunnel.text());
+        // A padded burst's padding comes in the same chunk as its frames.
+        tunnel.wait_for(pad.as_bytes(), Duration::from_millis(300));
+        assert_eq!(contains(&tunnel.seen, pad.as_bytes()), padded, "User-Agent {agent:?}: {}", tunnel.text());
+    }
+    // js pages are for browsers whatever the client says.
+    let mut js = tunnel_as(&server, "/kn/who/pj/kn_journal?do_method=route", Some("curl/8.5.0"));
+    assert!(js.wait_for(pad.as_bytes(), Duration::from_secs(5)), "js tunnel without padding: {}", js.text());
+}
+
+/// `retry:` tells EventSource how soon to reconnect (its default is 3 s):
+/// KN_SSE_RETRY_MS, 1000 by default, in the tunnel's first event block.
+#[test]
+fn sse_tunnels_send_retry_from_kn_sse_retry_ms() {
+    for (env, retry) in [(None, "1000"), (Some("250"), "250")] {
+        let server = Server::start_with(&env.map(|v| ("KN_SSE_RETRY_MS", v)).into_iter().collect::<Vec<_>>());
+        let mut tunnel = server.tunnel_sse("/kn/who/r/kn_journal?do_method=route&kn_response_format=sse");
+        let expected = format!("retry: {retry}\ndata: {{");
+        assert!(tunnel.wait_for(expected.as_bytes(), Duration::from_secs(5)), "{}", tunnel.text());
+        let text = String::from_utf8_lossy(&tunnel.seen).into_owned();
+        assert!(text.find("retry:") < text.find("\"status\":\"200 Watching topic\""), "retry comes with the first event: {text}");
+    }
 }

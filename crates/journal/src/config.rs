@@ -105,6 +105,8 @@ impl std::str::FromStr for Shared {
 /// | `access_rules` | none: every request may do everything | `KN_ACCESS_RULES` (a file path; docs/ACCESS.md) |
 /// | `forward_retries` | 12 retries of a delivery that failed transiently (local I/O error, full disk, remote 5xx or no answer) before its route is poisoned (0: poisoned at the first failure) | `KN_FORWARD_RETRIES` |
 /// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
+/// | `sse_retry` | 1 s: the `retry:` an `sse` tunnel sends, how long `EventSource` waits before reconnecting (its own default is 3 s) | `KN_SSE_RETRY_MS` |
+/// | `shutdown_grace` | 5 s: on SIGTERM, `serve` ends every tunnel at once (a `503` status event, then the response's end) and exits once its connections are done, or after this long at most | `KN_SHUTDOWN_GRACE` (seconds) |
 /// | `stream_long_poll` | 20 s a Durable Streams long-poll waits before `204` | `KN_STREAM_LONG_POLL_MS` |
 /// | `stream_sse_max_time` | 60 s an SSE response stays open (then the client reconnects) | `KN_STREAM_SSE_MAX_MS` |
 /// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
@@ -288,6 +290,16 @@ pub struct Config {
     /// The wait before the first retry of a failed delivery; each next
     /// retry waits twice as long (at most an hour).
     pub forward_backoff: Duration,
+    /// The `retry:` an `sse` tunnel sends first: how long a browser's
+    /// `EventSource` waits before reconnecting once the tunnel ends (a
+    /// server restarting, `tunnel_max_time`), instead of its default 3 s.
+    pub sse_retry: Duration,
+    /// How long `pubsub-cgi serve` may take to stop on SIGTERM or Ctrl-C:
+    /// it stops accepting, ends every tunnel with a `503` status event and
+    /// the response's end (so clients reconnect at once, to the next
+    /// server), lets one-shot requests finish, and exits when its
+    /// connections are done or this has passed, whichever comes first.
+    pub shutdown_grace: Duration,
     /// How long a Durable Streams long-poll (`live=long-poll`) waits for
     /// data before answering `204 No Content`.
     pub stream_long_poll: Duration,
@@ -385,6 +397,8 @@ impl Config {
             access_rules: None,
             forward_retries: 12,
             forward_backoff: Duration::from_secs(1),
+            sse_retry: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(5),
             stream_long_poll: Duration::from_secs(20),
             stream_sse_max_time: Duration::from_secs(60),
             stream_max_append_bytes: 8 << 20,
@@ -551,6 +565,12 @@ impl Config {
         }
         if let Some(v) = var("KN_FORWARD_BACKOFF_MS")? {
             self.forward_backoff = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_SSE_RETRY_MS")? {
+            self.sse_retry = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_SHUTDOWN_GRACE")? {
+            self.shutdown_grace = Duration::from_secs(v);
         }
         if let Some(v) = var("KN_STREAM_LONG_POLL_MS")? {
             self.stream_long_poll = Duration::from_millis(v);

@@ -90,8 +90,8 @@ fn routes_lists_id_destination_and_attributes() {
 }
 
 /// A route into a URL of this server that names no topic is accepted and
-/// poisoned by its first delivery (as the original did); `kn routes --all`
-/// shows it inactive with the reason, `kn routes` no longer lists it.
+/// poisoned by its first delivery (as the original did); `kn routes` (and
+/// `--all`) shows it inactive with the reason.
 #[test]
 fn routes_show_a_poisoned_route_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -102,9 +102,8 @@ fn routes_show_a_poisoned_route_with_its_reason() {
     assert_eq!(ok(kn(dir.path(), &["routes", "/what/chat"])).lines().count(), 3, "active until the first delivery");
     let post = store.notify(&topic("/what/chat"), Event::from_pairs([("kn_payload", "poisons")])).unwrap();
     assert_eq!(post.poisoned.len(), 2, "{post:?}");
-    let active = ok(kn(dir.path(), &["routes", "/what/chat"]));
-    assert!(active.starts_with("r1\t") && active.lines().count() == 1, "{active}");
     let all = ok(kn(dir.path(), &["routes", "/what/chat", "--all"]));
+    assert_eq!(ok(kn(dir.path(), &["routes", "/what/chat"])), all, "nothing else is inactive: the same lines");
     let line = |id: &str| all.lines().find(|l| l.starts_with(&format!("{id}\t"))).unwrap_or_else(|| panic!("{id} missing: {all}")).to_string();
     // Values are escaped as in the simple format (`:` is `=3A`).
     let field = |line: &str, name: &str| {
@@ -121,6 +120,36 @@ fn routes_show_a_poisoned_route_with_its_reason() {
         "{r4}"
     );
     assert!(r4.contains("\tkn_expires="), "a poisoned route expires: {r4}");
+}
+
+/// Poisoned routes are listed by default, and standard error says of each
+/// when and why, where it went and the request that makes it again (with
+/// the elements of the route it replaced); deleted routes are not listed.
+#[test]
+fn routes_lists_poisoned_routes_by_default_with_how_to_recreate_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Named before its routes are made (a name makes its URLs local).
+    Store::open(dir.path()).unwrap().add_server_name("http://pubsub.example/kn").unwrap();
+    let store = populated(dir.path());
+    let bad = Event::from_pairs([("kn_id", "r3"), ("kn_uri", "cb 3"), ("kn_content_filter", r"(?i)\bhi\b")]);
+    store.route(&topic("/what/chat"), b"http://pubsub.example/kn/what/a/../b", bad).unwrap();
+    store.route(&topic("/what/chat"), b"/what/archive", Event::from_pairs([("kn_id", "r5")])).unwrap();
+    store.delete_route(&topic("/what/chat"), b"r5", None).unwrap();
+    let post = store.notify(&topic("/what/chat"), Event::from_pairs([("kn_payload", "hi there")])).unwrap();
+    assert_eq!(post.poisoned.len(), 1, "{post:?}");
+
+    let out = kn(dir.path(), &["routes", "/what/chat"]);
+    let (stdout, stderr) = (ok(out.clone()), String::from_utf8(out.stderr).unwrap());
+    let ids: Vec<&str> = stdout.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(ids, ["r1", "r3"], "active and poisoned, not deleted: {stdout}");
+    assert!(stdout.lines().nth(1).unwrap().contains("\tkn_poisoned=bad topic name"), "{stdout}");
+    assert!(stderr.starts_with("kn: route r3 of /what/chat is POISONED (it went to http://pubsub.example/kn/what/a/../b), "), "{stderr}");
+    assert!(stderr.contains(" s ago: bad topic name '/what/a/../b'"), "{stderr}");
+    let again = "re-create it, once the cause is fixed: curl -d do_method=route -d kn_from=/what/chat \
+                 -d kn_to=http://pubsub.example/kn/what/a/../b --data-urlencode 'kn_content_filter=(?i)\\bhi\\b' -d kn_id=r3 \
+                 --data-urlencode 'kn_uri=cb 3' -d kn_response_format=simple http://pubsub.example/kn\n";
+    assert!(stderr.ends_with(again), "{stderr}");
+    assert_eq!(stderr.lines().count(), 2, "one note for the one poisoned route: {stderr}");
 }
 
 #[test]

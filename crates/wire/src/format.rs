@@ -142,6 +142,13 @@ impl Format {
     /// comment); for `simple` and `flash`, 4096 spaces only, because a C
     /// client aborts on a newline between frames (PROTOCOL.md 3.8); nothing
     /// for `sse`, which `EventSource` dispatches on each blank line.
+    ///
+    /// Why at all: the browsers of mod_pubsub's day held back the start of
+    /// an incremental response (Internet Explorer its first kilobytes,
+    /// Safari its first kilobyte, with some content types more) before
+    /// rendering any of it, so a tunnel's first events, and on some of them
+    /// each later burst, showed only once enough bytes had followed.
+    /// [`Format::tunnel_padding`] decides which clients get it.
     pub fn padding(self) -> &'static [u8] {
         const SPACES: &[u8; 4097] = &{
             let mut s = [b' '; 4097];
@@ -152,6 +159,38 @@ impl Format {
             Format::Js => SPACES,
             Format::Simple | Format::Flash => &SPACES[..4096],
             Format::Sse => b"",
+        }
+    }
+
+    /// The padding a tunnel writes after each burst for a client whose
+    /// `User-Agent` header is `user_agent` (`None` when it sent none):
+    /// [`Format::padding`] for every client that may be a browser; nothing
+    /// for a `simple` tunnel to a client that says it is not one, so that
+    /// its frames read as they are (in a terminal, `curl -N`).
+    ///
+    /// `js` pages are only ever loaded by browsers and `flash` frames by
+    /// the Flash player (whose requests may carry `Shockwave Flash`), so
+    /// both always get it. A `simple` tunnel gets it when the request
+    /// carries no `User-Agent` (the original Perl client's tunnels send
+    /// none, nor do the golden transcripts) or one that starts with `Mozilla/`
+    /// or `Opera` (every browser's, old and new); any other (`curl/8.5.0`,
+    /// `Wget/1.21`, `python-requests/2.31`) gets none. Padding is only ever
+    /// spaces that every simple reader skips between frames, so a client
+    /// misjudged either way still reads the same events.
+    ///
+    /// ```
+    /// use kn_wire::Format;
+    /// assert_eq!(Format::Simple.tunnel_padding(None).len(), 4096);
+    /// assert_eq!(Format::Simple.tunnel_padding(Some(b"Mozilla/5.0 (X11; Linux x86_64)")).len(), 4096);
+    /// assert_eq!(Format::Simple.tunnel_padding(Some(b"curl/8.5.0")), b"");
+    /// assert_eq!(Format::Js.tunnel_padding(Some(b"curl/8.5.0")).len(), 4097);
+    /// assert_eq!(Format::Flash.tunnel_padding(Some(b"Shockwave Flash")).len(), 4096);
+    /// ```
+    pub fn tunnel_padding(self, user_agent: Option<&[u8]>) -> &'static [u8] {
+        let browser = |agent: &[u8]| agent.starts_with(b"Mozilla/") || agent.starts_with(b"Opera");
+        match (self, user_agent) {
+            (Format::Simple, Some(agent)) if !browser(agent) => b"",
+            _ => self.padding(),
         }
     }
 

@@ -25,6 +25,21 @@ use kn_journal::Event;
 /// The keep-alive comment line.
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n";
 
+/// Appends the `retry:` field (HTML Living Standard, "Server-sent
+/// events"), which asks `EventSource` to wait `millis` milliseconds before
+/// reconnecting when the stream ends, instead of its own default (3 s in
+/// browsers). A field line: written just before an event's `data:`, it
+/// travels in that event's block.
+///
+/// ```
+/// let mut out = Vec::new();
+/// kn_wire::sse::write_retry(&mut out, 1000);
+/// assert_eq!(out, b"retry: 1000\n");
+/// ```
+pub fn write_retry(out: &mut Vec<u8>, millis: u64) {
+    out.extend_from_slice(format!("retry: {millis}\n").as_bytes());
+}
+
 /// One event, encoded.
 pub fn event(event: &Event) -> Vec<u8> {
     let mut out = Vec::new();

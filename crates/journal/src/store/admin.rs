@@ -1,5 +1,6 @@
 //! Store APIs for administration tools (`kn`): per-topic figures, every
-//! retained event including expired ones, restoring events from another
+//! retained event including expired ones, every record still in a log
+//! (superseded ones too), restoring events from another
 //! store (the legacy import), and setting a journal's heartbeat time.
 //!
 //! These keep the store's rules: restored events go through the same log
@@ -70,6 +71,37 @@ impl Store {
     /// included (those that compaction has not reclaimed yet).
     pub fn stored_events(&self, topic: &Topic) -> Result<Vec<Event>> {
         Ok(self.select(topic, &Selection::all(), true)?.events)
+    }
+
+    /// Every record still in `topic`'s log, oldest first, each with its
+    /// checkpoint: on an ordinary topic the superseded versions of an
+    /// event too, until compaction reclaims them. For tools that show what
+    /// was, such as the route a poisoning replaced (`kn routes`).
+    ///
+    /// ```
+    /// use kn_journal::{Event, Store, Topic};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path()).unwrap();
+    /// let t = Topic::parse("/what/chat").unwrap();
+    /// store.notify(&t, Event::from_pairs([("kn_id", "e1"), ("kn_payload", "first")])).unwrap();
+    /// store.notify(&t, Event::from_pairs([("kn_id", "e1"), ("kn_payload", "second")])).unwrap();
+    /// let payloads: Vec<_> = store.stored_records(&t).unwrap().iter().map(|e| e.payload().to_vec()).collect();
+    /// assert_eq!(payloads, [b"first".to_vec(), b"second".to_vec()]);
+    /// ```
+    pub fn stored_records(&self, topic: &Topic) -> Result<Vec<Event>> {
+        let dir = self.checked_dir(topic)?;
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut records = Vec::new();
+        log::read_backwards(&dir, |r| {
+            let mut event = r.event;
+            event.set(KN_ROUTE_CHECKPOINT, r.seq.to_string());
+            records.push(event);
+            true
+        })?;
+        records.reverse();
+        Ok(records)
     }
 
     /// Stores `event` on `topic` as it was in another store, for imports:

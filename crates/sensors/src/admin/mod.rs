@@ -22,6 +22,8 @@
 //! assert_eq!(out, b"{\"kn_id\":\"e1\",\"kn_payload\":\"hi\"}\n");
 //! ```
 
+pub mod routes;
+
 use std::io::{self, Write};
 use std::path::Path;
 

@@ -61,11 +61,14 @@ enum Command {
     },
     /// List the routes of a topic: id, destination ("-" when deleted or
     /// poisoned), then the route's other elements as name=value, tab
-    /// separated (a poisoned route says why in kn_poisoned=).
+    /// separated. The active routes and the poisoned ones: a failed
+    /// delivery made those inactive, and each line says why in
+    /// kn_poisoned=; for each, standard error says when, where it went,
+    /// and the curl command that makes it again (once the cause is fixed).
     Routes {
         /// The source topic.
         topic: String,
-        /// Also list inactive routes (deleted, poisoned, expired).
+        /// Also list the other inactive routes (deleted, expired).
         #[arg(long)]
         all: bool,
     },
@@ -265,10 +268,13 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
         }
         Command::Routes { topic, all } => {
             let topic = parse_topic(&topic)?;
-            let routes = if all { store.all_routes(&topic) } else { store.routes(&topic) }
-                .map_err(|e| SensorError::from_journal(e, &format!("cannot read the routes of '{topic}'")))?;
+            let routes = admin::routes::list(&store, &topic, all)?;
             for r in &routes {
                 writeln!(out, "{}", admin::route_line(r)).map_err(write_error)?;
+            }
+            out.flush().map_err(write_error)?;
+            for poisoned in routes.iter().filter_map(|r| admin::routes::poisoned(&store, r)) {
+                eprintln!("kn: {}", poisoned.note(&store));
             }
             Ok(ExitCode::SUCCESS)
         }
