@@ -214,7 +214,6 @@ fn readme_try_it_shows_what_it_promises() {
 /// fires the route made through `serve` "exactly as for a web client's
 /// notify", so the tunnel shows it too, and the route stays active.
 #[test]
-#[ignore = "issue 27: a local tool (kn-post) takes the route serve made, to http://127.0.0.1:PORT/kn/who/me/kn_journal, for a remote URL and poisons it"]
 fn readme_sensor_post_fires_the_route_of_try_it() {
     if !support::available(CURL) {
         return;
