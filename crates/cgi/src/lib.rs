@@ -64,6 +64,9 @@ pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
+mod serve_auth;
+mod serve_body;
+pub mod stream_access;
 pub mod streams;
 mod wake;
 

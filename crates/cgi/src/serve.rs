@@ -59,7 +59,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
@@ -72,8 +71,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::auth::{Authentication, Identity};
+use crate::auth::Authentication;
 use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
+use crate::serve_auth::{Gate, Refusal};
+use crate::serve_body::{BodyBudget, Refused};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
 use crate::{Error, ErrorKind};
@@ -365,10 +366,13 @@ struct Server {
     metrics: bool,
     /// Requests answered so far (every path, `/metrics` included).
     requests: AtomicU64,
-    /// Who makes a request.
-    auth: Arc<Authentication>,
-    /// Durable Streams at `/v1/stream/` (crate::streams).
-    streams: Arc<kn_journal::streams::Streams>,
+    /// Who makes a request: checks off the event loop (crate::serve_auth).
+    gate: Gate,
+    /// The bytes of request bodies held at once (crate::serve_body).
+    budget: BodyBudget,
+    /// Durable Streams at `/v1/stream/` (crate::streams); `None` when
+    /// turned off (`KN_STREAMS=off`: `404`).
+    streams: Option<Arc<kn_journal::streams::Streams>>,
     /// Requests running on an async worker made a blocking thread (at
     /// most [`IN_PLACE`]).
     in_place: AtomicUsize,
@@ -392,16 +396,16 @@ impl Drop for InPlace<'_> {
 }
 
 /// A runtime whose blocking threads do one kind of work only (ending
-/// tunnels, one-shot requests). Shut down without waiting when the server
-/// goes, which may be on an async worker (where dropping a runtime would
-/// panic).
-struct Pool {
+/// tunnels, one-shot requests, password checks). Shut down without waiting
+/// when the server goes, which may be on an async worker (where dropping a
+/// runtime would panic).
+pub(crate) struct Pool {
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
 }
 
 impl Pool {
-    fn start(threads: usize, name: &str) -> Result<Pool, Error> {
+    pub(crate) fn start(threads: usize, name: &str) -> Result<Pool, Error> {
         // Only its blocking pool is used, which needs no scheduler thread.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(threads)
@@ -411,7 +415,7 @@ impl Pool {
         Ok(Pool { handle: runtime.handle().clone(), runtime: Some(runtime) })
     }
 
-    fn handle(&self) -> tokio::runtime::Handle {
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
         self.handle.clone()
     }
 
@@ -437,6 +441,9 @@ impl Server {
         let mut store_config = Config::new(&config.root).with_env()?;
         store_config.server_url = Some(config.public_url.clone().unwrap_or_else(|| format!("http://{local}{MOUNT}")));
         let limits = Limits::for_store(&store_config);
+        let gate = Gate::new(config.auth.clone(), &store_config)?;
+        let budget = BodyBudget::new(store_config.body_budget_bytes);
+        let streams_enabled = store_config.streams_enabled;
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
         let store = Arc::new(Store::open_with(store_config)?);
@@ -448,7 +455,8 @@ impl Server {
         };
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
-            auth: config.auth,
+            gate,
+            budget,
             limits,
             static_dir,
             local,
@@ -460,7 +468,7 @@ impl Server {
             metrics: config.metrics,
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
-            streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
+            streams: streams_enabled.then(|| Arc::new(kn_journal::streams::Streams::watched(store.clone()))),
             store,
         })
     }
@@ -472,7 +480,7 @@ impl Server {
             return self.metrics(request.method()).await;
         }
         if path.starts_with(crate::streams::PREFIX) {
-            return crate::streams::respond(self.streams.clone(), request, self.local).await;
+            return self.stream_request(request, peer).await;
         }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
@@ -490,30 +498,30 @@ impl Server {
         let max = self.limits.max_body();
         // Refuse an announced oversized body before reading any of it; the
         // connection is closed rather than drained.
-        if let Some(length) = content_length(&parts.headers) {
+        let announced = content_length(&parts.headers);
+        if let Some(length) = announced {
             if length > max {
                 return self.failure(&query, &Error::new(ErrorKind::TooLarge, too_large(length, max)));
             }
         }
-        let body = match Limited::new(incoming, usize::try_from(max).unwrap_or(usize::MAX)).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-                return self.failure(&query, &Error::new(ErrorKind::TooLarge, format!("the request body is larger than the limit of {max} bytes")));
-            }
-            Err(err) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, format!("cannot read the request body: {err}"))),
-        };
         let headers: Vec<(String, Vec<u8>)> = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
-        let remote_user = match self.auth.identify(&headers, peer.ip()) {
-            Identity::Anonymous => None,
-            Identity::User(name) => Some(name),
-            Identity::BadCredentials => {
-                let mut reply = self.status_reply(&query, 401, "Unauthorized", "the user name or password is not valid");
-                let challenge = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")).ok();
-                if let Some(challenge) = challenge {
-                    reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
-                }
+        // Who it is, before its body is read: a password check runs on a
+        // pool of its own, never here (crate::serve_auth).
+        let remote_user = match self.gate.identify(&headers, peer.ip()).await {
+            Ok(user) => user,
+            Err(refusal) => return self.refused(&query, &refusal),
+        };
+        // The body, within its share of the budget across requests; held
+        // until the answer is made.
+        let (body, _held) = match self.budget.collect(incoming, max, announced).await {
+            Ok(taken) => taken,
+            Err(Refused::TooLarge(message)) => return self.failure(&query, &Error::new(ErrorKind::TooLarge, message)),
+            Err(Refused::Busy(message)) => {
+                let mut reply = self.busy(&query, &message);
+                reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
                 return reply;
             }
+            Err(Refused::Unreadable(message)) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, message)),
         };
         let http = HttpRequest {
             method: parts.method.as_str().to_owned(),
@@ -594,6 +602,38 @@ impl Server {
             }
             Ok(Err(err)) | Err(err) => self.failure(&query, &err),
         }
+    }
+
+    /// A request refused by [`Gate::identify`]: a status event, with a
+    /// challenge for `401` and `Retry-After` for `429` and `503`.
+    fn refused(&self, query: &[u8], refusal: &Refusal) -> hyper::Response<Body> {
+        let (code, reason, message) = refusal.status();
+        let mut reply = self.status_reply(query, code, reason, &message);
+        refusal_headers(&mut reply, refusal);
+        reply
+    }
+
+    // ----- Durable Streams at /v1/stream/ --------------------------------
+
+    /// A stream request: `404` when streams are off; else identified as
+    /// `/kn` requests are, then judged by the access rules
+    /// (crate::stream_access) and answered by crate::streams.
+    async fn stream_request(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+        let Some(streams) = self.streams.clone() else {
+            return plain_owned(StatusCode::NOT_FOUND, format!("404 Not Found: {}\n", crate::streams::OFF));
+        };
+        let headers: Vec<(String, Vec<u8>)> =
+            request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+        let user = match self.gate.identify(&headers, peer.ip()).await {
+            Ok(user) => user,
+            Err(refusal) => {
+                let (code, _, message) = refusal.status();
+                let mut reply = plain_owned(StatusCode::from_u16(code).unwrap_or(StatusCode::UNAUTHORIZED), format!("{message}\n"));
+                refusal_headers(&mut reply, &refusal);
+                return reply;
+            }
+        };
+        crate::streams::respond(streams, request, self.local, user, &self.budget).await
     }
 
     /// A request that never reached the handler, answered like the CGI
@@ -781,6 +821,19 @@ async fn follow(
             // The connection is gone: drop the tunnel (and its watch) now.
             _ = tx.closed() => return,
         }
+    }
+}
+
+/// The headers of a refusal: a Basic challenge for `401`, `Retry-After`
+/// for `429` and `503`.
+fn refusal_headers(reply: &mut hyper::Response<Body>, refusal: &Refusal) {
+    if *refusal == Refusal::BadCredentials {
+        if let Ok(challenge) = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")) {
+            reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
+        }
+    }
+    if let Some(secs) = refusal.retry_after() {
+        reply.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
     }
 }
 
