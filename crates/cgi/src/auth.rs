@@ -342,3 +342,79 @@ fn read(path: &Path) -> Result<Read, String> {
     }
     Ok((stamp, hashes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{SHA}` lines (quick to check), as `htpasswd -s` writes them.
+    fn sha_line(user: &str, password: &str) -> String {
+        use sha1::Digest as _;
+        format!("{user}:{{SHA}}{}\n", base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(password.as_bytes())))
+    }
+
+    fn basic(credentials: &str) -> Vec<u8> {
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(credentials)).into_bytes()
+    }
+
+    fn file(lines: &str) -> (tempfile::TempDir, Htpasswd) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users");
+        std::fs::write(&path, lines).unwrap();
+        let file = Htpasswd::load(&path).unwrap();
+        (dir, file)
+    }
+
+    #[test]
+    fn a_successful_check_is_remembered_by_a_keyed_hash_never_the_password() {
+        let (_dir, users) = file(&sha_line("anna", "anna-secret"));
+        assert!(matches!(users.begin(&basic("anna:anna-secret"), 1024), Begun::Verify(_)));
+        assert_eq!(users.check(&basic("anna:anna-secret")), Some("anna".to_string()));
+        assert!(matches!(users.begin(&basic("anna:anna-secret"), 1024), Begun::Done(Identity::User(_))), "remembered");
+        assert!(matches!(users.begin(&basic("anna:wrong"), 1024), Begun::Verify(_)), "a wrong password is checked");
+        let state = users.state.lock().unwrap();
+        assert_eq!(state.verified.len(), 1);
+        for key in state.verified.keys() {
+            assert!(!key.windows(b"anna-secret".len()).any(|w| w == b"anna-secret"));
+            assert!(!key.windows(4).any(|w| w == b"YW5u"), "not the header's base64 either");
+        }
+    }
+
+    #[test]
+    fn remembered_checks_are_bounded_oldest_first() {
+        let lines: String = (0..4).map(|i| sha_line(&format!("u{i}"), "pw")).collect();
+        let (_dir, users) = file(&lines);
+        users.set_cache_limit(2);
+        for i in 0..4 {
+            assert!(users.check(&basic(&format!("u{i}:pw"))).is_some());
+        }
+        assert_eq!(users.state.lock().unwrap().verified.len(), 2);
+        assert!(matches!(users.begin(&basic("u0:pw"), 1024), Begun::Verify(_)), "the oldest was forgotten");
+        assert!(matches!(users.begin(&basic("u3:pw"), 1024), Begun::Done(Identity::User(_))));
+        users.set_cache_limit(0);
+        assert!(users.state.lock().unwrap().verified.is_empty());
+    }
+
+    #[test]
+    fn a_changed_file_forgets_what_was_remembered() {
+        let (dir, users) = file(&sha_line("anna", "old-password"));
+        assert!(users.check(&basic("anna:old-password")).is_some());
+        std::fs::write(dir.path().join("users"), sha_line("anna", "new-password!")).unwrap();
+        assert!(matches!(users.begin(&basic("anna:old-password"), 1024), Begun::Verify(_)), "not taken from memory");
+        assert_eq!(users.check(&basic("anna:old-password")), None);
+        assert_eq!(users.check(&basic("anna:new-password!")), Some("anna".to_string()));
+    }
+
+    #[test]
+    fn credentials_over_the_limit_are_refused_before_any_hash() {
+        let (_dir, users) = file(&sha_line("anna", "abc"));
+        // "anna:abc" is 8 bytes.
+        assert!(matches!(users.begin(&basic("anna:abc"), 8), Begun::Verify(_)));
+        assert!(matches!(users.begin(&basic("anna:abcd"), 8), Begun::TooLong(_)));
+        let huge = basic(&format!("anna:{}", "x".repeat(250_000)));
+        assert!(matches!(users.begin(&huge, 1024), Begun::TooLong(_)));
+        // Unknown users and other schemes are answered at once.
+        assert!(matches!(users.begin(&basic("bob:abc"), 1024), Begun::Done(Identity::BadCredentials)));
+        assert!(matches!(users.begin(b"Bearer xyz", 1024), Begun::Done(Identity::BadCredentials)));
+    }
+}
