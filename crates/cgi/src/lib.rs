@@ -66,6 +66,7 @@ pub mod selftest;
 pub mod serve;
 mod serve_auth;
 mod serve_body;
+mod serve_tunnel;
 pub mod stream_access;
 pub mod streams;
 mod wake;

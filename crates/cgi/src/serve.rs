@@ -110,8 +110,9 @@ const BLOCKING_THREADS: usize = 32;
 /// tasks until its request is done).
 const IN_PLACE: usize = 4;
 
-/// Threads that end tunnels (expire a journal, drop a watch): a pool of
-/// their own, see the module documentation.
+/// Threads that end tunnels (expire a journal, drop a watch) and make
+/// their reads that may be large (crate::serve_tunnel): a pool of their
+/// own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
 
 /// The largest request body parsed on an async worker, for a notify that
@@ -760,7 +761,8 @@ async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
 /// Follows a tunnel until the client goes away or `kn_expires` passes:
 /// arm a wakeup, read what is new, send it; when nothing is (or the read
 /// caught up), await the wakeup, the keep-alive timer or the deadline
-/// (whose trailer is written on `reader`'s blocking threads). `_permit` counts the tunnel against the cap until it ends.
+/// (whose trailer is written on `reader`'s blocking threads, as are reads
+/// that may be large). `_permit` counts the tunnel against the cap until it ends.
 async fn follow(
     store: Arc<Store>,
     reader: tokio::runtime::Handle,
@@ -775,11 +777,15 @@ async fn follow(
     let poll = if tunnel.is_notified() { every } else { tunnel.poll_interval() };
     let deadline = tunnel.deadline().map(Instant::from_std);
     let mut last_write = Instant::now();
+    // Reads that may be large go to `reader`'s threads (crate::serve_tunnel).
+    let mut reads = crate::serve_tunnel::Reads::default();
     loop {
         let listener = tunnel.listen();
-        let chunk = tunnel.next_chunk(&store);
+        let Some((back, chunk)) = reads.next(&store, &reader, tunnel).await else { return };
+        tunnel = back;
         match chunk {
             Ok(Some(chunk)) => {
+                reads.sent(tx.capacity() == 0);
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
                 }
