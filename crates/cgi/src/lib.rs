@@ -17,7 +17,9 @@
 //!   `do_method` does, through kn-journal.
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
-//!   ([`pages`]); [`cli`]: its command line.
+//!   ([`pages`]); [`cli`]: its command line; [`auth`]: who a `serve`
+//!   request is; [`streams`]: Durable Streams, judged by the access rules
+//!   through [`stream_access`].
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
