@@ -62,6 +62,7 @@ pub mod cli;
 pub mod handler;
 pub mod pages;
 mod passwords;
+mod pool;
 pub mod request;
 pub mod response;
 pub mod selftest;

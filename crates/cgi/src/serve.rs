@@ -72,7 +72,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::auth::Authentication;
-use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
+use crate::pool::Pool;
+use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply};
 use crate::serve_auth::{Gate, Refusal};
 use crate::serve_body::{BodyBudget, Refused};
 use crate::request::{HttpRequest, Limits, Request};
@@ -396,47 +397,6 @@ impl Drop for InPlace<'_> {
     }
 }
 
-/// A runtime whose blocking threads do one kind of work only (ending
-/// tunnels, one-shot requests, password checks). Shut down without waiting
-/// when the server goes, which may be on an async worker (where dropping a
-/// runtime would panic).
-pub(crate) struct Pool {
-    runtime: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
-}
-
-impl Pool {
-    pub(crate) fn start(threads: usize, name: &str) -> Result<Pool, Error> {
-        // Only its blocking pool is used, which needs no scheduler thread.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(threads)
-            .thread_name(name)
-            .build()
-            .map_err(|e| Error::io(&format!("cannot start the {name} threads"), e))?;
-        Ok(Pool { handle: runtime.handle().clone(), runtime: Some(runtime) })
-    }
-
-    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
-        self.handle.clone()
-    }
-
-    /// Waits at most `timeout` for the work running on the pool, then lets
-    /// the rest go. Only outside an async context.
-    fn shut_down(mut self, timeout: Duration) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_timeout(timeout);
-        }
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 impl Server {
     fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
@@ -610,7 +570,7 @@ impl Server {
     fn refused(&self, query: &[u8], refusal: &Refusal) -> hyper::Response<Body> {
         let (code, reason, message) = refusal.status();
         let mut reply = self.status_reply(query, code, reason, &message);
-        refusal_headers(&mut reply, refusal);
+        refusal.add_headers(&mut reply, RETRY_AFTER_SECS);
         reply
     }
 
@@ -623,6 +583,9 @@ impl Server {
         let Some(streams) = self.streams.clone() else {
             return plain_owned(StatusCode::NOT_FOUND, format!("404 Not Found: {}\n", crate::streams::OFF));
         };
+        if !self.gate.is_configured() {
+            return crate::streams::respond(streams, request, self.local, None, &self.budget).await;
+        }
         let headers: Vec<(String, Vec<u8>)> =
             request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
         let user = match self.gate.identify(&headers, peer.ip()).await {
@@ -630,7 +593,7 @@ impl Server {
             Err(refusal) => {
                 let (code, _, message) = refusal.status();
                 let mut reply = plain_owned(StatusCode::from_u16(code).unwrap_or(StatusCode::UNAUTHORIZED), format!("{message}\n"));
-                refusal_headers(&mut reply, &refusal);
+                refusal.add_headers(&mut reply, RETRY_AFTER_SECS);
                 return reply;
             }
         };
@@ -827,19 +790,6 @@ async fn follow(
             // The connection is gone: drop the tunnel (and its watch) now.
             _ = tx.closed() => return,
         }
-    }
-}
-
-/// The headers of a refusal: a Basic challenge for `401`, `Retry-After`
-/// for `429` and `503`.
-fn refusal_headers(reply: &mut hyper::Response<Body>, refusal: &Refusal) {
-    if *refusal == Refusal::BadCredentials {
-        if let Ok(challenge) = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")) {
-            reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
-        }
-    }
-    if let Some(secs) = refusal.retry_after() {
-        reply.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
     }
 }
 

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use kn_journal::Config;
 
 use crate::auth::{Authentication, Begun, Identity};
-use crate::serve::{Pool, RETRY_AFTER_SECS};
+use crate::handler::AUTH_REALM;
+use crate::pool::Pool;
 use crate::Error;
 
 /// Why a request is refused before anything else is done for it.
@@ -56,12 +57,24 @@ impl Refusal {
         }
     }
 
-    /// The `Retry-After` to send, in seconds, if any.
-    pub(crate) fn retry_after(&self) -> Option<u64> {
+    /// Adds the refusal's headers to `reply`: a Basic challenge for
+    /// `401`, `Retry-After` for `429` and for `503` (`busy_retry_after`
+    /// seconds, the server's).
+    pub(crate) fn add_headers<B>(&self, reply: &mut hyper::Response<B>, busy_retry_after: u32) {
+        let headers = reply.headers_mut();
         match self {
-            Refusal::BackingOff(secs) => Some(*secs),
-            Refusal::Busy(_) => Some(u64::from(RETRY_AFTER_SECS)),
-            _ => None,
+            Refusal::BadCredentials => {
+                if let Ok(challenge) = hyper::header::HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")) {
+                    headers.insert(hyper::header::WWW_AUTHENTICATE, challenge);
+                }
+            }
+            Refusal::BackingOff(secs) => {
+                headers.insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from(*secs));
+            }
+            Refusal::Busy(_) => {
+                headers.insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from(busy_retry_after));
+            }
+            Refusal::TooLong(_) => {}
         }
     }
 }
@@ -98,6 +111,12 @@ impl Gate {
             capacity: threads.saturating_add(config.auth_queue),
             backoff: Mutex::new(Backoff::new(config)),
         })
+    }
+
+    /// True when some way of authenticating is configured (else every
+    /// request is anonymous).
+    pub(crate) fn is_configured(&self) -> bool {
+        self.auth.is_configured()
     }
 
     /// The user of a request with `headers` from `peer` (`None`:

@@ -18,11 +18,7 @@
 //! `400`: the rules could not say who may use it.
 
 use kn_journal::access::{Operation, Principal};
-use kn_journal::streams::{StreamError, StreamErrorKind, Streams};
-use kn_journal::{ErrorKind, Topic};
-
-use crate::handler::AUTH_REALM;
-use crate::streams::{failure, percent_decode, StreamRequest, StreamResponse};
+use kn_journal::{ErrorKind, Store, Topic};
 
 /// The topic the rules judge a stream path as: `/v1/stream/<path>`.
 pub const STREAM_TOPIC_PREFIX: &str = "/v1/stream";
@@ -50,47 +46,30 @@ pub fn operation(method: &str) -> Option<Operation> {
     }
 }
 
-/// `None` when `req`'s user ([`StreamRequest::user`]) may make it, else
-/// the answer that refuses it: `401` with a Basic challenge for
-/// anonymous, `403` for a user, `400` for a path the rules cannot judge,
-/// `500` while the rules file is broken.
-pub fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
-    let op = operation(&req.method)?;
-    let rules = match streams.store().access_rules() {
-        Ok(None) => return None,
-        Ok(Some(rules)) => rules,
-        Err(e) => return Some(refused(e.kind(), e.message())),
-    };
-    let who = req.user.as_deref().map_or_else(Principal::anonymous, Principal::user);
-    let mut checks = vec![(op, req.path.clone())];
-    if req.method == "PUT" {
-        if let Some(from) = req.headers.get("stream-forked-from").and_then(|v| v.to_str().ok()) {
-            let from = percent_decode(from.trim());
-            let from = from.trim_start_matches('/');
-            checks.push((Operation::Read, from.strip_prefix("v1/stream/").unwrap_or(from).to_string()));
-        }
+/// Whether `user` (`None`: anonymous) may make a `method` request of
+/// stream `path` (with `forked_from`, the raw `Stream-Forked-From` of a
+/// `PUT`). The refusal's kind is the answer's: `Unauthorized` (`401`)
+/// for anonymous, `Forbidden` (`403`) for a user, `BadRequest` (`400`) for
+/// a path the rules cannot judge, `Io` (`500`) while the rules file is
+/// broken.
+pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>, user: Option<&str>) -> Result<(), kn_journal::Error> {
+    let Some(op) = operation(method) else { return Ok(()) };
+    let Some(rules) = store.access_rules()? else { return Ok(()) };
+    let who = user.map_or_else(Principal::anonymous, Principal::user);
+    let mut checks = vec![(op, path.to_string())];
+    if let (Some(from), "PUT") = (forked_from, method) {
+        let from = percent_encoding::percent_decode_str(from.trim()).decode_utf8_lossy().into_owned();
+        let from = from.trim_start_matches('/');
+        checks.push((Operation::Read, from.strip_prefix("v1/stream/").unwrap_or(from).to_string()));
     }
     for (op, path) in checks {
-        let topic = match stream_topic(&path) {
-            Ok(topic) => topic,
-            Err(e) => {
-                let why = format!("under access rules a stream path must make a valid topic name below {STREAM_TOPIC_PREFIX}: {}", e.message());
-                return Some(refused(ErrorKind::BadRequest, &why));
-            }
-        };
-        if let Err(e) = rules.check(&who, op, &topic) {
-            return Some(refused(e.kind(), e.message()));
-        }
+        let topic = stream_topic(&path).map_err(|e| {
+            let why = format!("under access rules a stream path must make a valid topic name below {STREAM_TOPIC_PREFIX}: {}", e.message());
+            kn_journal::Error::new(ErrorKind::BadRequest, why)
+        })?;
+        rules.check(&who, op, &topic)?;
     }
-    None
-}
-
-fn refused(kind: ErrorKind, message: &str) -> StreamResponse {
-    let mut r = failure(&StreamError::new(StreamErrorKind::Store(kind), message));
-    if kind == ErrorKind::Unauthorized {
-        r.headers.push(("WWW-Authenticate", format!("Basic realm=\"{AUTH_REALM}\"").into()));
-    }
-    r
+    Ok(())
 }
 
 #[cfg(test)]

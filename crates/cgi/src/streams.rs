@@ -260,13 +260,25 @@ fn next_cursor(client: Option<&str>) -> String {
 
 /// Handles one stream request.
 pub fn handle(streams: &Streams, req: &StreamRequest) -> Outcome {
-    if let Some(refused) = crate::stream_access::refusal(streams, req) {
+    if let Some(refused) = refusal(streams, req) {
         return Outcome::Done(refused);
     }
     match run(streams, req) {
         Ok(o) => o,
         Err(e) => Outcome::Done(failure(&e)),
     }
+}
+
+/// The answer refusing `req` when the access rules do not allow its user
+/// to make it (crate::stream_access).
+fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
+    let from = req.header("Stream-Forked-From");
+    let e = crate::stream_access::check(streams.store(), &req.method, &req.path, from, req.user.as_deref()).err()?;
+    let mut r = failure(&StreamError::new(StreamErrorKind::Store(e.kind()), e.message()));
+    if e.kind() == kn_journal::ErrorKind::Unauthorized {
+        r.set("WWW-Authenticate", format!("Basic realm=\"{}\"", crate::handler::AUTH_REALM));
+    }
+    Some(r)
 }
 
 fn bad(message: impl Into<String>) -> StreamError {
@@ -553,7 +565,7 @@ pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamRes
     if req.path.split('/').next() == Some("__ds") {
         return None;
     }
-    if let Some(refused) = crate::stream_access::refusal(streams, req) {
+    if let Some(refused) = refusal(streams, req) {
         return Some(refused);
     }
     if req.method == "POST" {
