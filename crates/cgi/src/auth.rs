@@ -18,6 +18,10 @@ use sha2::{Digest as _, Sha256};
 /// user.
 const DEFAULT_REMEMBERED: usize = 256;
 
+/// The longest `user:password` [`Authentication::identify`] checks (the
+/// default of `Config::auth_max_credentials_bytes`).
+const DEFAULT_MAX_CREDENTIALS: usize = 1024;
+
 /// How `serve` learns the user of a request. The default trusts nothing:
 /// every request is anonymous.
 #[derive(Debug, Default)]
@@ -56,7 +60,11 @@ impl Authentication {
     }
 
     /// Who makes a request with `headers` (names in any case) on a
-    /// connection from `peer`.
+    /// connection from `peer`, checking a password where it is (slow:
+    /// call it where blocking is fine; `serve` uses
+    /// [`Authentication::begin`] and [`Authentication::verify`]).
+    /// Credentials longer than `Config::auth_max_credentials_bytes`'s
+    /// default (1024 bytes) are bad credentials.
     ///
     /// ```
     /// use kn_cgi::auth::{Authentication, Identity, TrustedProxy};
@@ -71,7 +79,7 @@ impl Authentication {
     /// assert_eq!(auth.identify(&headers, "10.0.0.7".parse().unwrap()), Identity::Anonymous);
     /// ```
     pub fn identify(&self, headers: &[(String, Vec<u8>)], peer: IpAddr) -> Identity {
-        match self.begin(headers, peer, usize::MAX) {
+        match self.begin(headers, peer, DEFAULT_MAX_CREDENTIALS) {
             Begun::Done(identity) => identity,
             Begun::TooLong(_) => Identity::BadCredentials,
             Begun::Verify(pending) => self.verify(pending),
@@ -218,7 +226,7 @@ impl Htpasswd {
     /// value) are; `None` when they are not valid. Blocks for as long as
     /// the hash takes: servers call [`Htpasswd::begin`] instead.
     pub fn check(&self, authorization: &[u8]) -> Option<String> {
-        match self.begin(authorization, usize::MAX) {
+        match self.begin(authorization, DEFAULT_MAX_CREDENTIALS) {
             Begun::Done(Identity::User(user)) => Some(user),
             Begun::Done(_) | Begun::TooLong(_) => None,
             Begun::Verify(pending) => self.verify(pending),
