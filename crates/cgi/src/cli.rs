@@ -42,6 +42,16 @@ Environment:
                         replay where (default: none, everything allowed).
                         Under CGI the user is REMOTE_USER, set by the web
                         server's authentication; see docs/ACCESS.md
+    KN_STREAMS          on (default) or off: Durable Streams at /v1/stream/
+                        (off: 404); under rules, judged as /v1/stream/<path>
+    KN_BODY_BUDGET_BYTES
+                        request bodies serve holds at once, all requests
+                        together (default 256 MiB; past it 503)
+    KN_AUTH_THREADS, KN_AUTH_QUEUE, KN_AUTH_MAX_CREDENTIALS_BYTES,
+    KN_AUTH_CACHE, KN_AUTH_BACKOFF_AFTER, KN_AUTH_BACKOFF_MAX_MS
+                        serve --htpasswd's password checks: off the event
+                        loop, bounded (503), capped (400), per-address
+                        back-off (429); see docs/ACCESS.md
 
 Deployment guide: docs/DEPLOY.md.";
 
@@ -123,8 +133,10 @@ pub struct ServeArgs {
     /// Apache's `htpasswd` writes it: MD5 (`$apr1$`, its default), bcrypt
     /// (`-B`), SHA-256/512 (`-2`, `-5`), crypt (`-d`) or SHA-1 (`-s`)
     /// hashes; plain text (`-p`) is refused at start. Wrong credentials
-    /// are answered 401. The access rules are $KN_ACCESS_RULES
-    /// (docs/ACCESS.md).
+    /// are answered 401, too long ones 400; a client address failing
+    /// again and again 429 for a while. Checks run on threads of their
+    /// own ($KN_AUTH_THREADS). The access rules are $KN_ACCESS_RULES
+    /// (docs/ACCESS.md), for /kn and /v1/stream/ alike.
     #[arg(long, value_name = "FILE")]
     pub htpasswd: Option<PathBuf>,
 }

@@ -20,7 +20,9 @@
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
 //!   ([`pages`]), which stops as `shutdown.rs` says, and its `/metrics`
-//!   ([`metrics_http`]); [`cli`]: its command line.
+//!   ([`metrics_http`]); [`cli`]: its command line; [`auth`]: who a
+//!   `serve` request is; [`streams`]: Durable Streams, judged by the
+//!   access rules through [`stream_access`].
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
 //! says which protocol status to answer with.
@@ -64,12 +66,17 @@ pub mod handler;
 pub mod metrics_http;
 pub mod pages;
 mod passwords;
+mod pool;
 pub mod request;
 pub mod response;
 pub mod selftest;
 pub mod serve;
 mod session;
 mod shutdown;
+mod serve_auth;
+mod serve_body;
+mod serve_tunnel;
+pub mod stream_access;
 pub mod streams;
 mod tunnel_end;
 mod wake;

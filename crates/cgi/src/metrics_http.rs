@@ -92,14 +92,14 @@ impl Figures {
     }
 
     /// The page, given the store's counters and this server's gauges.
-    fn page(&self, counters: &Counters, streams: &Streams, serve: &ServeGauges) -> Exposition {
+    fn page(&self, counters: &Counters, streams: Option<&Streams>, serve: &ServeGauges) -> Exposition {
         let mut page = Exposition::of_counters(counters);
         if let Some(cached) = self.usage.get() {
             page.usage(&cached.usage);
             page.gauge("kn_store_usage_age_seconds", "Seconds since the walk that measured the kn_store_* figures and kn_outbox_pending ended.", cached.age.as_secs());
         }
         page.counter("kn_store_usage_walks_total", "Walks of the store's tree started for the kn_store_* figures (at most one per KN_METRICS_REFRESH_MS).", self.usage.walks());
-        let streamed = streams.figures();
+        let streamed = streams.map(Streams::figures).unwrap_or_default();
         page.counter("kn_stream_appends_total", "Durable Streams appends stored since the server started.", streamed.appends);
         page.counter("kn_stream_appended_bytes_total", "Bytes of data appended to Durable Streams since the server started.", streamed.appended_bytes);
         page.gauge("kn_stream_live_readers", "Durable Streams live reads (long-poll, SSE) waiting now.", streamed.live_readers);
@@ -127,7 +127,7 @@ impl Figures {
 /// What the server hands a scrape.
 pub(crate) struct Scrape {
     pub store: Arc<Store>,
-    pub streams: Arc<Streams>,
+    pub streams: Option<Arc<Streams>>,
     pub auth: Arc<Authentication>,
     pub pool: tokio::runtime::Handle,
     pub serve: ServeGauges,
@@ -158,7 +158,7 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
         Ok(Err(Refusal::Failed(why))) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {why}\n")),
         Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n".into()),
     };
-    let body = figures.page(&counters, &streams, &serve).into_string().into_bytes();
+    let body = figures.page(&counters, streams.as_deref(), &serve).into_string().into_bytes();
     let length = body.len();
     let mut reply = hyper::Response::new(Body::Full(if head_request { None } else { Some(Bytes::from(body)) }));
     reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));

@@ -60,7 +60,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
@@ -73,8 +72,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::auth::{Authentication, Identity};
-use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply, AUTH_REALM};
+use crate::auth::Authentication;
+use crate::pool::Pool;
+use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply};
+use crate::serve_auth::{Gate, Refusal};
+use crate::serve_body::{BodyBudget, Refused};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
 use crate::shutdown::{Closing, Shutdown};
@@ -111,8 +113,9 @@ const BLOCKING_THREADS: usize = 32;
 /// tasks until its request is done).
 const IN_PLACE: usize = 4;
 
-/// Threads that end tunnels (expire a journal, drop a watch): a pool of
-/// their own, see the module documentation.
+/// Threads that end tunnels (expire a journal, drop a watch) and make
+/// their reads that may be large (crate::serve_tunnel): a pool of their
+/// own, see the module documentation.
 const TUNNEL_READ_THREADS: usize = 4;
 
 /// The largest request body parsed on an async worker, for a notify that
@@ -380,10 +383,13 @@ struct Server {
     requests: AtomicU64,
     /// What `/metrics` answers besides (crate::metrics_http).
     figures: crate::metrics_http::Figures,
-    /// Who makes a request.
-    auth: Arc<Authentication>,
-    /// Durable Streams at `/v1/stream/` (crate::streams).
-    streams: Arc<kn_journal::streams::Streams>,
+    /// Who makes a request: checks off the event loop (crate::serve_auth).
+    gate: Gate,
+    /// The bytes of request bodies held at once (crate::serve_body).
+    budget: BodyBudget,
+    /// Durable Streams at `/v1/stream/` (crate::streams); `None` when
+    /// turned off (`KN_STREAMS=off`: `404`).
+    streams: Option<Arc<kn_journal::streams::Streams>>,
     /// Requests running on an async worker made a blocking thread (at
     /// most [`IN_PLACE`]).
     in_place: AtomicUsize,
@@ -408,53 +414,15 @@ impl Drop for InPlace<'_> {
     }
 }
 
-/// A runtime whose blocking threads do one kind of work only (ending
-/// tunnels, one-shot requests). Shut down without waiting when the server
-/// goes, which may be on an async worker (where dropping a runtime would
-/// panic).
-struct Pool {
-    runtime: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
-}
-
-impl Pool {
-    fn start(threads: usize, name: &str) -> Result<Pool, Error> {
-        // Only its blocking pool is used, which needs no scheduler thread.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(threads)
-            .thread_name(name)
-            .build()
-            .map_err(|e| Error::io(&format!("cannot start the {name} threads"), e))?;
-        Ok(Pool { handle: runtime.handle().clone(), runtime: Some(runtime) })
-    }
-
-    fn handle(&self) -> tokio::runtime::Handle {
-        self.handle.clone()
-    }
-
-    /// Waits at most `timeout` for the work running on the pool, then lets
-    /// the rest go. Only outside an async context.
-    fn shut_down(mut self, timeout: Duration) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_timeout(timeout);
-        }
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 impl Server {
     fn new(config: ServeConfig, local: SocketAddr, pool: tokio::runtime::Handle, closing: Closing) -> Result<Server, Error> {
         let mut store_config = Config::new(&config.root).with_env()?;
         let listened = format!("http://{local}{MOUNT}");
         store_config.server_url = Some(config.public_url.clone().or(store_config.server_url.take()).unwrap_or_else(|| listened.clone()));
         let limits = Limits::for_store(&store_config);
+        let gate = Gate::new(config.auth.clone(), &store_config)?;
+        let budget = BodyBudget::new(store_config.body_budget_bytes);
+        let streams_enabled = store_config.streams_enabled;
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
         let store = Arc::new(Store::open_with(store_config)?);
@@ -466,7 +434,8 @@ impl Server {
         };
         Ok(Server {
             handler: Handler::new(store.clone(), config.options),
-            auth: config.auth,
+            gate,
+            budget,
             limits,
             static_dir,
             local,
@@ -479,7 +448,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
-            streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
+            streams: streams_enabled.then(|| Arc::new(kn_journal::streams::Streams::watched(store.clone()))),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
         })
@@ -499,7 +468,7 @@ impl Server {
             return self.metrics(&request, peer).await;
         }
         if path.starts_with(crate::streams::PREFIX) {
-            return crate::streams::respond(self.streams.clone(), request, self.local).await;
+            return self.stream_request(request, peer).await;
         }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
@@ -517,30 +486,30 @@ impl Server {
         let max = self.limits.max_body();
         // Refuse an announced oversized body before reading any of it; the
         // connection is closed rather than drained.
-        if let Some(length) = content_length(&parts.headers) {
+        let announced = content_length(&parts.headers);
+        if let Some(length) = announced {
             if length > max {
                 return self.failure(&query, &Error::new(ErrorKind::TooLarge, too_large(length, max)));
             }
         }
-        let body = match Limited::new(incoming, usize::try_from(max).unwrap_or(usize::MAX)).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-                return self.failure(&query, &Error::new(ErrorKind::TooLarge, format!("the request body is larger than the limit of {max} bytes")));
-            }
-            Err(err) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, format!("cannot read the request body: {err}"))),
-        };
         let headers: Vec<(String, Vec<u8>)> = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
-        let remote_user = match self.auth.identify(&headers, peer.ip()) {
-            Identity::Anonymous => None,
-            Identity::User(name) => Some(name),
-            Identity::BadCredentials => {
-                let mut reply = self.status_reply(&query, 401, "Unauthorized", "the user name or password is not valid");
-                let challenge = HeaderValue::from_str(&format!("Basic realm=\"{AUTH_REALM}\"")).ok();
-                if let Some(challenge) = challenge {
-                    reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
-                }
+        // Who it is, before its body is read: a password check runs on a
+        // pool of its own, never here (crate::serve_auth).
+        let remote_user = match self.gate.identify(&headers, peer.ip()).await {
+            Ok(user) => user,
+            Err(refusal) => return self.refused(&query, &refusal),
+        };
+        // The body, within its share of the budget across requests; held
+        // until the answer is made.
+        let (body, _held) = match self.budget.collect(incoming, max, announced).await {
+            Ok(taken) => taken,
+            Err(Refused::TooLarge(message)) => return self.failure(&query, &Error::new(ErrorKind::TooLarge, message)),
+            Err(Refused::Busy(message)) => {
+                let mut reply = self.busy(&query, &message);
+                reply.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
                 return reply;
             }
+            Err(Refused::Unreadable(message)) => return self.failure(&query, &Error::new(ErrorKind::BadRequest, message)),
         };
         let http = HttpRequest {
             method: parts.method.as_str().to_owned(),
@@ -623,6 +592,41 @@ impl Server {
         }
     }
 
+    /// A request refused by [`Gate::identify`]: a status event, with a
+    /// challenge for `401` and `Retry-After` for `429` and `503`.
+    fn refused(&self, query: &[u8], refusal: &Refusal) -> hyper::Response<Body> {
+        let (code, reason, message) = refusal.status();
+        let mut reply = self.status_reply(query, code, reason, &message);
+        refusal.add_headers(&mut reply, RETRY_AFTER_SECS);
+        reply
+    }
+
+    // ----- Durable Streams at /v1/stream/ --------------------------------
+
+    /// A stream request: `404` when streams are off; else identified as
+    /// `/kn` requests are, then judged by the access rules
+    /// (crate::stream_access) and answered by crate::streams.
+    async fn stream_request(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+        let Some(streams) = self.streams.clone() else {
+            return plain_owned(StatusCode::NOT_FOUND, format!("404 Not Found: {}\n", crate::streams::OFF));
+        };
+        if !self.gate.is_configured() {
+            return crate::streams::respond(streams, request, self.local, None, &self.budget).await;
+        }
+        let headers: Vec<(String, Vec<u8>)> =
+            request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+        let user = match self.gate.identify(&headers, peer.ip()).await {
+            Ok(user) => user,
+            Err(refusal) => {
+                let (code, _, message) = refusal.status();
+                let mut reply = plain_owned(StatusCode::from_u16(code).unwrap_or(StatusCode::UNAUTHORIZED), format!("{message}\n"));
+                refusal.add_headers(&mut reply, RETRY_AFTER_SECS);
+                return reply;
+            }
+        };
+        crate::streams::respond(streams, request, self.local, user, &self.budget).await
+    }
+
     /// A request that never reached the handler, answered like the CGI
     /// does: a status event in the requested format (else `js`).
     fn failure(&self, query: &[u8], err: &Error) -> hyper::Response<Body> {
@@ -682,7 +686,7 @@ impl Server {
         let scrape = crate::metrics_http::Scrape {
             store: self.store.clone(),
             streams: self.streams.clone(),
-            auth: self.auth.clone(),
+            auth: self.gate.authentication(),
             pool: self.pool.clone(),
             serve: crate::metrics_http::ServeGauges {
                 open_tunnels: (tunnels - self.tunnels.available_permits()) as u64,
@@ -737,7 +741,8 @@ async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
 /// server stops (`closing`: then a last status event ends it):
 /// arm a wakeup, read what is new, send it; when nothing is (or the read
 /// caught up), await the wakeup, the keep-alive timer or the deadline
-/// (whose trailer is written on `reader`'s blocking threads). `_permit` counts the tunnel against the cap until it ends.
+/// (whose trailer is written on `reader`'s blocking threads, as are reads
+/// that may be large). `_permit` counts the tunnel against the cap until it ends.
 async fn follow(
     store: Arc<Store>,
     reader: tokio::runtime::Handle,
@@ -753,15 +758,19 @@ async fn follow(
     let poll = if tunnel.is_notified() { every } else { tunnel.poll_interval() };
     let deadline = tunnel.deadline().map(Instant::from_std);
     let mut last_write = Instant::now();
+    // Reads that may be large go to `reader`'s threads (crate::serve_tunnel).
+    let mut reads = crate::serve_tunnel::Reads::default();
     loop {
         if closing.is_closing() {
             let _ = tx.send(Bytes::from(tunnel.closing())).await;
             return;
         }
         let listener = tunnel.listen();
-        let chunk = tunnel.next_chunk(&store);
+        let Some((back, chunk)) = reads.next(&store, &reader, tunnel).await else { return };
+        tunnel = back;
         match chunk {
             Ok(Some(chunk)) => {
+                reads.sent(tx.capacity() == 0);
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
                 }
@@ -893,6 +902,16 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
             reply.headers_mut().append(name, value);
         }
     }
+    reply
+}
+
+/// A `text/plain` answer of `text`, made for this request.
+fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
+    let length = text.len();
+    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     reply
 }
 

@@ -26,6 +26,10 @@ use crate::serve::Body;
 /// Where streams are mounted, below the server's base.
 pub const PREFIX: &str = "/v1/stream/";
 
+/// The answer to every stream request while the endpoint is off
+/// (`Config::streams_enabled`, `KN_STREAMS=off`): `404`.
+pub const OFF: &str = "Durable Streams are turned off on this server (KN_STREAMS=off)";
+
 /// The response headers browsers may read (CORS).
 const EXPOSED: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, \
 Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Kn-Bridge-Error, Kn-Topic";
@@ -37,7 +41,7 @@ Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match
 /// Every response header this module sets, in canonical case, with its
 /// `HeaderName` for `serve` (made once, at compile time: no allocation
 /// per response).
-pub static HEADER_NAMES: [(&str, HeaderName); 25] = [
+pub static HEADER_NAMES: [(&str, HeaderName); 27] = [
     ("X-Content-Type-Options", hyper::header::X_CONTENT_TYPE_OPTIONS),
     ("Cross-Origin-Resource-Policy", HeaderName::from_static("cross-origin-resource-policy")),
     ("Access-Control-Allow-Origin", hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN),
@@ -63,6 +67,8 @@ pub static HEADER_NAMES: [(&str, HeaderName); 25] = [
     ("Access-Control-Allow-Methods", hyper::header::ACCESS_CONTROL_ALLOW_METHODS),
     ("Access-Control-Allow-Headers", hyper::header::ACCESS_CONTROL_ALLOW_HEADERS),
     ("Access-Control-Max-Age", hyper::header::ACCESS_CONTROL_MAX_AGE),
+    ("WWW-Authenticate", hyper::header::WWW_AUTHENTICATE),
+    ("Retry-After", hyper::header::RETRY_AFTER),
 ];
 
 /// The `HeaderName` of a header this module sets.
@@ -101,6 +107,9 @@ pub struct StreamRequest {
     /// The URL of the stream as the client named it (for the `Location`
     /// of a `PUT`'s answer; `serve` fills it in for a `PUT` only).
     pub url: String,
+    /// Who makes the request (`None`: anonymous), judged by the access
+    /// rules ([`crate::stream_access`]).
+    pub user: Option<String>,
 }
 
 impl StreamRequest {
@@ -146,7 +155,8 @@ impl StreamResponse {
         self
     }
 
-    fn text(status: u16, message: &str) -> StreamResponse {
+    /// A plain-text answer with `status`.
+    pub fn text(status: u16, message: &str) -> StreamResponse {
         let mut r = StreamResponse::new(status);
         r.set("Content-Type", "text/plain; charset=utf-8");
         r.body = format!("{message}\n").into_bytes().into();
@@ -187,6 +197,7 @@ pub fn reason(status: u16) -> &'static str {
         204 => "No Content",
         304 => "Not Modified",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -250,10 +261,25 @@ fn next_cursor(client: Option<&str>) -> String {
 
 /// Handles one stream request.
 pub fn handle(streams: &Streams, req: &StreamRequest) -> Outcome {
+    if let Some(refused) = refusal(streams, req) {
+        return Outcome::Done(refused);
+    }
     match run(streams, req) {
         Ok(o) => o,
         Err(e) => Outcome::Done(failure(&e)),
     }
+}
+
+/// The answer refusing `req` when the access rules do not allow its user
+/// to make it (crate::stream_access).
+fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
+    let from = req.header("Stream-Forked-From");
+    let e = crate::stream_access::check(streams.store(), &req.method, &req.path, from, req.user.as_deref()).err()?;
+    let mut r = failure(&StreamError::new(StreamErrorKind::Store(e.kind()), e.message()));
+    if e.kind() == kn_journal::ErrorKind::Unauthorized {
+        r.set("WWW-Authenticate", format!("Basic realm=\"{}\"", crate::handler::AUTH_REALM));
+    }
+    Some(r)
 }
 
 fn bad(message: impl Into<String>) -> StreamError {
@@ -554,6 +580,9 @@ pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamRes
     if req.path.split('/').next() == Some("__ds") {
         return None;
     }
+    if let Some(refused) = refusal(streams, req) {
+        return Some(refused);
+    }
     if req.method == "POST" {
         let append = append_request(req).ok()?;
         return Some(match streams.append_nowait(&req.path, &append)? {
@@ -733,6 +762,10 @@ pub fn cgi_path() -> Option<String> {
 /// Serves one stream request as a CGI program, writing to `out`.
 pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::File) -> std::io::Result<()> {
     use std::io::{Read, Write};
+    if !config.streams_enabled {
+        let _ = std::io::copy(&mut std::io::stdin().lock().take(DRAIN_BYTES), &mut std::io::sink());
+        return out.write_all(&StreamResponse::text(404, OFF).to_cgi_bytes(false));
+    }
     let env = |n: &str| std::env::var(n).ok();
     let mut headers = HeaderMap::new();
     for (k, v) in std::env::vars() {
@@ -765,7 +798,8 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
     let host = env("HTTP_HOST").unwrap_or_else(|| format!("{}:{}", env("SERVER_NAME").unwrap_or_default(), env("SERVER_PORT").unwrap_or_default()));
     let scheme = if env("HTTPS").is_some_and(|v| v.eq_ignore_ascii_case("on")) { "https" } else { "http" };
     let url = format!("{scheme}://{host}{}{}", env("SCRIPT_NAME").unwrap_or_default(), env("PATH_INFO").unwrap_or_default());
-    let req = StreamRequest { method: method.clone(), path, query: env("QUERY_STRING").unwrap_or_default(), headers, body, url };
+    let user = env("REMOTE_USER").filter(|u| !u.is_empty());
+    let req = StreamRequest { method: method.clone(), path, query: env("QUERY_STRING").unwrap_or_default(), headers, body, url, user };
     let store = kn_journal::Store::open_with(config).map_err(|e| std::io::Error::other(e.to_string()))?;
     let streams = Streams::new(std::sync::Arc::new(store));
     let head = method == "HEAD";
@@ -835,7 +869,16 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
 /// Answers a stream request in `serve`: the work runs on the blocking
 /// pool; a long-poll or an SSE response waits as a task (a `Future`), no
 /// thread held while idle.
-pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, local: std::net::SocketAddr) -> hyper::Response<Body> {
+///
+/// `user` is who makes it (`None`: anonymous), as `serve` identified it;
+/// the body, while it is held, takes its share of `budget`.
+pub(crate) async fn respond(
+    streams: Arc<Streams>,
+    request: hyper::Request<Incoming>,
+    local: std::net::SocketAddr,
+    user: Option<String>,
+    budget: &crate::serve_body::BodyBudget,
+) -> hyper::Response<Body> {
     let (parts, mut incoming) = request.into_parts();
     let max = streams.store().config().stream_max_append_bytes;
     // A body over the limit is read to its end (up to DRAIN_BYTES more)
@@ -845,6 +888,14 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
     let mut body = Vec::new();
     let mut seen: u64 = 0;
     let hopeless = announced.is_some_and(|n| n > max as u64 + DRAIN_BYTES);
+    // The body's share of the budget across all requests: what is
+    // announced before reading, what arrives beyond it as it does.
+    let mut held = crate::serve_body::Held::default();
+    if let (Some(n), false) = (announced, hopeless) {
+        if let Err(refused) = budget.hold(&mut held, n.min(max as u64)) {
+            return budget_refusal(refused);
+        }
+    }
     // A body announced far beyond the limit is refused unread.
     if !hopeless {
         loop {
@@ -854,6 +905,9 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
                     if let Some(data) = frame.data_ref() {
                         seen += data.len() as u64;
                         if seen <= max as u64 {
+                            if let Err(refused) = budget.hold(&mut held, seen) {
+                                return budget_refusal(refused);
+                            }
                             body.extend_from_slice(data);
                         } else if seen > max as u64 + DRAIN_BYTES {
                             break;
@@ -886,6 +940,7 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
         headers: parts.headers,
         body,
         url,
+        user,
     };
     let head = req.method == "HEAD";
     // A read answered from memory, or an append made without waiting,
@@ -908,6 +963,22 @@ pub async fn respond(streams: Arc<Streams>, request: hyper::Request<Incoming>, l
             reply
         }
     }
+}
+
+/// The answer to a body the budget across requests cannot hold.
+fn budget_refusal(refused: crate::serve_body::Refused) -> hyper::Response<Body> {
+    use crate::serve_body::Refused;
+    let mut r = match refused {
+        Refused::TooLarge(m) => StreamResponse::text(413, &m),
+        Refused::Busy(m) => StreamResponse::text(503, &m),
+        Refused::Unreadable(m) => StreamResponse::text(400, &m),
+    };
+    if r.status == 503 {
+        r.set("Retry-After", crate::serve::RETRY_AFTER_SECS.to_string());
+    }
+    let mut reply = to_hyper(r, false);
+    reply.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    reply
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {

@@ -120,6 +120,15 @@ impl std::str::FromStr for Shared {
 /// | `stream_max_fork_depth` | 100 forks in a chain (a fork of a fork ...; more: `409`) | `KN_STREAM_MAX_FORK_DEPTH` |
 /// | `stream_max_producer_id_bytes` | 256 bytes per `Producer-Id` (more: `400`) | `KN_STREAM_MAX_PRODUCER_ID_BYTES` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
+/// | `streams_enabled` | on: `serve` and pubsub.cgi answer Durable Streams at `/v1/stream/` (off: `404`) | `KN_STREAMS` (`on`/`off`) |
+/// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
+/// | `auth_threads` | 2 password checks of `serve --htpasswd` running at once, off the event loop | `KN_AUTH_THREADS` |
+/// | `auth_queue` | 64 password checks waiting for a thread (more: `503` with `Retry-After`) | `KN_AUTH_QUEUE` |
+/// | `auth_cache` | 256 recent successful password checks remembered (by a keyed hash, never the password; forgotten when the htpasswd file changes) | `KN_AUTH_CACHE` |
+/// | `auth_backoff_after` | 5 wrong passwords in a row from one client address before it must wait (0: no back-off) | `KN_AUTH_BACKOFF_AFTER` |
+/// | `auth_backoff_max` | 60 s: the longest wait of a client backing off (1 s after `auth_backoff_after` failures, doubling with each next one); meanwhile its checks are answered `429` with `Retry-After` | `KN_AUTH_BACKOFF_MAX_MS` |
+/// | `auth_backoff_clients` | 4096 client addresses whose failures are remembered (the oldest forgotten first) | `KN_AUTH_BACKOFF_CLIENTS` |
+/// | `body_budget_bytes` | 256 MiB of request bodies `serve` holds at once, across all requests (past it: `503` with `Retry-After`; a body larger than the whole budget: `413`) | `KN_BODY_BUDGET_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The directory holding the event tree.
@@ -347,6 +356,31 @@ pub struct Config {
     /// the sweep once its last link change is this old (FORMAT.md,
     /// "Blobs"): a writer about to link it has long done so.
     pub blob_grace: Duration,
+    /// Whether the Durable Streams front door (`/v1/stream/`) answers;
+    /// off, every stream request is answered `404` (docs/DURABLE-STREAMS.md).
+    pub streams_enabled: bool,
+    /// Longest `user:password` of Basic credentials `serve --htpasswd`
+    /// checks, in bytes; longer ones are refused (`400`) before any hash
+    /// is computed (Apache's MD5 costs grow with the password's length).
+    pub auth_max_credentials_bytes: usize,
+    /// Password checks of `serve --htpasswd` running at once, each on a
+    /// blocking thread, never on the event loop.
+    pub auth_threads: usize,
+    /// Password checks that may wait for one of `auth_threads`; past it a
+    /// request is answered `503` with `Retry-After`.
+    pub auth_queue: usize,
+    /// Successful password checks remembered (keyed by a hash of user,
+    /// password and htpasswd line, never the password itself).
+    pub auth_cache: usize,
+    /// Wrong passwords in a row from one client address after which it
+    /// backs off (0: never).
+    pub auth_backoff_after: u32,
+    /// The longest back-off of one client address.
+    pub auth_backoff_max: Duration,
+    /// Client addresses whose failures are remembered at once.
+    pub auth_backoff_clients: usize,
+    /// Bytes of request bodies `serve` holds at once across all requests.
+    pub body_budget_bytes: u64,
 }
 
 impl Config {
@@ -412,6 +446,15 @@ impl Config {
             stream_max_fork_depth: 100,
             stream_max_producer_id_bytes: 256,
             blob_grace: Duration::from_secs(3600),
+            streams_enabled: true,
+            auth_max_credentials_bytes: 1024,
+            auth_threads: 2,
+            auth_queue: 64,
+            auth_cache: 256,
+            auth_backoff_after: 5,
+            auth_backoff_max: Duration::from_secs(60),
+            auth_backoff_clients: 4096,
+            body_budget_bytes: 256 << 20,
         }
     }
 
@@ -610,6 +653,37 @@ impl Config {
         }
         if let Some(v) = var("KN_BLOB_GRACE")? {
             self.blob_grace = Duration::from_secs(v);
+        }
+        if let Ok(v) = std::env::var("KN_STREAMS") {
+            self.streams_enabled = match v.trim() {
+                "on" => true,
+                "off" => false,
+                _ => return Err(Error::new(ErrorKind::BadRequest, format!("bad value '{v}' for environment variable KN_STREAMS: expected 'on' or 'off'"))),
+            };
+        }
+        if let Some(v) = var("KN_AUTH_MAX_CREDENTIALS_BYTES")? {
+            self.auth_max_credentials_bytes = v;
+        }
+        if let Some(v) = var::<usize>("KN_AUTH_THREADS")? {
+            self.auth_threads = v.max(1);
+        }
+        if let Some(v) = var("KN_AUTH_QUEUE")? {
+            self.auth_queue = v;
+        }
+        if let Some(v) = var("KN_AUTH_CACHE")? {
+            self.auth_cache = v;
+        }
+        if let Some(v) = var("KN_AUTH_BACKOFF_AFTER")? {
+            self.auth_backoff_after = v;
+        }
+        if let Some(v) = var("KN_AUTH_BACKOFF_MAX_MS")? {
+            self.auth_backoff_max = Duration::from_millis(v);
+        }
+        if let Some(v) = var("KN_AUTH_BACKOFF_CLIENTS")? {
+            self.auth_backoff_clients = v;
+        }
+        if let Some(v) = var("KN_BODY_BUDGET_BYTES")? {
+            self.body_budget_bytes = v;
         }
         Ok(self)
     }

@@ -1,0 +1,95 @@
+//! Who may do what to a Durable Stream: the access rules of PubSub topics
+//! (docs/ACCESS.md), applied to the stream's path judged as the topic
+//! `/v1/stream/<path>` (the path of its URL), so that no new rule syntax
+//! is needed.
+//!
+//! | request | needs, on `/v1/stream/<path>` |
+//! |---|---|
+//! | `GET`, `HEAD` (catch-up, long-poll, SSE) | `read` |
+//! | `PUT` (create), `POST` (append, close) | `post` |
+//! | `PUT` with `Stream-Forked-From: S` | `post`, and `read` on `/v1/stream/S` |
+//! | `DELETE` | `delete` |
+//! | `OPTIONS` (CORS preflight, which carries no credentials) | nothing |
+//!
+//! Without a rules file everything is allowed, as for topics. Under rules,
+//! a stream path that is not a valid topic name once prefixed (a byte
+//! other than letters, digits, `-`, `_`, `.` and non-ASCII; a segment
+//! starting or ending with `.`; longer than 1024 bytes in all) is refused
+//! `400`: the rules could not say who may use it.
+
+use kn_journal::access::{Operation, Principal};
+use kn_journal::{ErrorKind, Store, Topic};
+
+/// The topic the rules judge a stream path as: `/v1/stream/<path>`.
+pub const STREAM_TOPIC_PREFIX: &str = "/v1/stream";
+
+/// The pseudo-topic of stream `path` (what follows `/v1/stream/`).
+///
+/// ```
+/// use kn_cgi::stream_access::stream_topic;
+///
+/// assert_eq!(stream_topic("chat/room-1").unwrap().as_str(), "/v1/stream/chat/room-1");
+/// assert!(stream_topic("a b").is_err());
+/// ```
+pub fn stream_topic(path: &str) -> Result<Topic, kn_journal::Error> {
+    Topic::parse(&format!("{STREAM_TOPIC_PREFIX}/{path}"))
+}
+
+/// What a request with `method` does to its stream; `None` for what is
+/// not checked (`OPTIONS`, and methods answered `405`).
+pub fn operation(method: &str) -> Option<Operation> {
+    match method {
+        "GET" | "HEAD" => Some(Operation::Read),
+        "PUT" | "POST" => Some(Operation::Post),
+        "DELETE" => Some(Operation::Delete),
+        _ => None,
+    }
+}
+
+/// Whether `user` (`None`: anonymous) may make a `method` request of
+/// stream `path` (with `forked_from`, the raw `Stream-Forked-From` of a
+/// `PUT`). The refusal's kind is the answer's: `Unauthorized` (`401`)
+/// for anonymous, `Forbidden` (`403`) for a user, `BadRequest` (`400`) for
+/// a path the rules cannot judge, `Io` (`500`) while the rules file is
+/// broken.
+pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>, user: Option<&str>) -> Result<(), kn_journal::Error> {
+    let Some(op) = operation(method) else { return Ok(()) };
+    let Some(rules) = store.access_rules()? else { return Ok(()) };
+    let who = user.map_or_else(Principal::anonymous, Principal::user);
+    let mut checks = vec![(op, path.to_string())];
+    if let (Some(from), "PUT") = (forked_from, method) {
+        let from = percent_encoding::percent_decode_str(from.trim()).decode_utf8_lossy().into_owned();
+        let from = from.trim_start_matches('/');
+        checks.push((Operation::Read, from.strip_prefix("v1/stream/").unwrap_or(from).to_string()));
+    }
+    for (op, path) in checks {
+        let topic = stream_topic(&path).map_err(|e| {
+            let why = format!("under access rules a stream path must make a valid topic name below {STREAM_TOPIC_PREFIX}: {}", e.message());
+            kn_journal::Error::new(ErrorKind::BadRequest, why)
+        })?;
+        rules.check(&who, op, &topic)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_map_to_operations() {
+        assert_eq!(operation("GET"), Some(Operation::Read));
+        assert_eq!(operation("HEAD"), Some(Operation::Read));
+        assert_eq!(operation("PUT"), Some(Operation::Post));
+        assert_eq!(operation("POST"), Some(Operation::Post));
+        assert_eq!(operation("DELETE"), Some(Operation::Delete));
+        assert_eq!(operation("OPTIONS"), None);
+    }
+
+    #[test]
+    fn paths_that_are_no_topic_are_refused() {
+        assert!(stream_topic("a/.hidden").is_err());
+        assert!(stream_topic(&"x".repeat(1020)).is_err());
+        assert_eq!(stream_topic("anna/notes").unwrap().as_str(), "/v1/stream/anna/notes");
+    }
+}
