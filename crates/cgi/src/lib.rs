@@ -60,6 +60,7 @@ use std::fmt;
 
 pub mod assets;
 pub mod auth;
+pub mod body;
 pub mod cgi;
 pub mod cli;
 pub mod handler;
@@ -76,6 +77,7 @@ mod shutdown;
 mod serve_auth;
 mod serve_body;
 mod serve_tunnel;
+mod static_files;
 pub mod stream_access;
 pub mod streams;
 mod tunnel_end;

@@ -33,7 +33,7 @@ use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONT
 
 use crate::auth::{Authentication, Identity};
 use crate::handler::AUTH_REALM;
-use crate::serve::Body;
+use crate::body::Body;
 
 /// The pseudo-topic whose `read` right the access rules must give for a
 /// scrape of `/metrics` (docs/ACCESS.md): `allow read /kn_metrics @ops`.

@@ -52,15 +52,13 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -73,6 +71,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::auth::Authentication;
+pub use crate::body::Body;
 use crate::pool::Pool;
 use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply};
 use crate::serve_auth::{Gate, Refusal};
@@ -123,8 +122,7 @@ const TUNNEL_READ_THREADS: usize = 4;
 /// parsed on the blocking pool.
 const NOWAIT_BODY: usize = 16 * 1024;
 
-/// What `Retry-After` says when a cap is reached, in seconds.
-pub const RETRY_AFTER_SECS: u32 = 5;
+pub use crate::body::RETRY_AFTER_SECS;
 
 /// Connections past [`ServeConfig::max_connections`] that may wait at once
 /// for their `503` (each for at most [`REFUSAL_TIMEOUT`]); more are closed
@@ -474,7 +472,7 @@ impl Server {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
             return self.pubsub(request, path_info, peer).await;
         }
-        self.static_file(request).await
+        crate::static_files::answer(self.static_dir.as_deref(), request).await
     }
 
     // ----- the protocol at /kn ---------------------------------------------
@@ -696,45 +694,6 @@ impl Server {
         };
         crate::metrics_http::answer(&self.figures, scrape, request, peer).await
     }
-
-    // ----- static files ----------------------------------------------------
-
-    async fn static_file(self: Arc<Self>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
-        let head_request = request.method() == hyper::Method::HEAD;
-        if request.method() != hyper::Method::GET && !head_request {
-            let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n");
-            reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            return reply;
-        }
-        let relative = match static_path(request.uri().path()) {
-            Ok(r) => r,
-            Err(code) => return plain(code, if code == StatusCode::BAD_REQUEST { "400 Bad Request\n" } else { "404 Not Found\n" }),
-        };
-        let Some(content_type) = content_type(&relative) else {
-            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
-        };
-        let body = match &self.static_dir {
-            Some(root) => read_inside(root, &relative).await.map(Bytes::from),
-            None => crate::pages::get(&relative).map(Bytes::from_static),
-        };
-        let Some(body) = body else {
-            return plain(StatusCode::NOT_FOUND, "404 Not Found\n");
-        };
-        let length = body.len();
-        let body = if head_request { Body::empty() } else { Body::Full(Some(body)) };
-        let mut reply = hyper::Response::new(body);
-        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-        reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
-        reply
-    }
-}
-
-/// The contents of `root/relative` if it is a file that really lies inside
-/// `root`, read on the blocking pool so that it holds up no other request.
-async fn read_inside(root: &Path, relative: &Path) -> Option<Vec<u8>> {
-    let (root, relative) = (root.to_path_buf(), relative.to_path_buf());
-    let read = move || std::fs::read(find_inside(&root, &relative)?).ok();
-    tokio::task::spawn_blocking(read).await.ok().flatten()
 }
 
 /// Follows a tunnel until the client goes away, `kn_expires` passes or the
@@ -915,7 +874,7 @@ fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
     reply
 }
 
-fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
+pub(crate) fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
     let mut reply = hyper::Response::new(Body::full(text.as_bytes().to_vec()));
     *reply.status_mut() = code;
     reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
@@ -923,131 +882,9 @@ fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
     reply
 }
 
-/// The file a static path names, relative to the static directory:
-/// percent-decoded, `index.html` for a directory; `..` segments (plain or
-/// percent-encoded), backslashes and NULs are refused (400).
-fn static_path(path: &str) -> Result<PathBuf, StatusCode> {
-    let decoded = kn_wire::form::decode_path(path.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
-    let decoded = String::from_utf8(decoded).map_err(|_| StatusCode::NOT_FOUND)?;
-    if decoded.split('/').any(|segment| segment == "..") || decoded.contains(['\\', '\0']) {
-        return Err(StatusCode::BAD_REQUEST);
-    }
-    let mut relative: PathBuf = decoded.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
-    if decoded.ends_with('/') || relative.as_os_str().is_empty() {
-        relative.push("index.html");
-    }
-    Ok(relative)
-}
-
-fn content_type(path: &Path) -> Option<&'static str> {
-    Some(match path.extension()?.to_str()? {
-        "html" | "htm" => "text/html; charset=utf-8",
-        "js" => "text/javascript; charset=utf-8",
-        "css" => "text/css; charset=utf-8",
-        "png" => "image/png",
-        "svg" => "image/svg+xml",
-        "json" => "application/json",
-        "txt" => "text/plain; charset=utf-8",
-        _ => return None,
-    })
-}
-
-/// The path of `root/relative` if it is a file that really lies inside
-/// `root` (a symbolic link out of it is not served).
-fn find_inside(root: &Path, relative: &Path) -> Option<PathBuf> {
-    let path = root.join(relative).canonicalize().ok()?;
-    let meta = std::fs::metadata(&path).ok()?;
-    if !path.starts_with(root) || !meta.is_file() {
-        return None;
-    }
-    Some(path)
-}
-
-/// A response body: complete, or the pieces of a tunnel as they come.
-pub enum Body {
-    /// A complete body (taken when sent).
-    Full(Option<Bytes>),
-    /// A tunnel's pieces; the tunnel's task holds the sender, and the body
-    /// ends when it is dropped.
-    Stream(mpsc::Receiver<Bytes>),
-    /// A complete body with what is to run once it is sent (started, a
-    /// moment later, when hyper is done with the body).
-    Then(Option<Bytes>, Option<AfterReply>),
-}
-
-impl Drop for Body {
-    fn drop(&mut self) {
-        let Body::Then(_, after) = self else { return };
-        let Some(after) = after.take() else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    // The reply's last bytes leave with hyper's next flush.
-                    tokio::time::sleep(AFTER_REPLY_MARGIN).await;
-                    let _ = tokio::task::spawn_blocking(move || after.run()).await;
-                });
-            }
-            Err(_) => after.run(),
-        }
-    }
-}
-
-/// How long after hyper has taken a reply's body its deferred work starts.
-const AFTER_REPLY_MARGIN: Duration = Duration::from_millis(20);
-
-impl Body {
-    fn full(bytes: Vec<u8>) -> Body {
-        Body::Full(Some(Bytes::from(bytes)))
-    }
-
-    fn empty() -> Body {
-        Body::Full(None)
-    }
-}
-
-impl hyper::body::Body for Body {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Full(bytes) | Body::Then(bytes, _) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None) | Body::Then(None, _))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Full(Some(b)) | Body::Then(Some(b), _) => SizeHint::with_exact(b.len() as u64),
-            Body::Full(None) | Body::Then(None, _) => SizeHint::with_exact(0),
-            Body::Stream(_) => SizeHint::default(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn static_paths_refuse_traversal() {
-        assert_eq!(static_path("/../etc/passwd"), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(static_path("/a/%2e%2E/b"), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(static_path("/a/..%2Fb"), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(static_path("/a%5c..%5cb"), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(static_path("/%zz"), Err(StatusCode::BAD_REQUEST));
-    }
-
-    #[test]
-    fn static_paths_name_files_and_index() {
-        assert_eq!(static_path("/"), Ok(PathBuf::from("index.html")));
-        assert_eq!(static_path("/docs/"), Ok(PathBuf::from("docs/index.html")));
-        assert_eq!(static_path("//a/./b%20c.js"), Ok(PathBuf::from("a/b c.js")));
-    }
 
     #[test]
     fn caps_default_to_the_open_file_limit() {
@@ -1058,13 +895,5 @@ mod tests {
         assert_eq!(config.caps(65536), (100, 88));
         config.max_tunnels = Some(500);
         assert_eq!(config.caps(65536), (100, 500));
-    }
-
-    #[test]
-    fn content_types_by_extension_only() {
-        assert_eq!(content_type(Path::new("a.html")), Some("text/html; charset=utf-8"));
-        assert_eq!(content_type(Path::new("a.svg")), Some("image/svg+xml"));
-        assert_eq!(content_type(Path::new("a.exe")), None);
-        assert_eq!(content_type(Path::new("Makefile")), None);
     }
 }

@@ -21,7 +21,7 @@ use kn_journal::streams::{
     is_json, offset, parse_start, Append, Chunk, Create, Info, Producer, Start, StreamError, StreamErrorKind, Streams,
 };
 
-use crate::serve::Body;
+use crate::body::Body;
 
 /// Where streams are mounted, below the server's base.
 pub const PREFIX: &str = "/v1/stream/";
@@ -974,7 +974,7 @@ fn budget_refusal(refused: crate::serve_body::Refused) -> hyper::Response<Body> 
         Refused::Unreadable(m) => StreamResponse::text(400, &m),
     };
     if r.status == 503 {
-        r.set("Retry-After", crate::serve::RETRY_AFTER_SECS.to_string());
+        r.set("Retry-After", crate::body::RETRY_AFTER_SECS.to_string());
     }
     let mut reply = to_hyper(r, false);
     reply.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));

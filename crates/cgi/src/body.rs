@@ -1,0 +1,85 @@
+//! A response body of `serve`: complete, or a tunnel's pieces as they
+//! come, or complete with work to run once it is sent (a new route's
+//! population). Shared by everything that answers under `serve`
+//! (`serve.rs`, `streams.rs`, `metrics_http.rs`), below all of them.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
+use tokio::sync::mpsc;
+
+use crate::handler::AfterReply;
+
+/// What `Retry-After` says when a cap of `serve` is reached, in seconds.
+pub const RETRY_AFTER_SECS: u32 = 5;
+
+/// A response body: complete, or the pieces of a tunnel as they come.
+pub enum Body {
+    /// A complete body (taken when sent).
+    Full(Option<Bytes>),
+    /// A tunnel's pieces; the tunnel's task holds the sender, and the body
+    /// ends when it is dropped.
+    Stream(mpsc::Receiver<Bytes>),
+    /// A complete body with what is to run once it is sent (started, a
+    /// moment later, when hyper is done with the body).
+    Then(Option<Bytes>, Option<AfterReply>),
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        let Body::Then(_, after) = self else { return };
+        let Some(after) = after.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    // The reply's last bytes leave with hyper's next flush.
+                    tokio::time::sleep(AFTER_REPLY_MARGIN).await;
+                    let _ = tokio::task::spawn_blocking(move || after.run()).await;
+                });
+            }
+            Err(_) => after.run(),
+        }
+    }
+}
+
+/// How long after hyper has taken a reply's body its deferred work starts.
+const AFTER_REPLY_MARGIN: Duration = Duration::from_millis(20);
+
+impl Body {
+    pub(crate) fn full(bytes: Vec<u8>) -> Body {
+        Body::Full(Some(Bytes::from(bytes)))
+    }
+
+    pub(crate) fn empty() -> Body {
+        Body::Full(None)
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(bytes) | Body::Then(bytes, _) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None) | Body::Then(None, _))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(Some(b)) | Body::Then(Some(b), _) => SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) | Body::Then(None, _) => SizeHint::with_exact(0),
+            Body::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
