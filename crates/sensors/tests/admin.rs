@@ -290,14 +290,15 @@ fn names_lists_adds_and_removes_the_server_names() {
     let kn = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(dir.path()).args(args).env_remove("KN_SERVER_URL").output().unwrap()
     };
-    assert_eq!(ok(kn(&["names"])), "http://localhost/kn\n", "an unnamed store");
+    // Each name with where it came from, tab-separated (`cut -f1` for the URLs).
+    assert_eq!(ok(kn(&["names"])), "http://localhost/kn\tdefault\n", "an unnamed store");
     ok(kn(&["names", "add", "http://main.example/kn"]));
     ok(kn(&["names", "add", "http://alias.example/kn"]));
-    assert_eq!(ok(kn(&["names", "list"])), "http://main.example/kn\nhttp://alias.example/kn\n");
+    assert_eq!(ok(kn(&["names", "list"])), "http://main.example/kn\tpinned\nhttp://alias.example/kn\tpinned\n");
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.resolve(b"http://alias.example/kn/a").unwrap(), kn_journal::Destination::Local(topic("/a")));
     ok(kn(&["names", "remove", "http://alias.example/kn"]));
-    assert_eq!(ok(kn(&["names"])), "http://main.example/kn\n");
+    assert_eq!(ok(kn(&["names"])), "http://main.example/kn\tpinned\n");
     let bad = kn(&["names", "add", "alias.example"]);
     assert_eq!(bad.status.code(), Some(64), "a usage error: {bad:?}");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("absolute http://"), "{bad:?}");
