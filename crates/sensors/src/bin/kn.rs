@@ -159,8 +159,10 @@ enum Command {
     /// List, add or remove the URLs this server is known by: an absolute
     /// URL starting with one of them names a local topic, so a route to
     /// it is delivered here. KN_SERVER_URL (or serve's --public-url) is
-    /// always one; the others live in the store's .names. Requests never
-    /// add names (but an unnamed store takes the URL of its first request).
+    /// always one; the others live in the store's .names: pinned (added
+    /// here), serve's own, and this machine's URLs that requests came by
+    /// (at most KN_MAX_NAMES). The list prints each name, a tab, and where
+    /// it came from.
     Names {
         #[command(subcommand)]
         action: Option<NamesAction>,
