@@ -120,10 +120,10 @@ fn apache_path_info_names_the_topic() {
     e2e::path_info_names_the_topic(&*s);
 }
 
-/// `kn_to`/`kn_from` may be absolute URLs of this server: its names (the
-/// URL of the first request to an unnamed store, and those an
-/// administrator adds to `.names`); others are refused as proxying, also
-/// after a request came by them.
+/// `kn_to`/`kn_from` may be absolute URLs of this server: its names (this
+/// machine's URLs that requests came by, the first public name of a fresh
+/// store, and those an administrator adds to `.names`); others are
+/// refused as proxying, also after a request came by them.
 #[test]
 fn apache_absolute_urls_are_local_for_the_server_names_only() {
     let Some(s) = site("apache_absolute", "") else { return };
@@ -132,8 +132,18 @@ fn apache_absolute_urls_are_local_for_the_server_names_only() {
     assert!(status.payload_text().contains("Wrote to '/what/chat' (a1)"), "{status:?}");
     route(&*s, &chat, &format!("{}/who/a/s/1/kn_journal", s.url()), "ra", "");
 
-    // Another name for the same server: foreign, even after a request came by it.
+    // A fresh store takes the first public name it is reached by, once.
     let port = s.port();
+    let (line, text) = e2e::raw(
+        &s.url(),
+        format!("GET /kn?do_method=whoami HTTP/1.0\r\nHost: kn-public.test:{port}\r\n\r\n").as_bytes(),
+    );
+    assert!(line.contains(" 200 "), "{text}");
+    let public = format!("http://kn-public.test:{port}/kn/what/chat");
+    let (resp, status) = post_simple(&s.url(), &[("kn_to", &public), ("kn_payload", "x"), ("kn_id", "a0")]);
+    assert_eq!(resp.status, 200, "the first public name: {status:?}");
+
+    // Another name for the same server: foreign, even after a request came by it.
     let alias = format!("http://kn-alias.test:{port}/kn/what/chat");
     let (resp, status) = post_simple(&s.url(), &[("kn_to", &alias), ("kn_payload", "x"), ("kn_id", "a2")]);
     assert_eq!(resp.status, 403, "{status:?}");

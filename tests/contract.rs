@@ -136,7 +136,8 @@ fn port_less_host_first_then_urls_with_the_port(server: &impl KnServer) {
     let addr = addr_of(server);
     let (line, text) = raw(&addr, "GET /kn?do_method=whoami HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
     assert!(line.contains(" 200 "), "{text}");
-    let journal = format!("{}/who/portless/kn_journal", server.url());
+    // An ordinary topic: a journal nobody reads is stale (and poisons routes to it).
+    let journal = format!("{}/what/portless-copy", server.url());
     for host in ["127.0.0.1", addr.as_str()] {
         let body = format!("do_method=route&kn_from=/what/portless&kn_to={journal}&kn_id=r-{host}&kn_response_format=simple");
         let (line, text) = post_raw(&addr, host, &body);

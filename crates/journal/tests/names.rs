@@ -55,6 +55,25 @@ fn a_host_elsewhere_is_taken_once_by_a_fresh_store_and_never_again() {
 }
 
 #[test]
+fn a_port_less_learned_name_of_this_machine_covers_its_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Only port-less requests so far (under Apache, `SERVER_PORT` is then
+    // the default port, whatever port they came in on).
+    store.learn_names(&["http://127.0.0.1/kn"]).unwrap();
+    assert_eq!(store.resolve(b"http://127.0.0.1:8095/kn/what/x").unwrap(), local("/what/x"));
+    assert_eq!(store.resolve(b"http://localhost:8095/kn/what/x").unwrap(), local("/what/x"));
+    // Not another script of this machine, nor another machine.
+    assert!(matches!(store.resolve(b"http://127.0.0.1:8095/other/what/x").unwrap(), Destination::Remote(_)));
+    assert!(matches!(store.resolve(b"http://192.0.2.1:8095/kn/what/x").unwrap(), Destination::Remote(_)));
+    // A name with its port (serve's own) covers that port only.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.record_server_names("h", &["http://127.0.0.1:8080/kn"]).unwrap();
+    assert!(matches!(store.resolve(b"http://127.0.0.1:8095/kn/what/x").unwrap(), Destination::Remote(_)));
+}
+
+#[test]
 fn an_alias_of_this_machine_with_a_names_port_is_local() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();

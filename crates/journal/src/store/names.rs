@@ -330,23 +330,31 @@ impl Store {
         // of a store with no name): the URLs a tool wrote before the store
         // had a name start with it.
         let default = self.config.server_url.is_none().then_some("http://localhost/kn");
-        let all = self.config.server_url.iter().map(String::as_str).chain(default).chain(ordered(&names).map(|n| n.url.as_str()));
+        let configured = self.config.server_url.iter().map(String::as_str).chain(default).map(|u| (u, false));
+        let all = configured.chain(ordered(&names).map(|n| (n.url.as_str(), n.kind == NameKind::Learned)));
         let mut aliasable = Vec::new();
-        for own in all {
+        for (own, learned) in all {
             if let Some(rest) = strip_prefix_ignore_case(text, own) {
                 if rest.starts_with('/') {
                     return Some(rest);
                 }
             }
-            aliasable.push(own);
+            aliasable.push((own, learned));
         }
         let target = Url::parse(text)?;
         if !is_this_machine(target.host) {
             return None;
         }
-        for own in aliasable {
+        for (own, learned) in aliasable {
             let Some(name) = Url::parse(own) else { continue };
-            if name.scheme.eq_ignore_ascii_case(target.scheme) && name.port == target.port && is_this_machine(name.host) {
+            // A name learned from a `Host` without a port (an HTTP/1.0
+            // client's) says nothing of the port the request came in on:
+            // under CGI the web server then reports its default port
+            // (Apache, `UseCanonicalName Off`), as it reports the port of
+            // any `Host` that has one, so believing any port of this
+            // machine here believes no more than a `Host` already may.
+            let same_port = name.port == target.port || (learned && !name.explicit_port);
+            if name.scheme.eq_ignore_ascii_case(target.scheme) && same_port && is_this_machine(name.host) {
                 if let Some(rest) = target.path.strip_prefix(name.path) {
                     if rest.starts_with('/') {
                         // `rest` lies inside `text`: from it on, query and all.
@@ -402,6 +410,8 @@ struct Url<'a> {
     scheme: &'a str,
     host: &'a str,
     port: u16,
+    /// The port was written in the URL.
+    explicit_port: bool,
     path: &'a str,
 }
 
@@ -426,11 +436,12 @@ impl<'a> Url<'a> {
                 None => (authority, None),
             }
         };
+        let explicit_port = port.is_some_and(|p| !p.is_empty());
         let port = match port {
             Some("") | None => default,
             Some(p) => p.parse().ok()?,
         };
-        Some(Url { scheme, host, port, path })
+        Some(Url { scheme, host, port, explicit_port, path })
     }
 }
 
