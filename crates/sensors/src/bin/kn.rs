@@ -424,7 +424,7 @@ fn progress(len: u64) -> indicatif::ProgressBar {
 }
 
 fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: usize, format: EventFormat) -> Result<ExitCode, SensorError> {
-    let selection = Selection { max_n: Some(lines), ..Selection::default() };
+    let selection = Selection { max_n: Some(lines), ..Selection::none() };
     let read_error = |e| SensorError::from_journal(e, &format!("cannot read '{topic}'"));
     if !follow {
         for e in &store.events(topic, &selection).map_err(read_error)?.events {
