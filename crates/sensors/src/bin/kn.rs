@@ -21,7 +21,8 @@ use kn_sensors::{legacy, usage_error, SensorError, SensorErrorKind};
 /// something is wrong.
 #[derive(Parser, Debug)]
 #[command(name = "kn", version, after_long_help = AFTER_HELP)]
-struct Cli {
+// pub(crate): packaging/docgen renders it (man page, completions).
+pub(crate) struct Cli {
     /// The event store (default: $KN_EVENTS, else ./kn_events).
     #[arg(long, value_name = "DIR", global = true)]
     root: Option<PathBuf>,
