@@ -192,7 +192,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let before = store.usage().unwrap();
-        store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::none()).unwrap();
+        store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::default()).unwrap();
         store.notify(&Topic::parse("/what/chat").unwrap(), Event::from_pairs([("kn_payload", "hi")])).unwrap();
         let after = store.usage().unwrap();
         assert_eq!(after.journals, before.journals + 1, "{after:?}");
