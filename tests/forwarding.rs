@@ -107,7 +107,7 @@ fn notifies_killed_at_random_points_lose_no_delivery_and_duplicate_none() {
     let remote = Serve::spawn(Serve::command(&remote_root, None));
     let store = open_store(&root);
     let journal = t("/who/j/kn_journal");
-    drop(store.tunnel(&journal, &Selection::default()).unwrap());
+    drop(store.tunnel(&journal, &Selection::none()).unwrap());
     route(&store, "/what/src", "/what/copy", "r-copy");
     route(&store, "/what/src", "/who/j/kn_journal", "r-journal");
     route(&store, "/what/src", &format!("{}/what/remote", remote.url()), "r-remote");
@@ -180,7 +180,7 @@ fn serve_killed_while_it_carries_deferred_fan_outs_loses_no_copy_and_duplicates_
     let store = open_store(&root);
     let journals: Vec<String> = (0..JOURNALS).map(|i| format!("/who/d{i}/kn_journal")).collect();
     for (i, journal) in journals.iter().enumerate() {
-        drop(store.tunnel(&t(journal), &Selection::default()).unwrap());
+        drop(store.tunnel(&t(journal), &Selection::none()).unwrap());
         route(&store, "/what/fan", journal, &format!("r{i}"));
     }
     let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
@@ -274,7 +274,7 @@ fn transient_delivery_errors_keep_the_routes_and_deliver_once_the_fault_clears()
     let refusing = FlakyRemote::start(404);
     refusing.down.store(false, Ordering::SeqCst);
     let store = open_store(&root);
-    drop(store.tunnel(&t("/who/j/kn_journal"), &Selection::default()).unwrap());
+    drop(store.tunnel(&t("/who/j/kn_journal"), &Selection::none()).unwrap());
     route(&store, "/what/src", "/what/copy", "r-copy");
     route(&store, "/what/src", "/who/j/kn_journal", "r-journal");
     route(&store, "/what/src", &flaky.url, "r-remote");

@@ -280,7 +280,7 @@ fn stale_journal(root: &Path) -> PathBuf {
     // The URL the CGI requests of these tests reach the server by.
     store.add_server_name("http://127.0.0.1:8080/kn").unwrap();
     let journal = kn_journal::Topic::parse(&journal(0)).unwrap();
-    store.tunnel(&journal, &kn_journal::Selection::default()).unwrap();
+    store.tunnel(&journal, &kn_journal::Selection::none()).unwrap();
     store.route(&kn_journal::Topic::parse("/what/chat").unwrap(), journal.as_str().as_bytes(), kn_journal::Event::new()).unwrap();
     store.expire(&journal).unwrap();
     root.join(journal.as_str().trim_start_matches('/'))

@@ -72,7 +72,7 @@ fn relay(client: TcpStream, upstream: TcpStream) {
 fn store_with_remote_journal(root: &std::path::Path, origin: &str) {
     let store = Store::open(root).expect("open store");
     let journal = Topic::parse("/who/anna/kn_journal").expect("topic");
-    store.tunnel(&journal, &Selection::default()).expect("heartbeat");
+    store.tunnel(&journal, &Selection::none()).expect("heartbeat");
     let event = Event::from_pairs([("kn_id", "e1"), ("kn_payload", "hi"), ("kn_routed_from", origin)]);
     store.notify(&journal, event).expect("journal event");
 }

@@ -1533,7 +1533,7 @@ fn journal_tunnel_dropped_right_after_expire_never_deadlocks() {
         let store = kn_journal::Store::open(&root).unwrap();
         let topic = kn_journal::Topic::parse("/who/x/s/1/kn_journal").unwrap();
         for round in 0..200 {
-            let start = store.tunnel(&topic, &kn_journal::Selection::default()).unwrap();
+            let start = store.tunnel(&topic, &kn_journal::Selection::none()).unwrap();
             store.expire(&topic).unwrap();
             drop(start);
             let _ = done.send(round);

@@ -118,7 +118,7 @@ fn read_since(c: &mut Criterion) {
     let last = 4_000;
     let mut group = c.benchmark_group("read/since");
     for behind in [1, 100] {
-        let since = Selection { since_checkpoint: Some((last - behind).to_string().into_bytes()), ..Selection::default() };
+        let since = Selection { since_checkpoint: Some((last - behind).to_string().into_bytes()), ..Selection::none() };
         group.bench_function(format!("{behind}_behind_in_4000"), |b| {
             b.iter(|| {
                 let got = store.events(&t, &since).expect("read");
@@ -401,7 +401,7 @@ fn waiter() {
     let root = std::env::var("KN_BENCH_ROOT").expect("KN_BENCH_ROOT");
     let store = Store::open(root).expect("open store");
     let t = topic("/bench/wake");
-    let mut tunnel = store.tunnel(&t, &Selection::default()).expect("tunnel").tunnel;
+    let mut tunnel = store.tunnel(&t, &Selection::none()).expect("tunnel").tunnel;
     let mut out = std::io::stdout().lock();
     let notified = if tunnel.is_notified() { "notified" } else { "polling" };
     writeln!(out, "READY {notified}").and_then(|_| out.flush()).expect("stdout");

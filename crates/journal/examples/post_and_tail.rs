@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = std::env::args().nth(1).unwrap_or_else(|| "/what/chat".to_string());
     let topic = Topic::parse(&name)?;
     let store = Store::open_with(Config::from_env()?)?;
-    let start = store.tunnel(&topic, &Selection { max_n: Some(10), ..Selection::default() })?;
+    let start = store.tunnel(&topic, &Selection { max_n: Some(10), ..Selection::none() })?;
     for e in &start.initial.events {
         print_event(e);
     }

@@ -1,14 +1,307 @@
-//! kn-journal: the knpubsub event store and every PubSub rule.
+//! kn-journal: a durable publish/subscribe event store on plain files,
+//! with every rule of the mod_pubsub protocol.
 //!
-//! Events are stored under a `kn_events` tree, one directory per topic
-//! segment, in append-only segment files of checksummed records (see
-//! `FORMAT.md`). [`Store`] owns all the semantics of PROTOCOL.md sections 1,
-//! 2 and 4: ordinary topics (the current event per `kn_id`) versus journals
-//! (every post kept), duplicate suppression, expiry, routes and forwarding,
-//! `kn_subtopics` announcements, heartbeats, and waiting for new events.
-//! `pubsub.cgi` and every sensor call this crate and nothing else.
+//! Events are posted to *topics* (`/what/chat`) and kept in a directory
+//! tree, `kn_events`, of append-only, checksummed log files
+//! (`FORMAT.md` beside this crate describes them byte by byte). There is no
+//! daemon and no shared memory: any number of threads and processes open
+//! the same directory and post, read, route and follow topics at once,
+//! and what one writes the others see. It is the store behind knpubsub's
+//! `pubsub.cgi`, its built-in server and its command-line tools; this page
+//! is for using it in a program of your own.
 //!
-//! # Where things live
+//! The vocabulary is the protocol's (PROTOCOL.md): an [`Event`] is a set
+//! of named byte strings (`kn_payload`, `kn_id`, anything else); an
+//! ordinary [`Topic`] keeps the current event of each `kn_id` (posting the
+//! same id again replaces it, posting the same event again is a
+//! duplicate), a *journal* (a topic whose last segment is `kn_journal`)
+//! keeps every post while a client follows it (a journal no tunnel has
+//! read for 100 s is stale: a post to it fails with
+//! [`ErrorKind::Expired`], and the sweep later removes it); a *route* copies
+//! what is posted to one topic into another; a *tunnel* follows a topic as
+//! events arrive.
+//!
+//! # Opening a store
+//!
+//! [`Store::open`] opens the store in a directory, creating it if needed,
+//! with the default settings; [`Store::open_with`] takes a [`Config`],
+//! whose [`Config::from_env`] reads the `KN_*` variables the server
+//! reads, so that a tool sees the store as the server does.
+//!
+//! ```
+//! use kn_journal::{Config, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path().join("kn_events"))?;
+//! assert!(store.root().is_dir());
+//!
+//! // The same directory with the server's settings (KN_SYNC and the
+//! // others, when set) and no free-space reserve.
+//! let mut config = Config::new(dir.path().join("kn_events")).with_env()?;
+//! config.reserve_bytes = 0;
+//! let again = Store::open_with(config)?;
+//! assert_eq!(again.root(), store.root());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Posting
+//!
+//! [`Store::notify`] stores an event and forwards it along the topic's
+//! routes before it returns; the [`PostReport`] says what was written
+//! where. An event without `kn_id` gets a fresh one.
+//!
+//! ```
+//! use kn_journal::{Event, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let chat = Topic::parse("/what/chat")?;
+//!
+//! let mut e = Event::new();
+//! e.set("kn_id", "m1").set("kn_payload", "hello").set("from", "anna");
+//! let report = store.notify(&chat, e.clone())?;
+//! assert_eq!(report.id, b"m1");
+//! assert!(!report.duplicate);
+//!
+//! // The same event again is a duplicate on an ordinary topic: not stored.
+//! assert!(store.notify(&chat, e)?.duplicate);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Reading
+//!
+//! [`Store::events`] returns a topic's events, oldest first, chosen by a
+//! [`Selection`]: [`Selection::all`], the newest `max_n`, those of the
+//! last `max_age` seconds, or those after a checkpoint. Each event comes
+//! with its `kn_route_checkpoint`, from which a reader resumes where it
+//! stopped. ([`Selection::none`] selects no existing event: it is what a
+//! tunnel or route opened for new events only starts with.)
+//!
+//! ```
+//! use kn_journal::{Event, Selection, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let log = Topic::parse("/what/log")?;
+//! for text in ["one", "two", "three"] {
+//!     // Each without kn_id: a fresh id each, so all three are kept.
+//!     store.notify(&log, Event::from_pairs([("kn_payload", text)]))?;
+//! }
+//!
+//! let all = store.events(&log, &Selection::all())?.events;
+//! assert_eq!(all.iter().map(|e| e.payload()).collect::<Vec<_>>(), [&b"one"[..], b"two", b"three"]);
+//!
+//! let newest = Selection { max_n: Some(1), ..Selection::none() };
+//! assert_eq!(store.events(&log, &newest)?.events[0].payload(), b"three");
+//!
+//! // Resume after the first event's checkpoint.
+//! let checkpoint = all[0].get("kn_route_checkpoint").unwrap().to_vec();
+//! let after = Selection { since_checkpoint: Some(checkpoint), ..Selection::none() };
+//! assert_eq!(store.events(&log, &after)?.events.len(), 2);
+//!
+//! assert!(store.events(&log, &Selection::none())?.events.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Following a topic from another thread
+//!
+//! [`Store::tunnel`] opens a [`Tunnel`]: the selected existing events
+//! first, then [`Tunnel::wait`] returns new ones as they are stored, by
+//! this process or any other (woken by inotify on a local disk within a
+//! millisecond; by polling every [`Config::poll_interval`] where there is
+//! none). A [`Store`] is `Send` and `Sync`: share it by reference or in an
+//! `Arc`. Servers on an async runtime use [`Tunnel::listen`] and
+//! [`Tunnel::next`] instead of the blocking `wait`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use kn_journal::{Event, Selection, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let chat = Topic::parse("/what/chat")?;
+//! let mut tunnel = store.tunnel(&chat, &Selection::none())?.tunnel;
+//!
+//! std::thread::scope(|s| {
+//!     let reader = s.spawn(|| {
+//!         let mut seen = Vec::new();
+//!         while seen.len() < 3 {
+//!             for e in tunnel.wait(&store, Duration::from_secs(10)).unwrap() {
+//!                 seen.push(e.payload().to_vec());
+//!             }
+//!         }
+//!         seen
+//!     });
+//!     for n in 1..=3 {
+//!         let e = Event::from_pairs([("kn_payload", format!("event {n}"))]);
+//!         store.notify(&chat, e).unwrap();
+//!     }
+//!     assert_eq!(reader.join().unwrap(), [b"event 1", b"event 2", b"event 3"]);
+//! });
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Routes
+//!
+//! [`Store::route`] makes a topic's posts flow into another topic (or,
+//! when the [`Config::outbound`] policy allows it, to another server's
+//! URL); the copies carry `kn_route_id` and `kn_routed_from`. A route can
+//! start with existing events (`do_max_n`, `do_max_age`), filter them
+//! (`kn_content_filter`), expire (`kn_expires`); [`Store::delete_route`]
+//! ends it, and [`Store::routes`] lists the active ones.
+//!
+//! ```
+//! use kn_journal::{Event, Selection, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let chat = Topic::parse("/what/chat")?;
+//! let inbox = Topic::parse("/who/anna/inbox")?;
+//!
+//! // Route everything posted to /what/chat into /who/anna/inbox.
+//! let mut route = Event::new();
+//! route.set("kn_id", "r1");
+//! store.route(&chat, b"/who/anna/inbox", route)?;
+//!
+//! let mut e = Event::new();
+//! e.set("kn_payload", "hello");
+//! let report = store.notify(&chat, e)?;
+//! assert!(report.writes.iter().any(|w| w.topic == inbox));
+//!
+//! let got = store.events(&inbox, &Selection::all())?.events;
+//! assert_eq!(got[0].payload(), b"hello");
+//! assert_eq!(got[0].get("kn_route_id"), Some(&b"r1"[..]));
+//!
+//! store.delete_route(&chat, b"r1", None)?;
+//! assert!(store.routes(&chat)?.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The settings that matter
+//!
+//! Every setting is a field of [`Config`] with a `KN_*` environment
+//! variable; the defaults suit a server. Those an embedder most often
+//! changes:
+//!
+//! | field | default | what for |
+//! |---|---|---|
+//! | [`root`](Config::root) | `./kn_events` (`KN_EVENTS`) | where the store is |
+//! | [`sync`](Config::sync) | [`SyncPolicy::None`] (`KN_SYNC`) | `Always`: `fdatasync` before a post returns, so an acknowledged event survives a power cut; `None` survives any process crash, not a power cut |
+//! | [`reserve_bytes`](Config::reserve_bytes) | 64 MiB | posts fail ([`ErrorKind::DiskFull`]) when the file system has less free space, so a full disk never truncates the store |
+//! | [`max_event_bytes`](Config::max_event_bytes) | 8 MiB | largest event |
+//! | [`journal_max_age`](Config::journal_max_age), [`journal_max_bytes`](Config::journal_max_bytes) | 1 day, 64 MiB | a journal's retention |
+//! | [`server_url`](Config::server_url) | from `.names` | which absolute URLs name topics of this store |
+//! | [`outbound`](Config::outbound) | deny | which other servers routes may deliver to |
+//! | [`access_rules`](Config::access_rules) | none | who may do what ([`access`]; servers use [`Store::as_user`]) |
+//!
+//! ```
+//! use kn_journal::{Config, Store, SyncPolicy};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let mut config = Config::new(dir.path());
+//! config.sync = SyncPolicy::Always;
+//! config.max_event_bytes = 64 << 10;
+//! let store = Store::open_with(config)?;
+//! assert_eq!(store.config().sync, SyncPolicy::Always);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What is safe across processes
+//!
+//! * **Any number of processes and threads** may open one store and post,
+//!   read, route and tunnel at once: a CGI process per request, a server,
+//!   cron jobs and your tool, side by side. Writers of a topic take a
+//!   `flock` on that topic's lock file, one topic at a time; readers and
+//!   tunnels never lock. One process may open a store more than once.
+//! * **A reader never sees half an event.** Every record is framed and
+//!   checksummed; a process killed in the middle of a post leaves bytes
+//!   that no reader returns and the next writer repairs.
+//! * **A tunnel wakes for any process's post** (inotify on a local disk;
+//!   on a FUSE or NFS mount, the store switches to shared mode by itself,
+//!   see [`Config::shared`] and `FORMAT.md`, "Shared mode").
+//! * **Not safe**: changing files under the root by other means than this
+//!   crate (or the `kn` tool), or removing the root while processes use
+//!   it.
+//!
+//! ```
+//! use kn_journal::{Event, Selection, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! // Two stores on one directory, as two processes would have.
+//! let writer = Store::open(dir.path())?;
+//! let reader = Store::open(dir.path())?;
+//! let topic = Topic::parse("/what/shared")?;
+//! writer.notify(&topic, Event::from_pairs([("kn_payload", "seen by all")]))?;
+//! assert_eq!(reader.events(&topic, &Selection::all())?.events[0].payload(), b"seen by all");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # File modes
+//!
+//! A web server and the tools that feed it usually run as different users
+//! sharing a group. So that each can write what another created,
+//! [`Store::open`] creates the root, and the store every topic directory,
+//! with mode `2775` (setgid: new files take the directory's group), and
+//! its data files with mode `0664`, **whatever the process's umask**: the
+//! modes are set explicitly. A few small bookkeeping files (the `.names`
+//! list, a journal's `.heartbeat`) follow the umask; give the processes a
+//! umask of `002` (docs/DEPLOY.md, "The event store and its permissions").
+//!
+//! ```
+//! use std::os::unix::fs::PermissionsExt;
+//! use kn_journal::{Event, Store, Topic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let root = dir.path().join("kn_events");
+//! // Even under the strictest umask:
+//! let old = unsafe { libc::umask(0o077) };
+//! let store = Store::open(&root)?;
+//! store.notify(&Topic::parse("/what/chat")?, Event::from_pairs([("kn_payload", "hi")]))?;
+//! unsafe { libc::umask(old) };
+//!
+//! let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+//! assert_eq!(mode(&root), 0o2775);
+//! let chat = root.join("what/chat");
+//! assert_eq!(mode(&chat), 0o2775);
+//! for file in std::fs::read_dir(&chat)? {
+//!     let path = file?.path();
+//!     if path.is_file() {
+//!         assert_eq!(mode(&path), 0o664, "{}", path.display());
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Errors
+//!
+//! Every failure is an [`Error`] whose [`Error::kind`] says what went
+//! wrong in the protocol's terms ([`ErrorKind::status`] is the HTTP status
+//! a server answers with) and whose message names the input or file.
+//!
+//! ```
+//! use kn_journal::{ErrorKind, Topic};
+//!
+//! let err = Topic::parse("/what/../etc").unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::BadTopic);
+//! assert_eq!(err.kind().status().0, 400);
+//! assert_eq!(err.to_string(), "bad topic name '/what/../etc': segment '..' starts or ends with '.'");
+//! ```
+//!
+//! # What else is here
+//!
+//! * [`access`]: access rules (who may post, read, route where) and
+//!   [`Store::as_user`], the checked API a server calls with its user.
+//! * [`streams`]: Durable Streams (an HTTP streaming protocol) on the same
+//!   store.
+//! * [`HttpRemote`]: the one outbound HTTP client (remote routes, content
+//!   transforms), under the [`OutboundPolicy`].
+//! * [`Exposition`]: the store's figures in the Prometheus text format.
+//! * Maintenance: [`Store::sweep`] (stale journals and empty topics),
+//!   compaction, verification and repair ([`Store::verify`]).
+//!
+//! # For contributors: where things live
+//!
+//! (docs/ARCHITECTURE.md has the whole project's map.)
 //!
 //! Data flows one way: [`Store`] -> `log` -> files; nothing below imports
 //! anything above it.
@@ -67,29 +360,12 @@
 //! variable of the environment), no redirects for POSTs, canonical header
 //! names. Which URLs it may reach is the [`OutboundPolicy`] (`remote.rs`).
 //!
-//! ```
-//! use kn_journal::{Event, Selection, Store, Topic};
-//!
-//! let dir = tempfile::tempdir().unwrap();
-//! let store = Store::open(dir.path()).unwrap();
-//! let chat = Topic::parse("/what/chat").unwrap();
-//! let inbox = Topic::parse("/who/anna/inbox").unwrap();
-//!
-//! // Route everything posted to /what/chat into /who/anna/inbox.
-//! let mut route = Event::new();
-//! route.set("kn_id", "r1");
-//! store.route(&chat, b"/who/anna/inbox", route).unwrap();
-//!
-//! let mut e = Event::new();
-//! e.set("kn_payload", "hello");
-//! let report = store.notify(&chat, e).unwrap();
-//! assert!(report.writes.iter().any(|w| w.topic == inbox));
-//!
-//! let got = store.events(&inbox, &Selection::all()).unwrap().events;
-//! assert_eq!(got[0].payload(), b"hello");
-//! assert_eq!(got[0].get("kn_route_id"), Some(&b"r1"[..]));
-//! ```
 #![deny(missing_docs)]
+
+/// The examples of README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub mod access;
 mod changes;

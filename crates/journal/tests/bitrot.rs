@@ -138,7 +138,7 @@ fn bit_rot_costs_the_damaged_records_alone() {
     let store = Store::open_with(config(&root)).unwrap();
     let topic = t("/rot/state");
     // A tunnel opened before anything is posted reads it all afterwards.
-    let mut tunnel = store.tunnel(&topic, &Selection::default()).unwrap().tunnel;
+    let mut tunnel = store.tunnel(&topic, &Selection::none()).unwrap().tunnel;
     let live = populate(&store, &topic);
     let dir = topic_dir(&store, &topic);
     let records_before = store.verify().unwrap().records;
@@ -148,7 +148,7 @@ fn bit_rot_costs_the_damaged_records_alone() {
 
     // Readers: a one-shot read, the N newest, and a tunnel.
     assert_eq!(read_all(&store, &topic), expected, "one-shot read");
-    let newest = Selection { max_n: Some(expected.len()), ..Selection::default() };
+    let newest = Selection { max_n: Some(expected.len()), ..Selection::none() };
     assert_eq!(payloads(&store.events(&topic, &newest).unwrap().events), expected, "the N newest");
     let mut tunnelled = Vec::new();
     loop {

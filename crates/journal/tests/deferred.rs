@@ -29,7 +29,7 @@ fn subscribe(store: &Store, n: usize) -> Vec<Topic> {
     (0..n)
         .map(|i| {
             let journal = t(&format!("/who/s{i}/kn_journal"));
-            drop(store.tunnel(&journal, &Selection::default()).unwrap());
+            drop(store.tunnel(&journal, &Selection::none()).unwrap());
             store.route(&t(SRC), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("r{i}"))])).unwrap();
             journal
         })

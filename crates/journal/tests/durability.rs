@@ -68,7 +68,7 @@ fn topic_dir(root: &Path, t: &Topic) -> PathBuf {
 /// The tunnel is dropped at once, while the notifier may still be busy
 /// (this once deadlocked; fixed in c59f8e8).
 fn open_journal(store: &Store, journal: &Topic) {
-    store.tunnel(journal, &Selection::default()).expect("open a tunnel on the journal");
+    store.tunnel(journal, &Selection::none()).expect("open a tunnel on the journal");
     store.heartbeat(journal).expect("heartbeat");
 }
 

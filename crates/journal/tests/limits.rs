@@ -74,7 +74,7 @@ fn a_topic_at_max_topic_depth_is_accepted_and_one_deeper_is_400() {
     assert_eq!(err.kind(), ErrorKind::BadTopic, "{err}");
     let err = store.route(&t("/a/b/c/d/e"), b"/x", ev(&[])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::BadTopic, "{err}");
-    assert!(store.tunnel(&t("/a/b/c/d/e"), &Selection::default()).is_err(), "a tunnel would create it");
+    assert!(store.tunnel(&t("/a/b/c/d/e"), &Selection::none()).is_err(), "a tunnel would create it");
     assert_eq!(directories(dir.path()), before);
 }
 
@@ -183,15 +183,15 @@ fn a_tunnel_starts_with_at_most_max_selected_events_the_newest() {
     let newest: Vec<String> = (30..50).map(|i| format!("e{i}")).collect();
     for selection in [
         Selection::all(),
-        Selection { max_n: Some(usize::MAX), ..Selection::default() },
-        Selection { max_n: Some(21), ..Selection::default() },
+        Selection { max_n: Some(usize::MAX), ..Selection::none() },
+        Selection { max_n: Some(21), ..Selection::none() },
     ] {
         let start = store.tunnel(&t("/src"), &selection).unwrap();
         assert_eq!(payloads(&start.initial.events), newest, "{selection:?}");
     }
-    let start = store.tunnel(&t("/src"), &Selection { max_n: Some(20), ..Selection::default() }).unwrap();
+    let start = store.tunnel(&t("/src"), &Selection { max_n: Some(20), ..Selection::none() }).unwrap();
     assert_eq!(payloads(&start.initial.events), newest, "at the limit");
-    let start = store.tunnel(&t("/src"), &Selection { max_n: Some(3), ..Selection::default() }).unwrap();
+    let start = store.tunnel(&t("/src"), &Selection { max_n: Some(3), ..Selection::none() }).unwrap();
     assert_eq!(payloads(&start.initial.events), ["e47", "e48", "e49"], "below it, do_max_n as ever");
     // The administrator's view is not capped.
     assert_eq!(all(&store, "/src").len(), 50);
@@ -200,7 +200,7 @@ fn a_tunnel_starts_with_at_most_max_selected_events_the_newest() {
 #[test]
 fn a_resume_beyond_max_selected_keeps_the_newest_and_reports_a_gap() {
     let (_dir, store) = filled(50, |c| c.max_selected = 20);
-    let checkpoint = |n: u64| Selection { since_checkpoint: Some(n.to_string().into_bytes()), ..Selection::default() };
+    let checkpoint = |n: u64| Selection { since_checkpoint: Some(n.to_string().into_bytes()), ..Selection::none() };
     let exact = store.tunnel(&t("/src"), &checkpoint(30)).unwrap().initial;
     assert_eq!(exact.resume, Resume::Exact, "20 events after checkpoint 30: at the limit");
     assert_eq!(exact.events.len(), 20);

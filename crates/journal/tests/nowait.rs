@@ -82,7 +82,7 @@ fn files_of(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 fn routed(store: &Store) -> (Topic, Topic, Topic) {
     let (topic, journal, copies) = (t("/src"), t("/inbox/kn_journal"), t("/copies"));
     // The journal opened first, as its tunnel would.
-    drop(store.tunnel(&journal, &Selection::default()).unwrap());
+    drop(store.tunnel(&journal, &Selection::none()).unwrap());
     store.heartbeat(&journal).unwrap();
     store.route(&topic, journal.to_string().as_bytes(), Event::new()).unwrap();
     store.route(&topic, copies.to_string().as_bytes(), Event::new()).unwrap();

@@ -48,7 +48,7 @@ fn now() -> f64 {
 /// Creates a journal with a fresh heartbeat (what an open tunnel does).
 fn live_journal(store: &Store, name: &str) -> Topic {
     let j = t(name);
-    drop(store.tunnel(&j, &Selection::default()).unwrap());
+    drop(store.tunnel(&j, &Selection::none()).unwrap());
     j
 }
 
@@ -686,7 +686,7 @@ fn routes_on_kn_subtopics_fire_for_announcements() {
     assert_eq!(payloads(&got), ["chat", "news"]);
     assert_eq!(got[0].get_str("kn_routed_from").unwrap(), "http://test.example/kn/what/kn_subtopics");
     // A tunnel creating a topic announces it too.
-    drop(store.tunnel(&t("/what/tunnelled"), &Selection::default()).unwrap());
+    drop(store.tunnel(&t("/what/tunnelled"), &Selection::none()).unwrap());
     assert_eq!(payloads(&all(&store, &t("/watch"))), ["chat", "news", "tunnelled"]);
 }
 

@@ -71,7 +71,7 @@ fn segment_count(store: &Store, topic: &Topic) -> usize {
 /// Creates a journal with a fresh heartbeat (what an open tunnel does).
 fn live_journal(store: &Store, name: &str) -> Topic {
     let j = t(name);
-    drop(store.tunnel(&j, &Selection::default()).unwrap());
+    drop(store.tunnel(&j, &Selection::none()).unwrap());
     j
 }
 
@@ -184,9 +184,9 @@ fn expired_events_are_never_returned_by_reads_or_tunnels() {
     assert_eq!(payloads(&start.initial.events), ["soon", "ok"]);
     thread::sleep(Duration::from_millis(500));
     assert_eq!(payloads(&all(&store, &topic)), ["ok"]);
-    let selection = Selection { max_n: Some(10), ..Selection::default() };
+    let selection = Selection { max_n: Some(10), ..Selection::none() };
     assert_eq!(payloads(&store.events(&topic, &selection).unwrap().events), ["ok"]);
-    let since = Selection { since_checkpoint: Some(b"0".to_vec()), ..Selection::default() };
+    let since = Selection { since_checkpoint: Some(b"0".to_vec()), ..Selection::none() };
     assert_eq!(payloads(&store.events(&topic, &since).unwrap().events), ["ok"]);
     assert_eq!(payloads(&store.tunnel(&topic, &Selection::all()).unwrap().initial.events), ["ok"]);
     // A tunnel never passes on an expired event either.
@@ -297,7 +297,7 @@ fn stale_journals_refuse_notify_and_heartbeat_makes_them_fresh() {
     assert_eq!(err.kind(), ErrorKind::Expired, "no heartbeat at all: {err}");
     assert_eq!(err.kind().status(), (404, "Expired"));
 
-    let _start = store.tunnel(&j, &Selection::default()).unwrap();
+    let _start = store.tunnel(&j, &Selection::none()).unwrap();
     assert!(!store.is_stale(&j));
     store.notify(&j, ev(&[("kn_payload", "x")])).unwrap();
 
@@ -349,12 +349,12 @@ fn journal_with(store: &Store, name: &str, n: usize) -> Topic {
 fn do_max_n_selects_the_most_recent_oldest_first() {
     let (_d, store) = open();
     let j = journal_with(&store, "/s/kn_journal", 5);
-    let n = |n| store.events(&j, &Selection { max_n: Some(n), ..Selection::default() }).unwrap().events;
+    let n = |n| store.events(&j, &Selection { max_n: Some(n), ..Selection::none() }).unwrap().events;
     assert_eq!(payloads(&n(3)), ["e2", "e3", "e4"]);
     assert_eq!(payloads(&n(5)), ["e0", "e1", "e2", "e3", "e4"]);
     assert_eq!(payloads(&n(50)), ["e0", "e1", "e2", "e3", "e4"], "more than exist is not an error");
     assert!(n(0).is_empty());
-    assert!(store.events(&j, &Selection::default()).unwrap().events.is_empty(), "nothing asked, nothing sent");
+    assert!(store.events(&j, &Selection::none()).unwrap().events.is_empty(), "nothing asked, nothing sent");
 }
 
 #[test]
@@ -366,10 +366,10 @@ fn do_max_age_selects_events_stored_in_the_last_n_seconds() {
     thread::sleep(Duration::from_millis(2100));
     store.notify(&j, ev(&[("kn_payload", "new1")])).unwrap();
     store.notify(&j, ev(&[("kn_payload", "new2")])).unwrap();
-    let age = |a| store.events(&j, &Selection { max_age: Some(a), ..Selection::default() }).unwrap().events;
+    let age = |a| store.events(&j, &Selection { max_age: Some(a), ..Selection::none() }).unwrap().events;
     assert_eq!(payloads(&age(1.0)), ["new1", "new2"]);
     assert_eq!(payloads(&age(f64::INFINITY)), ["e0", "e1", "new1", "new2"]);
-    let both = Selection { max_age: Some(1.0), max_n: Some(1), ..Selection::default() };
+    let both = Selection { max_age: Some(1.0), max_n: Some(1), ..Selection::none() };
     assert_eq!(payloads(&store.events(&j, &both).unwrap().events), ["new2"]);
 }
 
@@ -379,7 +379,7 @@ fn since_checkpoint_resumes_after_the_matching_event_or_sends_all_when_unknown()
     let j = journal_with(&store, "/s/kn_journal", 5);
     let got = all(&store, &j);
     let cp2 = got[2].get("kn_route_checkpoint").unwrap().to_vec();
-    let since = |c: &[u8]| store.events(&j, &Selection { since_checkpoint: Some(c.to_vec()), ..Selection::default() }).unwrap();
+    let since = |c: &[u8]| store.events(&j, &Selection { since_checkpoint: Some(c.to_vec()), ..Selection::none() }).unwrap();
     let exact = since(&cp2);
     assert_eq!(exact.resume, Resume::Exact);
     assert_eq!(payloads(&exact.events), ["e3", "e4"], "the matching event itself is excluded");
@@ -404,7 +404,7 @@ fn a_tunnel_resumes_where_a_read_resumes() {
     let mut asked: Vec<Vec<u8>> = (0..=last + 1).map(|c| c.to_string().into_bytes()).collect();
     asked.extend([b"999999".to_vec(), b"not-a-checkpoint".to_vec(), Vec::new()]);
     for c in asked {
-        let since = Selection { since_checkpoint: Some(c.clone()), ..Selection::default() };
+        let since = Selection { since_checkpoint: Some(c.clone()), ..Selection::none() };
         let read = store.events(&j, &since).unwrap();
         let started = store.tunnel(&j, &since).unwrap().initial;
         assert_eq!(started.resume, read.resume, "{:?}", String::from_utf8_lossy(&c));
@@ -432,7 +432,7 @@ fn since_checkpoint_across_segments_is_the_full_selection_after_it() {
         let full = all(&store, &topic);
         let last = checkpoint(full.last().unwrap());
         for after in 0..=last {
-            let got = store.events(&topic, &Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::default() }).unwrap();
+            let got = store.events(&topic, &Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::none() }).unwrap();
             let expected: Vec<&Event> = full.iter().filter(|e| checkpoint(e) > after).collect();
             assert_eq!(got.events.iter().collect::<Vec<_>>(), expected, "{name}: since {after}");
         }
@@ -448,11 +448,11 @@ fn ordinary_topic_selection_is_the_current_event_per_id_ordered_by_last_store() 
     }
     // The repeat of b is a duplicate and does not move it.
     assert_eq!(payloads(&all(&store, &topic)), ["b1", "c1", "a2"]);
-    let n2 = Selection { max_n: Some(2), ..Selection::default() };
+    let n2 = Selection { max_n: Some(2), ..Selection::none() };
     assert_eq!(payloads(&store.events(&topic, &n2).unwrap().events), ["c1", "a2"]);
     let first = all(&store, &topic);
     let cp_b = first[0].get("kn_route_checkpoint").unwrap().to_vec();
-    let since = Selection { since_checkpoint: Some(cp_b), ..Selection::default() };
+    let since = Selection { since_checkpoint: Some(cp_b), ..Selection::none() };
     assert_eq!(payloads(&store.events(&topic, &since).unwrap().events), ["c1", "a2"]);
     store.notify(&topic, ev(&[("kn_id", "c"), ("kn_payload", "c2")])).unwrap();
     assert_eq!(payloads(&all(&store, &topic)), ["b1", "a2", "c2"]);
@@ -465,7 +465,7 @@ fn tunnel_sends_the_initial_selection_then_events_posted_by_another_thread() {
     let (_d, store) = open();
     let store = Arc::new(store);
     let j = journal_with(&store, "/who/t/kn_journal", 3);
-    let mut start = store.tunnel(&j, &Selection { max_n: Some(2), ..Selection::default() }).unwrap();
+    let mut start = store.tunnel(&j, &Selection { max_n: Some(2), ..Selection::none() }).unwrap();
     assert_eq!(payloads(&start.initial.events), ["e1", "e2"]);
     let poster = {
         let store = store.clone();
@@ -524,7 +524,7 @@ fn child_process_role() {
             c.poll_interval = Duration::from_secs(30);
             let store = Arc::new(Store::open_with(c).unwrap());
             let j = live_journal(&store, "/rel/kn_journal");
-            let mut start = store.tunnel(&j, &Selection::default()).unwrap();
+            let mut start = store.tunnel(&j, &Selection::none()).unwrap();
             assert!(start.tunnel.is_notified());
             let poster = {
                 let (store, j) = (store.clone(), j.clone());
@@ -577,7 +577,7 @@ fn child_process_role() {
 fn tunnel_wakes_for_an_event_posted_by_another_process() {
     let (dir, store) = open();
     let j = live_journal(&store, "/who/proc/kn_journal");
-    let mut start = store.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = store.tunnel(&j, &Selection::none()).unwrap();
     let root = dir.path().join("kn_events");
     let kid = child("poster", &[("KN_SEM_ROOT", root.to_str().unwrap()), ("KN_SEM_TOPIC", j.as_str())])
         .stdout(Stdio::piped())
@@ -617,7 +617,7 @@ fn own_appends_woken_directly_never_hide_another_writers_appends() {
     let own = std::sync::Arc::new(Store::open_with(c.clone()).unwrap());
     let other = std::sync::Arc::new(Store::open_with(c).unwrap());
     let j = live_journal(&own, "/who/both/kn_journal");
-    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = own.tunnel(&j, &Selection::none()).unwrap();
     assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
     for round in 0..30 {
         // Both orders: the other store's write just before ours (its event
@@ -682,7 +682,7 @@ fn a_caught_up_tunnel_follows_segment_rolls_by_wakeups_alone() {
     let own = Arc::new(Store::open_with(c.clone()).unwrap());
     let other = Arc::new(Store::open_with(c).unwrap());
     let j = live_journal(&own, "/who/rolls/kn_journal");
-    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = own.tunnel(&j, &Selection::none()).unwrap();
     assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
     const N: usize = 120;
     let (writer_own, writer_other, topic) = (own.clone(), other.clone(), j.clone());
@@ -722,7 +722,7 @@ fn a_tunnel_delivers_its_own_process_appends_exactly_as_the_file_holds_them() {
     let own = Arc::new(Store::open_with(c.clone()).unwrap());
     let other = Arc::new(Store::open_with(c).unwrap());
     let j = live_journal(&own, "/who/handed/kn_journal");
-    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = own.tunnel(&j, &Selection::none()).unwrap();
     assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
     const N: usize = 150;
     let payload = |i: usize| match i % 10 {
@@ -758,7 +758,7 @@ fn tunnel_wait_falls_back_to_polling_when_no_change_notification_comes() {
     c.poll_interval = Duration::from_millis(200);
     let store = Store::open_with(c).unwrap();
     let j = journal_with(&store, "/who/poll/kn_journal", 1);
-    let mut start = store.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = store.tunnel(&j, &Selection::none()).unwrap();
     // Append a valid record through a hard link whose name is not a
     // segment's: the change notifier reports the write under that name,
     // which it ignores, so only polling can find the record.
@@ -811,7 +811,7 @@ fn an_idle_waiting_tunnel_sleeps_instead_of_spinning() {
     c.poll_interval = Duration::from_secs(30);
     let store = Store::open_with(c).unwrap();
     let j = journal_with(&store, "/who/idle/kn_journal", 3);
-    let mut start = store.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = store.tunnel(&j, &Selection::none()).unwrap();
     assert!(start.tunnel.is_notified());
     let cpu = thread_cpu();
     let begun = Instant::now();
@@ -832,7 +832,7 @@ fn torn_tail_is_ignored_by_readers_and_truncated_by_the_next_post() {
     let j = journal_with(&store, "/torn/kn_journal", 3);
     let topic = t("/torn/state");
     store.notify(&topic, ev(&[("kn_id", "a"), ("kn_payload", "a1")])).unwrap();
-    let mut start = store.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = store.tunnel(&j, &Selection::none()).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
     for target in [&j, &topic] {
         let seg = active_segment(&store, target);
@@ -887,7 +887,7 @@ fn compaction_keeps_the_events_and_drops_superseded_records() {
     assert!(report.records_after < report.records_before, "{report:?}");
     assert!(report.records_after < 1000, "{report:?}");
     assert_eq!(all(&store, &topic), before, "events identical before and after");
-    let n3 = Selection { max_n: Some(3), ..Selection::default() };
+    let n3 = Selection { max_n: Some(3), ..Selection::none() };
     assert_eq!(store.events(&topic, &n3).unwrap().events, before[7..].to_vec());
     // The duplicate index survives: the current event is still a duplicate,
     // and checkpoints keep increasing.
@@ -912,13 +912,13 @@ fn readers_are_unaffected_by_a_concurrent_compaction() {
         let (store, topic, stop) = (store.clone(), topic.clone(), stop.clone());
         readers.push(thread::spawn(move || {
             let mut reads = 0;
-            let mut tunnel = store.tunnel(&topic, &Selection::default()).unwrap().tunnel;
+            let mut tunnel = store.tunnel(&topic, &Selection::none()).unwrap().tunnel;
             let mut last_cp = tunnel.checkpoint();
             while !stop.load(Ordering::Relaxed) || reads < 20 {
                 let selection = match kind {
                     0 => Selection::all(),
-                    1 => Selection { since_checkpoint: Some(b"1".to_vec()), ..Selection::default() },
-                    _ => Selection { max_n: Some(10), ..Selection::default() },
+                    1 => Selection { since_checkpoint: Some(b"1".to_vec()), ..Selection::none() },
+                    _ => Selection { max_n: Some(10), ..Selection::none() },
                 };
                 let got = store.events(&topic, &selection).unwrap().events;
                 let mut ids: Vec<_> = got.iter().map(|e| e.id().unwrap().to_vec()).collect();
@@ -990,14 +990,14 @@ fn journal_retention_deletes_old_segments_and_reports_a_gap() {
     let cps: Vec<u64> = got.iter().map(checkpoint).collect();
     assert!(cps.windows(2).all(|w| w[1] == w[0] + 1), "retained events are contiguous");
     let old = first_cp.unwrap().to_string().into_bytes();
-    let gap = store.events(&j, &Selection { since_checkpoint: Some(old), ..Selection::default() }).unwrap();
+    let gap = store.events(&j, &Selection { since_checkpoint: Some(old), ..Selection::none() }).unwrap();
     assert_eq!(gap.resume, Resume::Gap);
     assert_eq!(gap.events, got);
     let recent = cps[cps.len() - 3].to_string().into_bytes();
-    let exact = store.events(&j, &Selection { since_checkpoint: Some(recent), ..Selection::default() }).unwrap();
+    let exact = store.events(&j, &Selection { since_checkpoint: Some(recent), ..Selection::none() }).unwrap();
     assert_eq!(exact.resume, Resume::Exact);
     assert_eq!(exact.events.len(), 2);
-    let n = store.events(&j, &Selection { max_n: Some(5), ..Selection::default() }).unwrap().events;
+    let n = store.events(&j, &Selection { max_n: Some(5), ..Selection::none() }).unwrap().events;
     assert_eq!(n, got[got.len() - 5..].to_vec());
 }
 
@@ -1056,7 +1056,7 @@ fn another_process_append_right_after_an_own_one_is_never_swallowed() {
     let own = Arc::new(Store::open_with(c.clone()).unwrap());
     let other = Store::open_with(c).unwrap();
     let j = live_journal(&own, "/who/merged/kn_journal");
-    let mut start = own.tunnel(&j, &Selection::default()).unwrap();
+    let mut start = own.tunnel(&j, &Selection::none()).unwrap();
     assert!(start.tunnel.is_notified(), "no change notification here: this test needs inotify");
     const ROUNDS: usize = 300;
     let seen = Arc::new(AtomicUsize::new(0));

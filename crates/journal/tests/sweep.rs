@@ -25,7 +25,7 @@ fn payloads(store: &Store, topic: &Topic) -> Vec<String> {
 /// A browser's page load: a tunnel on its journal and a route into it.
 fn session(store: &Store, n: u32) -> Topic {
     let journal = t(&format!("/who/u/s/{n}/kn_journal"));
-    store.tunnel(&journal, &Selection::default()).unwrap();
+    store.tunnel(&journal, &Selection::none()).unwrap();
     store.route(&t("/what/chat"), journal.as_str().as_bytes(), ev(&[("kn_id", &format!("r{n}"))])).unwrap();
     journal
 }
@@ -108,7 +108,7 @@ fn a_process_that_kept_a_removed_journal_gets_expired_and_creates_nothing() {
     let report = poster.notify(&t("/what/chat"), ev(&[("kn_payload", "x")])).unwrap();
     assert!(report.poisoned.is_empty(), "{report:?}");
     // A tunnel opens a whole new journal.
-    let start = poster.tunnel(&journal, &Selection::default()).unwrap();
+    let start = poster.tunnel(&journal, &Selection::none()).unwrap();
     assert!(start.initial.events.is_empty());
     poster.notify(&journal, ev(&[("kn_payload", "new")])).unwrap();
     assert_eq!(payloads(&poster, &journal), ["new"]);
@@ -154,7 +154,7 @@ fn sweep_slices_visit_at_most_their_budget_and_resume_across_stores() {
     c.topic_grace = Duration::ZERO;
     let store = Store::open_with(c.clone()).unwrap();
     for i in 0..20 {
-        store.tunnel(&t(&format!("/t{i:02}")), &Selection::default()).unwrap();
+        store.tunnel(&t(&format!("/t{i:02}")), &Selection::none()).unwrap();
     }
     let mut pruned = 0;
     let mut slices = 0;
@@ -342,7 +342,7 @@ fn the_files_kept_of_many_topics_another_process_removed_are_dropped_over_a_few_
     const N: usize = 400;
     let journals: Vec<Topic> = (0..N).map(|i| t(&format!("/who/many/{i}/kn_journal"))).collect();
     for journal in &journals {
-        drop(server.tunnel(journal, &Selection::default()).unwrap());
+        drop(server.tunnel(journal, &Selection::none()).unwrap());
         server.notify(journal, ev(&[("kn_payload", "kept")])).unwrap();
     }
     let cron = Store::open_with(config(dir.path())).unwrap();
@@ -439,8 +439,8 @@ fn a_shorter_staleness_is_kept_off_by_a_reading_tunnel() {
     let store = Store::open_with(config).unwrap();
     let read = Topic::parse("/who/reader/kn_journal").unwrap();
     let idle = Topic::parse("/who/idle/kn_journal").unwrap();
-    let mut tunnel = store.tunnel(&read, &Selection::default()).unwrap().tunnel;
-    drop(store.tunnel(&idle, &Selection::default()).unwrap());
+    let mut tunnel = store.tunnel(&read, &Selection::none()).unwrap().tunnel;
+    drop(store.tunnel(&idle, &Selection::none()).unwrap());
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(100));
         tunnel.next(&store).unwrap();
@@ -590,9 +590,9 @@ fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
     let sweeps = || store.counters().unwrap().get(Counter::Sweeps);
     let before = sweeps();
     let new = t("/who/v/s/1/kn_journal");
-    store.tunnel(&new, &Selection::default()).unwrap();
+    store.tunnel(&new, &Selection::none()).unwrap();
     assert_eq!(sweeps(), before + 1, "a new journal helps the sweep first");
-    store.tunnel(&new, &Selection::default()).unwrap();
+    store.tunnel(&new, &Selection::none()).unwrap();
     assert_eq!(sweeps(), before + 1, "a journal that exists does not");
 
     let mut slices = 0;
@@ -604,7 +604,7 @@ fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
     assert!(!dir.path().join("who/u").exists());
     // Not behind: a new journal does not wait for the sweep.
     let before = sweeps();
-    store.tunnel(&t("/who/v/s/2/kn_journal"), &Selection::default()).unwrap();
+    store.tunnel(&t("/who/v/s/2/kn_journal"), &Selection::none()).unwrap();
     assert_eq!(sweeps(), before);
 
     // A whole pass (`kn gc`) ends a behind sweep too: new journals do
@@ -616,7 +616,7 @@ fn a_sweep_behind_is_due_at_once_and_new_journals_help_it() {
     assert!(store.sweep(4).unwrap().behind);
     store.sweep_all(None).unwrap();
     let before = sweeps();
-    store.tunnel(&t("/who/v/s/3/kn_journal"), &Selection::default()).unwrap();
+    store.tunnel(&t("/who/v/s/3/kn_journal"), &Selection::none()).unwrap();
     assert_eq!(sweeps(), before, "no slice after a whole pass");
 }
 

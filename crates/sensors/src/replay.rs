@@ -31,7 +31,7 @@
 //! let store = Store::open(dir.path()).unwrap();
 //! let journal = Topic::parse("/who/anna/kn_journal").unwrap();
 //! let chat = Topic::parse("/what/chat").unwrap();
-//! store.tunnel(&journal, &Selection::default()).unwrap(); // a fresh heartbeat
+//! store.tunnel(&journal, &Selection::none()).unwrap(); // a fresh heartbeat
 //! store.route(&chat, journal.as_str().as_bytes(), Event::from_pairs([("kn_id", "r1")])).unwrap();
 //! store.notify(&chat, Event::from_pairs([("kn_id", "e1"), ("kn_payload", "hi")])).unwrap();
 //!

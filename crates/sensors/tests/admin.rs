@@ -26,7 +26,7 @@ fn topic(name: &str) -> Topic {
 /// journal that holds the forwarded copies.
 fn populated(root: &Path) -> Store {
     let store = Store::open(root).unwrap();
-    store.tunnel(&topic("/who/anna/kn_journal"), &Selection::default()).unwrap();
+    store.tunnel(&topic("/who/anna/kn_journal"), &Selection::none()).unwrap();
     store.route(&topic("/what/chat"), b"/who/anna/kn_journal", Event::from_pairs([("kn_id", "r1")])).unwrap();
     for (id, payload) in [("e1", "first"), ("e2", "second\nline"), ("e1", "first, edited")] {
         store.notify(&topic("/what/chat"), Event::from_pairs([("kn_id", id), ("kn_time_t", "979273892"), ("kn_payload", payload)])).unwrap();

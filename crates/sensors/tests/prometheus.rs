@@ -26,7 +26,7 @@ fn sample(text: &str, name: &str) -> u64 {
 fn prometheus_prints_every_counter_and_the_store_size() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    store.tunnel(&Topic::parse("/who/anna/s/1/kn_journal").unwrap(), &Selection::default()).unwrap();
+    store.tunnel(&Topic::parse("/who/anna/s/1/kn_journal").unwrap(), &Selection::none()).unwrap();
     store.notify(&Topic::parse("/what/chat").unwrap(), Event::from_pairs([("kn_payload", "hi")])).unwrap();
     store.count(Counter::JournalsRemoved, 2).unwrap();
     let text = ok(kn(dir.path(), &["stat", "--prometheus"]));
@@ -50,7 +50,7 @@ fn prometheus_prints_every_counter_and_the_store_size() {
     // Things happen: the figures follow.
     store.count(Counter::JournalsRemoved, 1).unwrap();
     store.count(Counter::PoisonedStale, 4).unwrap();
-    store.tunnel(&Topic::parse("/who/bob/s/2/kn_journal").unwrap(), &Selection::default()).unwrap();
+    store.tunnel(&Topic::parse("/who/bob/s/2/kn_journal").unwrap(), &Selection::none()).unwrap();
     let text = ok(kn(dir.path(), &["stat", "--prometheus"]));
     assert_eq!(sample(&text, "kn_journals_removed_total"), 3);
     assert_eq!(sample(&text, "kn_routes_poisoned_total{reason=\"stale\"}"), 4);

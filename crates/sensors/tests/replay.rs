@@ -23,7 +23,7 @@ fn journal_with_spacing(root: &Path) -> Store {
     let store = open(root);
     let journal = Topic::parse(JOURNAL).unwrap();
     let chat = Topic::parse(CHAT).unwrap();
-    store.tunnel(&journal, &Selection::default()).unwrap();
+    store.tunnel(&journal, &Selection::none()).unwrap();
     store.route(&chat, JOURNAL.as_bytes(), Event::from_pairs([("kn_id", "r1")])).unwrap();
     let t0 = 1_000_000_000u64;
     for i in 0..3u64 {
@@ -192,7 +192,7 @@ fn journal_at(root: &Path, offsets: &[u64]) -> Store {
     let store = open(root);
     let journal = Topic::parse(JOURNAL).unwrap();
     let chat = Topic::parse(CHAT).unwrap();
-    store.tunnel(&journal, &Selection::default()).unwrap();
+    store.tunnel(&journal, &Selection::none()).unwrap();
     store.route(&chat, JOURNAL.as_bytes(), Event::from_pairs([("kn_id", "r1")])).unwrap();
     for (i, offset) in offsets.iter().enumerate() {
         let e = Event::from_pairs([

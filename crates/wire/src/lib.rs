@@ -50,7 +50,43 @@
 //! assert!(text.contains("parent.kn_sendCallback({elements:["));
 //! assert!(text.ends_with("-->\n</body>\n</html>\n"));
 //! ```
+//!
+//! # On the client side
+//!
+//! A client posts urlencoded forms and reads `simple` frames: the body of
+//! a one-shot response, or a tunnel's stream read frame by frame as it
+//! arrives (any [`std::io::Read`], e.g. a socket), with whitespace and
+//! padding between frames skipped.
+//!
+//! ```
+//! use kn_wire::{form, simple, simple::FrameReader, status_event, Event};
+//!
+//! let body = form::encode([("kn_to", "/what/chat"), ("kn_payload", "a&b"), ("kn_response_format", "simple")]);
+//! assert_eq!(body, "kn_to=%2Fwhat%2Fchat&kn_payload=a%26b&kn_response_format=simple");
+//!
+//! // What a tunnel sends: its status event, then a frame per event, with
+//! // keep-alive spaces between them.
+//! let mut stream = simple::frame(&status_event(200, "Watching topic", "", None));
+//! stream.extend_from_slice(b"   ");
+//! stream.extend(simple::frame(&Event::from_pairs([("kn_payload", "abc")])));
+//!
+//! let mut tunnel = FrameReader::new(&stream[..]);
+//! let status = tunnel.next_event()?.unwrap();
+//! assert_eq!(status.get("status"), Some(&b"200 Watching topic"[..]));
+//! assert_eq!(tunnel.next_event()?.unwrap().payload(), b"abc");
+//! assert!(tunnel.next_event()?.is_none());
+//! # Ok::<(), kn_wire::Error>(())
+//! ```
+//!
+//! kn-wire is the protocol's bytes only: the rules (topics, routes,
+//! duplicates, expiry) are kn-journal's, and the servers (pubsub.cgi and
+//! `pubsub-cgi serve`) are knpubsub's kn-cgi.
 #![deny(missing_docs)]
+
+/// The examples of README.md, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 use std::fmt;
 

@@ -659,7 +659,7 @@ impl Store {
         if let Some(events) = self.in_flight_between(topic, after, upto) {
             return Ok(events);
         }
-        let selection = Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::default() };
+        let selection = Selection { since_checkpoint: Some(after.to_string().into_bytes()), ..Selection::none() };
         // `upto` is at or before the end: `after` resumes exactly.
         let selected = self.select_at_most(topic, &selection, false, usize::MAX, Some(upto))?;
         let mut out = Vec::new();
@@ -1120,7 +1120,7 @@ impl Store {
             }
             None => copy,
         };
-        let selection = Selection { max_n: Some(JOURNAL_DEDUP_WINDOW), ..Selection::default() };
+        let selection = Selection { max_n: Some(JOURNAL_DEDUP_WINDOW), ..Selection::none() };
         let recent = self.select_at_most(dest, &selection, true, JOURNAL_DEDUP_WINDOW, None)?;
         Ok(recent.events.into_iter().any(|mut e| {
             e.remove(KN_ROUTE_CHECKPOINT);

@@ -17,8 +17,18 @@ use super::Store;
 use super::post::PostReport;
 
 /// Which existing events to send first on a new route or tunnel
-/// (PROTOCOL.md 3.3). With nothing set, none.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// (PROTOCOL.md 3.3): [`Selection::none`] (only what is stored from now
+/// on), [`Selection::all`], or any of the fields set (events matching any
+/// of them are selected).
+///
+/// ```
+/// use kn_journal::Selection;
+///
+/// assert!(Selection::none().is_empty());
+/// let last_ten = Selection { max_n: Some(10), ..Selection::none() };
+/// assert!(!last_ten.is_empty());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
 pub struct Selection {
     /// Events stored in the last N seconds (`f64::INFINITY` for all).
     pub max_age: Option<f64>,
@@ -28,10 +38,25 @@ pub struct Selection {
     pub since_checkpoint: Option<Vec<u8>>,
 }
 
+/// [`Selection::none`]; spell it so, which says what it selects.
+impl Default for Selection {
+    fn default() -> Selection {
+        Selection::none()
+    }
+}
+
 impl Selection {
+    /// None of the existing events: a tunnel or route opened with it sees
+    /// only the events stored after it opened (the protocol's default,
+    /// when a request names no `do_max_age`, `do_max_n` or
+    /// `do_since_checkpoint`).
+    pub fn none() -> Selection {
+        Selection { max_age: None, max_n: None, since_checkpoint: None }
+    }
+
     /// Every current event.
     pub fn all() -> Selection {
-        Selection { max_age: Some(f64::INFINITY), ..Selection::default() }
+        Selection { max_age: Some(f64::INFINITY), ..Selection::none() }
     }
 
     /// True when nothing is asked for.
@@ -42,7 +67,7 @@ impl Selection {
     /// Reads `do_max_age`, `do_max_n` and `do_since_checkpoint` from an
     /// event's elements (route parameters). Malformed values are errors.
     pub fn from_params(params: &Event) -> Result<Selection> {
-        let mut s = Selection::default();
+        let mut s = Selection::none();
         if let Some(v) = params.get("do_max_age") {
             let text = String::from_utf8_lossy(v);
             let t = text.trim();

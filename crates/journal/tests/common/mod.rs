@@ -7,8 +7,18 @@ use kn_journal::{Config, Event, Topic};
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
 /// tests create thousands of topic directories, and ext4's inode allocator
 /// slows to milliseconds per file on a disk that other test suites churn.
-#[allow(unused_imports)] // not every test file scratches
-pub use kn_test_support::scratch;
+/// (kn_test_support::scratch, repeated here: these tests are published
+/// with the crate, and kn-test-support is not.)
+#[allow(dead_code)] // not every test file scratches
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::Builder::new().prefix(prefix).tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().expect("create temporary directory")
+}
 
 /// A topic from a name the test knows is valid.
 pub fn t(name: &str) -> Topic {

@@ -20,7 +20,8 @@ use kn_sensors::{elements_from_args, exit, mail, usage_error, SensorError, Targe
 /// delivered twice is stored once.
 #[derive(Parser, Debug)]
 #[command(name = "kn-mail", version, after_long_help = AFTER_HELP)]
-struct Cli {
+// pub(crate): packaging/docgen renders it (man page, completions).
+pub(crate) struct Cli {
     /// The event store (default: $KN_EVENTS, else ./kn_events). Ignored for
     /// URL targets.
     #[arg(long, value_name = "DIR")]

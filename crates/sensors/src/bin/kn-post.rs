@@ -18,7 +18,8 @@ use kn_sensors::{elements_from_args, exit, usage_error, SensorError, Target};
 /// printed on standard output.
 #[derive(Parser, Debug)]
 #[command(name = "kn-post", version, after_long_help = AFTER_HELP)]
-struct Cli {
+// pub(crate): packaging/docgen renders it (man page, completions).
+pub(crate) struct Cli {
     /// The event store (default: $KN_EVENTS, else ./kn_events). Ignored for
     /// URL targets.
     #[arg(long, value_name = "DIR")]

@@ -22,7 +22,8 @@ use kn_sensors::{exit, usage_error, SensorError, SensorErrorKind};
 /// lifetime (kn_expires=+N).
 #[derive(Parser, Debug)]
 #[command(name = "kn-replay", version, after_long_help = AFTER_HELP)]
-struct Cli {
+// pub(crate): packaging/docgen renders it (man page, completions).
+pub(crate) struct Cli {
     /// The event store (default: $KN_EVENTS, else ./kn_events).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,

@@ -21,7 +21,8 @@ use kn_sensors::{legacy, usage_error, SensorError, SensorErrorKind};
 /// something is wrong.
 #[derive(Parser, Debug)]
 #[command(name = "kn", version, after_long_help = AFTER_HELP)]
-struct Cli {
+// pub(crate): packaging/docgen renders it (man page, completions).
+pub(crate) struct Cli {
     /// The event store (default: $KN_EVENTS, else ./kn_events).
     #[arg(long, value_name = "DIR", global = true)]
     root: Option<PathBuf>,
@@ -434,7 +435,7 @@ fn progress(len: u64) -> indicatif::ProgressBar {
 }
 
 fn tail(store: &Store, out: &mut dyn Write, topic: &Topic, follow: bool, lines: usize, format: EventFormat) -> Result<ExitCode, SensorError> {
-    let selection = Selection { max_n: Some(lines), ..Selection::default() };
+    let selection = Selection { max_n: Some(lines), ..Selection::none() };
     let read_error = |e| SensorError::from_journal(e, &format!("cannot read '{topic}'"));
     if !follow {
         for e in &store.events(topic, &selection).map_err(read_error)?.events {
