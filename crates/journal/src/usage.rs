@@ -266,7 +266,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let before = store.usage().unwrap();
-        store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::default()).unwrap();
+        store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::none()).unwrap();
         store.notify(&Topic::parse("/what/chat").unwrap(), Event::from_pairs([("kn_payload", "hi")])).unwrap();
         let streams = crate::streams::Streams::new(store.clone());
         streams.create("/s/one", &crate::streams::Create::new("text/plain")).unwrap();

@@ -77,9 +77,9 @@ fn an_open_tunnel_ends_at_its_next_delivery_once_its_reader_lost_the_right() {
     let public = topic("/what/public/news");
     let bob = Principal::user("bob");
     let anonymous = Principal::anonymous();
-    let mut bobs = store.as_user(&bob).tunnel(&staff, &Selection::default()).unwrap().tunnel;
-    let mut anonymous_tunnel = store.as_user(&anonymous).tunnel(&public, &Selection::default()).unwrap().tunnel;
-    let mut local = store.tunnel(&staff, &Selection::default()).unwrap().tunnel;
+    let mut bobs = store.as_user(&bob).tunnel(&staff, &Selection::none()).unwrap().tunnel;
+    let mut anonymous_tunnel = store.as_user(&anonymous).tunnel(&public, &Selection::none()).unwrap().tunnel;
+    let mut local = store.tunnel(&staff, &Selection::none()).unwrap().tunnel;
     store.notify(&staff, event("e1", "before")).unwrap();
     store.notify(&public, event("p1", "before")).unwrap();
     assert_eq!(payloads(&bobs.next(&store).unwrap()), ["before"]);
@@ -105,7 +105,7 @@ fn a_tunnel_with_nothing_to_deliver_is_not_refused_before_its_next_delivery() {
     let store = f.store();
     let staff = topic("/what/staff/plans");
     let bob = Principal::user("bob");
-    let mut tunnel = store.as_user(&bob).tunnel(&staff, &Selection::default()).unwrap().tunnel;
+    let mut tunnel = store.as_user(&bob).tunnel(&staff, &Selection::none()).unwrap().tunnel;
     f.change_rules(&RULES.replace("group staff: anna bob", "group staff: anna"));
     assert!(tunnel.next(&store).unwrap().is_empty());
     // The rules given back before anything was delivered: it goes on.
@@ -125,7 +125,7 @@ fn subtopics_are_listed_only_to_those_who_may_read_them() {
     let visitor_b = store.anonymous_with(Some(token_b.as_bytes()));
     assert_eq!(visitor_a.session(), Some(a.as_str()));
     for (who, id) in [(&visitor_a, &a), (&visitor_b, &b)] {
-        store.as_user(who).tunnel(&topic(&format!("/who/anonymous/s/{id}/page/kn_journal")), &Selection::default()).unwrap();
+        store.as_user(who).tunnel(&topic(&format!("/who/anonymous/s/{id}/page/kn_journal")), &Selection::none()).unwrap();
     }
     let listing = topic("/who/anonymous/s/kn_subtopics");
     // Everything is there...
@@ -142,7 +142,7 @@ fn subtopics_are_listed_only_to_those_who_may_read_them() {
     let mut tunnel = start.tunnel;
     let (c, token_c) = key.new_session();
     let visitor_c = store.anonymous_with(Some(token_c.as_bytes()));
-    store.as_user(&visitor_c).tunnel(&topic(&format!("/who/anonymous/s/{c}/page/kn_journal")), &Selection::default()).unwrap();
+    store.as_user(&visitor_c).tunnel(&topic(&format!("/who/anonymous/s/{c}/page/kn_journal")), &Selection::none()).unwrap();
     assert!(tunnel.next(&store).unwrap().is_empty(), "visitor b is not shown c's session");
 }
 
@@ -155,7 +155,7 @@ fn routes_are_listed_to_their_creator_and_to_those_who_may_route_to_or_delete_fr
     let (a, token_a) = key.new_session();
     let visitor = store.anonymous_with(Some(token_a.as_bytes()));
     let journal = format!("/who/anonymous/s/{a}/page/kn_journal");
-    store.as_user(&visitor).tunnel(&topic(&journal), &Selection::default()).unwrap();
+    store.as_user(&visitor).tunnel(&topic(&journal), &Selection::none()).unwrap();
     store.as_user(&visitor).route(&public, journal.as_bytes(), Event::from_pairs([("kn_id", "ra")])).unwrap();
     store.as_user(&Principal::user("anna")).route(&public, b"/who/anna/inbox", Event::from_pairs([("kn_id", "rn")])).unwrap();
     let listing = public.routes();
@@ -174,7 +174,7 @@ fn routes_are_listed_to_their_creator_and_to_those_who_may_route_to_or_delete_fr
     let carl = Principal::user("carl");
     let mut bobs = store.as_user(&bob).tunnel(&listing, &Selection::all()).unwrap();
     assert!(bobs.initial.events.is_empty());
-    let mut carls = store.as_user(&carl).tunnel(&listing, &Selection::default()).unwrap().tunnel;
+    let mut carls = store.as_user(&carl).tunnel(&listing, &Selection::none()).unwrap().tunnel;
     store.as_user(&Principal::user("anna")).route(&public, b"/who/anna/other", Event::from_pairs([("kn_id", "rn2")])).unwrap();
     assert!(bobs.tunnel.next(&store).unwrap().is_empty());
     assert_eq!(ids(&carls.next(&store).unwrap()), ["rn2"]);
@@ -196,13 +196,13 @@ fn a_session_journal_is_its_visitors_alone() {
     let (_, token_b) = key.new_session();
     let journal = topic(&format!("/who/anonymous/s/{a}/page/kn_journal"));
     let visitor_a = store.anonymous_with(Some(token_a.as_bytes()));
-    store.as_user(&visitor_a).tunnel(&journal, &Selection::default()).unwrap();
+    store.as_user(&visitor_a).tunnel(&journal, &Selection::none()).unwrap();
     // Knowing the journal's name is not enough: another visitor, a visitor
     // without a session, a forged token all get 401.
     let forged = format!("{a}.{}", "0".repeat(64));
     for token in [Some(token_b.as_bytes()), None, Some(forged.as_bytes()), Some(a.as_bytes())] {
         let who = store.anonymous_with(token);
-        let err = store.as_user(&who).tunnel(&journal, &Selection::default()).err().expect("refused");
+        let err = store.as_user(&who).tunnel(&journal, &Selection::none()).err().expect("refused");
         assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
         assert!(store.as_user(&who).notify(&journal, event("x", "x")).is_err());
     }

@@ -64,7 +64,7 @@ fn a_topic_with_a_live_tunnel_is_not_pruned_and_the_tunnel_gets_every_new_event(
     let dir = scratch("kn-journal-readers-");
     let store = Store::open_with(fast(dir.path())).unwrap();
     let chat = t("/what/chat");
-    let mut tunnel = store.tunnel(&chat, &Selection::default()).unwrap().tunnel;
+    let mut tunnel = store.tunnel(&chat, &Selection::none()).unwrap().tunnel;
     post_expiring(&store, &chat);
     assert_eq!(payloads(&tunnel.wait(&store, Duration::from_secs(5)).unwrap()), ["old1", "old2", "old3"]);
     std::thread::sleep(Duration::from_millis(1100));
@@ -90,8 +90,8 @@ fn a_tunnel_on_kn_subtopics_keeps_its_topic_too() {
     let dir = scratch("kn-journal-readers-");
     let store = Store::open_with(fast(dir.path())).unwrap();
     let room = t("/what/room");
-    store.tunnel(&room, &Selection::default()).unwrap();
-    let watching = store.tunnel(&room.subtopics(), &Selection::default()).unwrap();
+    store.tunnel(&room, &Selection::none()).unwrap();
+    let watching = store.tunnel(&room.subtopics(), &Selection::none()).unwrap();
     assert_eq!(store.sweep_all(Some(Duration::ZERO)).unwrap().topics_pruned, 0);
     assert!(exists(dir.path(), &room));
     drop(watching);
@@ -112,7 +112,7 @@ fn a_resume_after_a_checkpoint_of_a_removed_topic_gets_every_event_of_the_new_on
     assert!(!exists(dir.path(), &chat));
     post_new(&store, &chat);
     // The SSE reconnect with `Last-Event-ID: 3`.
-    let since = Selection { since_checkpoint: Some(b"3".to_vec()), ..Selection::default() };
+    let since = Selection { since_checkpoint: Some(b"3".to_vec()), ..Selection::none() };
     let resumed = store.events(&chat, &since).unwrap();
     assert_eq!(payloads(&resumed.events), NEW);
     assert_eq!(resumed.resume, Resume::Exact);
@@ -127,14 +127,14 @@ fn a_resume_into_a_journal_removed_with_unread_events_gets_the_gap() {
     let dir = scratch("kn-journal-readers-");
     let store = Store::open_with(fast(dir.path())).unwrap();
     let journal = t("/who/anna/s/1/kn_journal");
-    drop(store.tunnel(&journal, &Selection::default()).unwrap());
+    drop(store.tunnel(&journal, &Selection::none()).unwrap());
     for n in 1..=3 {
         store.notify(&journal, ev(&[("kn_payload", &format!("old{n}"))])).unwrap();
     }
     // The client saw 1 and 2; 3 is lost with the journal.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(store.sweep_all(None).unwrap().journals_removed, 1);
-    let since = |c: &str| Selection { since_checkpoint: Some(c.as_bytes().to_vec()), ..Selection::default() };
+    let since = |c: &str| Selection { since_checkpoint: Some(c.as_bytes().to_vec()), ..Selection::none() };
     let start = store.tunnel(&journal, &since("2")).unwrap();
     // Nothing in the new journal yet: not a checkpoint it gave (both
     // answers are the 205 of an SSE resume).
@@ -176,7 +176,7 @@ fn a_stream_bound_to_a_removed_topic_imports_every_event_of_the_new_one() {
 fn child_reads_until_killed() {
     let Some(root) = std::env::var_os("KN_READER_KILL_CHILD") else { return };
     let store = Store::open_with(fast(Path::new(&root))).unwrap();
-    let _tunnel = store.tunnel(&t("/what/quiet"), &Selection::default()).unwrap();
+    let _tunnel = store.tunnel(&t("/what/quiet"), &Selection::none()).unwrap();
     println!("reading");
     std::thread::sleep(Duration::from_secs(600));
 }
@@ -235,7 +235,7 @@ fn tunnels_opening_while_the_sweep_removes_their_topic_always_keep_it() {
         .collect();
     for round in 0..100 {
         let topic = t(&format!("/what/r{round}/x"));
-        let mut tunnel = store.tunnel(&topic, &Selection::default()).unwrap().tunnel;
+        let mut tunnel = store.tunnel(&topic, &Selection::none()).unwrap().tunnel;
         // Whatever the sweepers did meanwhile, one more whole pass.
         store.sweep_all(Some(Duration::ZERO)).unwrap();
         assert!(exists(dir.path(), &topic), "round {round}: {topic} removed under its tunnel");
