@@ -190,7 +190,12 @@ impl Handler {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
-        let who = crate::session::principal(&self.store, request);
+        let who = match crate::session::token_principal(&self.store, request) {
+            Some(Ok(who)) => who,
+            // Refused with a status event by `handle_now`.
+            Some(Err(_)) => return None,
+            None => crate::session::principal(&self.store, request),
+        };
         let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
         let page = Page::new(request.server_url());
         Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
@@ -222,7 +227,11 @@ impl Handler {
             None => "route".to_string(),
         };
         let status_from = params.get("kn_status_from");
-        let who = crate::session::principal(&self.store, request);
+        let who = match crate::session::token_principal(&self.store, request) {
+            Some(Ok(who)) => who,
+            Some(Err(refused)) => return self.token_refused(format, &page, status_from, &refused),
+            None => crate::session::principal(&self.store, request),
+        };
         let user = self.store.as_user(&who);
         match method.as_str() {
             "notify" | "route" | "batch" | "replay" => {}
@@ -486,6 +495,19 @@ impl Handler {
             return Reply::Done(Response::forwarded());
         }
         self.done(format, page, statuses)
+    }
+
+    /// A bearer token presented and refused (crate::bearer): `401` with
+    /// `WWW-Authenticate: Bearer error="invalid_token"` and the reason.
+    fn token_refused(&self, format: Format, page: &Page, status_from: Option<&[u8]>, refused: &crate::bearer::Refused) -> Reply {
+        let status = status_event(401, "Unauthorized", refused.message.as_str(), status_from);
+        match Response::events(format, page, &[status]) {
+            Ok(mut r) => {
+                r.head.headers.push(("WWW-Authenticate".to_string(), refused.challenge()));
+                Reply::Done(r)
+            }
+            Err(_) => Reply::Done(Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new())),
+        }
     }
 
     fn done(&self, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {

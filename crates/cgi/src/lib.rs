@@ -60,6 +60,7 @@ use std::fmt;
 
 pub mod assets;
 pub mod auth;
+pub mod bearer;
 pub mod cgi;
 pub mod cli;
 pub mod handler;

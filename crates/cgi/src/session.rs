@@ -9,14 +9,27 @@ use kn_wire::{status_event, Format, Page};
 use crate::request::Request;
 use crate::response::Response;
 
-/// Who makes `request`: the authenticated user; else anonymous, with the
-/// session its `kn_session` cookie proves (none when the cookie is absent
-/// or does not verify under the store's session key).
+/// Who makes `request`: the principal of its bearer token
+/// (crate::bearer; a token refused makes [`Principal::nobody`], but such a
+/// request is answered `401` before anything: [`token_principal`]); else
+/// the authenticated user; else anonymous, with the session its
+/// `kn_session` cookie proves (none when the cookie is absent or does not
+/// verify under the store's session key).
 pub(crate) fn principal(store: &Store, request: &Request) -> Principal {
+    if let Some(token) = request.bearer_token(&store.config().token_cookie) {
+        return crate::bearer::principal(store, &token).unwrap_or_else(|_| Principal::nobody());
+    }
     match request.remote_user() {
         Some(_) => request.principal(),
         None => store.anonymous_with(request.session_cookie()),
     }
+}
+
+/// The principal of `request`'s bearer token: `None` without one, or the
+/// refusal (answered `401`) of a token presented but unusable.
+pub(crate) fn token_principal(store: &Store, request: &Request) -> Option<Result<Principal, crate::bearer::Refused>> {
+    let token = request.bearer_token(&store.config().token_cookie)?;
+    Some(crate::bearer::principal(store, &token))
 }
 
 /// `do_method=session`: a `200 Session` status event whose payload is the

@@ -274,7 +274,22 @@ pub fn handle(streams: &Streams, req: &StreamRequest) -> Outcome {
 /// to make it (crate::stream_access).
 fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
     let from = req.header("Stream-Forked-From");
-    let e = crate::stream_access::check(streams.store(), &req.method, &req.path, from, req.user.as_deref()).err()?;
+    let store = streams.store();
+    let param = req.param(crate::bearer::TOKEN_PARAM);
+    let cookie = req.headers.get("cookie").and_then(|c| crate::request::cookie_value(c.as_bytes(), &store.config().token_cookie));
+    let authorization = req.headers.get("authorization").map(|v| v.as_bytes());
+    let who = match crate::bearer::presented(authorization, param.as_deref().map(str::as_bytes), cookie.as_deref()) {
+        Some(token) => match crate::bearer::principal(store, token) {
+            Ok(who) => who,
+            Err(refused) => {
+                let mut r = StreamResponse::text(401, &refused.message);
+                r.set("WWW-Authenticate", refused.challenge());
+                return Some(r);
+            }
+        },
+        None => req.user.as_deref().map_or_else(kn_journal::access::Principal::anonymous, kn_journal::access::Principal::user),
+    };
+    let e = crate::stream_access::check(store, &req.method, &req.path, from, &who).err()?;
     let mut r = failure(&StreamError::new(StreamErrorKind::Store(e.kind()), e.message()));
     if e.kind() == kn_journal::ErrorKind::Unauthorized {
         r.set("WWW-Authenticate", format!("Basic realm=\"{}\"", crate::handler::AUTH_REALM));
