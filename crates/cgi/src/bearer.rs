@@ -109,8 +109,12 @@ pub struct Refused {
 
 impl Refused {
     fn new(reason: Reason, message: impl Into<String>) -> Refused {
-        REFUSALS[reason as usize].fetch_add(1, Ordering::Relaxed);
         Refused { reason, message: format!("invalid bearer token ({}): {}", reason.label(), message.into()) }
+    }
+
+    /// Counts the refusal in /metrics: once per request answered `401`.
+    pub fn count(&self) {
+        REFUSALS[self.reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The `WWW-Authenticate` header's value (RFC 6750 3).
@@ -270,6 +274,10 @@ fn verifier(store: &Store) -> Result<Arc<Verifier>, Refused> {
 pub fn presented<'a>(authorization: Option<&'a [u8]>, param: Option<&'a [u8]>, cookie: Option<&'a [u8]>) -> Option<&'a [u8]> {
     let bearer = authorization.and_then(|value| {
         let value = value.trim_ascii();
+        if value.eq_ignore_ascii_case(b"bearer") {
+            // Presented, but empty: refused, never anonymous.
+            return Some(&value[value.len()..]);
+        }
         let (scheme, rest) = value.split_at(value.iter().position(|&b| b == b' ')?);
         scheme.eq_ignore_ascii_case(b"bearer").then(|| rest.trim_ascii())
     });
@@ -299,6 +307,7 @@ mod tests {
         assert_eq!(presented(None, None, Some(b"c")), Some(&b"c"[..]));
         assert_eq!(presented(None, None, None), None);
         assert!(is_bearer(b"Bearer x") && !is_bearer(b"Basic x"));
+        assert_eq!(presented(Some(b"Bearer"), None, None), Some(&b""[..]));
     }
 
     #[test]

@@ -500,6 +500,7 @@ impl Handler {
     /// A bearer token presented and refused (crate::bearer): `401` with
     /// `WWW-Authenticate: Bearer error="invalid_token"` and the reason.
     fn token_refused(&self, format: Format, page: &Page, status_from: Option<&[u8]>, refused: &crate::bearer::Refused) -> Reply {
+        refused.count();
         let status = status_event(401, "Unauthorized", refused.message.as_str(), status_from);
         match Response::events(format, page, &[status]) {
             Ok(mut r) => {
@@ -597,6 +598,7 @@ impl Handler {
             closes,
             keep_alive: self.options.keep_alive,
             ended: false,
+            token_expires: user.principal().token_expires().map(crate::tunnel_end::instant_of),
         })
     }
 
@@ -789,6 +791,9 @@ pub struct TunnelReply {
     keep_alive: Duration,
     /// The access rules ended the tunnel (crate::tunnel_end).
     ended: bool,
+    /// When the bearer token it was opened with expires: it ends then
+    /// with `401` (crate::tunnel_end).
+    token_expires: Option<Instant>,
 }
 
 impl TunnelReply {
@@ -868,10 +873,7 @@ impl TunnelReply {
     /// When the tunnel ends: at its `kn_expires`, or at the store's
     /// `tunnel_max_time` if sooner.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.expires, self.closes) {
-            (Some(e), Some(c)) => Some(e.min(c)),
-            (e, c) => e.or(c),
-        }
+        [self.expires, self.closes, self.token_expires].into_iter().flatten().min()
     }
 
     /// Ends a tunnel at its [`TunnelReply::deadline`]; returns the
@@ -879,6 +881,9 @@ impl TunnelReply {
     /// journal becomes stale at once; when the store's `tunnel_max_time`
     /// ended it, the journal stays for the client's reconnection.
     pub fn finish(&self, store: &Store) -> Vec<u8> {
+        if let Some(refused) = crate::tunnel_end::token_expired(self.token_expires, self.expires) {
+            return self.refusal(refused);
+        }
         let expired = self.expires.is_some_and(|e| Instant::now() >= e);
         if expired && self.tunnel.topic().is_journal() {
             let _ = store.expire(self.tunnel.topic());

@@ -282,6 +282,7 @@ fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
         Some(token) => match crate::bearer::principal(store, token) {
             Ok(who) => who,
             Err(refused) => {
+                refused.count();
                 let mut r = StreamResponse::text(401, &refused.message);
                 r.set("WWW-Authenticate", refused.challenge());
                 return Some(r);
