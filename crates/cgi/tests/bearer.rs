@@ -347,7 +347,7 @@ fn a_tunnel_ends_401_when_its_token_expires_and_resumes_with_a_new_one_losing_no
 
 #[test]
 fn public_key_tokens_rs256_es256_eddsa_verify_and_refuse_algorithm_confusion() {
-    if !kn_test_support::skip::available("openssl") {
+    if !kn_test_support::skip::available("/usr/bin/openssl") {
         return;
     }
     let site = Site::new("bearer_public_keys");
@@ -391,4 +391,59 @@ fn public_key_tokens_rs256_es256_eddsa_verify_and_refuse_algorithm_confusion() {
         let a = site.cgi_with(&forged, POST, &[("KN_TOKEN_KEYS", &keys)]);
         assert!(a.refused_as("wrong_algorithm"), "{kid}: {a:?}");
     }
+}
+
+/// pubsub.cgi under a real Apache: the `Authorization` header reaches the
+/// CGI only with `CGIPassAuth On` (docs/DEPLOY.md, section 5), and the
+/// access log format that logs `%U` instead of `%r` keeps a `kn_token`
+/// parameter out of the log.
+#[test]
+fn apache_passes_the_bearer_header_with_cgipassauth_and_a_log_format_without_the_query_keeps_tokens_out() {
+    if !kn_test_support::available(kn_test_support::APACHE) {
+        return;
+    }
+    let site = Site::new("bearer_apache");
+    for key in ["a.key", "b.key", "access.rules"] {
+        std::fs::set_permissions(site.dir.join(key), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    }
+    let store = site.dir.store("kn_events");
+    let tokenless = site.dir.join("tokenless.log");
+    let conf = |pass: &str| {
+        format!(
+            "SetEnv KN_ACCESS_RULES {rules}\nSetEnv KN_TOKEN_KEYS {keys}\n\
+             LogFormat \"%h %l %u %t \\\"%m %U %H\\\" %>s %O\" tokenless\nCustomLog {log} tokenless\n\
+             <Location /kn>\n{pass}\n</Location>\n",
+            rules = site.dir.join("access.rules").display(),
+            keys = site.keys,
+            log = tokenless.display(),
+        )
+    };
+    let token = anna(json!({}));
+    let ask = |apache: &kn_test_support::Apache, query: &str, headers: &str| {
+        let url = apache.url();
+        let addr = url.strip_prefix("http://").unwrap().split_once('/').unwrap().0.to_string();
+        let request = format!("GET /kn?{query}&kn_response_format=simple HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n");
+        let mut stream = Stream::send(&url, request.as_bytes());
+        stream.read_to_end(Duration::from_secs(10));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Answer { code: stream.status().unwrap_or(0), head: text(stream.head()), body: text(stream.body()) }
+    };
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    {
+        // Without CGIPassAuth the CGI never sees the header: anonymous.
+        let apache = kn_test_support::Apache::start(Path::new(BIN), &store, &conf(""));
+        let a = ask(&apache, POST, &bearer);
+        assert_eq!(a.code, 401, "{a:?}");
+        assert!(a.head.contains("Basic realm"), "{a:?}");
+    }
+    let apache = kn_test_support::Apache::start(Path::new(BIN), &store, &conf("CGIPassAuth On"));
+    let a = ask(&apache, &format!("{POST}&kn_id=h"), &bearer);
+    assert_eq!(a.code, 200, "{a:?}");
+    let a = ask(&apache, POST, "Authorization: Bearer forged\r\n");
+    assert!(a.refused_as("malformed"), "{a:?}");
+    let a = ask(&apache, &format!("do_method=notify&kn_to=/who/anna/notes&kn_payload=q&kn_id=q&kn_token={token}"), "");
+    assert_eq!(a.code, 200, "{a:?}");
+    let log = std::fs::read_to_string(&tokenless).unwrap_or_default();
+    assert!(log.contains("GET /kn HTTP/1.1\" 200"), "{log}");
+    assert!(!log.contains(&token), "the token reached the log: {log}");
 }
