@@ -13,7 +13,7 @@
 //! answered `401` with `WWW-Authenticate: Bearer error="invalid_token"`
 //! and the reason: never anonymous instead.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,6 +22,7 @@ use jsonwebtoken::errors::ErrorKind as JwtKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use kn_journal::access::{Principal, TokenClaims};
 use kn_journal::{Config, Store};
+use sha2::{Digest as _, Sha256};
 
 /// The query parameter a token may come in (for an `EventSource` of
 /// another origin, which can set no header).
@@ -140,6 +141,47 @@ pub struct Verifier {
     audience: Option<String>,
     leeway: u64,
     max_bytes: usize,
+    /// Tokens verified, by their SHA-256: presented again, they cost no
+    /// signature check (`Config::token_cache`).
+    remembered: Mutex<Remembered>,
+}
+
+/// Verified tokens, oldest first in `order`, at most `limit`.
+#[derive(Default)]
+struct Remembered {
+    tokens: HashMap<[u8; 32], (Principal, u64)>,
+    order: VecDeque<[u8; 32]>,
+    limit: usize,
+}
+
+impl Remembered {
+    fn recall(&mut self, digest: &[u8; 32], leeway: u64) -> Option<Principal> {
+        let (who, exp) = self.tokens.get(digest)?;
+        if exp.saturating_add(leeway) > now() {
+            return Some(who.clone());
+        }
+        // Expired: checked again, to be refused with its reason.
+        self.tokens.remove(digest);
+        self.order.retain(|d| d != digest);
+        None
+    }
+
+    fn remember(&mut self, digest: [u8; 32], who: &Principal) {
+        let Some(exp) = who.token_expires() else { return };
+        if self.limit == 0 || self.tokens.contains_key(&digest) {
+            return;
+        }
+        while self.tokens.len() >= self.limit {
+            let Some(old) = self.order.pop_front() else { break };
+            self.tokens.remove(&old);
+        }
+        self.tokens.insert(digest, (who.clone(), exp));
+        self.order.push_back(digest);
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 impl std::fmt::Debug for Verifier {
@@ -167,6 +209,7 @@ impl Verifier {
             audience: config.token_audience.clone(),
             leeway: config.token_leeway.as_secs(),
             max_bytes: config.token_max_bytes,
+            remembered: Mutex::new(Remembered { limit: config.token_cache, ..Remembered::default() }),
         })
     }
 
@@ -176,6 +219,33 @@ impl Verifier {
             return Err(Refused::new(Reason::TooLong, format!("longer than the limit of {} bytes (KN_TOKEN_MAX_BYTES)", self.max_bytes)));
         }
         let token = std::str::from_utf8(token).map_err(|_| Refused::new(Reason::Malformed, "not text"))?.trim();
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(who) = self.remembered().recall(&digest, self.leeway) {
+            return Ok(who);
+        }
+        let who = self.check(token)?;
+        self.remembered().remember(digest, &who);
+        Ok(who)
+    }
+
+    /// True when checking `token` costs no public-key signature check:
+    /// remembered, or HS256 (an HMAC), or refused before any signature.
+    /// `serve` checks the others off its event loop.
+    pub fn is_cheap(&self, token: &[u8]) -> bool {
+        let Ok(token) = std::str::from_utf8(token).map(str::trim) else { return true };
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if self.remembered().tokens.contains_key(&digest) {
+            return true;
+        }
+        jsonwebtoken::decode_header(token).map_or(true, |h| h.alg == Algorithm::HS256)
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, Remembered> {
+        self.remembered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The signature and claims check of [`Verifier::verify`].
+    fn check(&self, token: &str) -> Result<Principal, Refused> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| Refused::new(Reason::Malformed, format!("cannot read its header: {e}")))?;
         let key = self.key(header.kid.as_deref())?;
         if header.alg != key.algorithm {
@@ -295,6 +365,11 @@ pub fn principal(store: &Store, token: &[u8]) -> Result<Principal, Refused> {
     verifier(store)?.verify(token)
 }
 
+/// [`Verifier::is_cheap`] under `store`'s settings.
+pub fn is_cheap(store: &Store, token: &[u8]) -> bool {
+    verifier(store).map_or(true, |v| v.is_cheap(token))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +383,46 @@ mod tests {
         assert_eq!(presented(None, None, None), None);
         assert!(is_bearer(b"Bearer x") && !is_bearer(b"Basic x"));
         assert_eq!(presented(Some(b"Bearer"), None, None), Some(&b""[..]));
+    }
+
+    fn hs256(secret: &[u8], sub: &str, exp: u64) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::HS256);
+        header.kid = Some("k".into());
+        let claims = serde_json::json!({"sub": sub, "exp": exp});
+        jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(secret)).unwrap()
+    }
+
+    #[test]
+    fn verified_tokens_are_remembered_bounded_oldest_first_and_never_past_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = [9u8; 32];
+        let key = dir.path().join("k");
+        std::fs::write(&key, secret).unwrap();
+        let mut config = Config::new(dir.path().join("kn_events"));
+        config.token_keys = Some(format!("k=HS256:{}", key.display()));
+        config.token_cache = 2;
+        config.token_leeway = std::time::Duration::ZERO;
+        let verifier = Verifier::new(&config).unwrap();
+        let tokens: Vec<String> = ["a", "b", "c"].iter().map(|u| hs256(&secret, u, now() + 60)).collect();
+        for t in &tokens {
+            assert!(verifier.verify(t.as_bytes()).is_ok());
+        }
+        let remembered = verifier.remembered();
+        assert_eq!(remembered.tokens.len(), 2, "at most the limit");
+        let digest = |t: &str| -> [u8; 32] { Sha256::digest(t.as_bytes()).into() };
+        assert!(!remembered.tokens.contains_key(&digest(&tokens[0])), "the oldest was forgotten");
+        assert!(remembered.tokens.contains_key(&digest(&tokens[2])));
+        drop(remembered);
+        // A remembered token past its expiry is checked again, and refused.
+        let soon = hs256(&secret, "d", now() + 1);
+        assert!(verifier.verify(soon.as_bytes()).is_ok());
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        assert_eq!(verifier.verify(soon.as_bytes()).unwrap_err().reason, Reason::Expired);
+        // None remembered at 0.
+        config.token_cache = 0;
+        let none = Verifier::new(&config).unwrap();
+        assert!(none.verify(tokens[0].as_bytes()).is_ok());
+        assert!(none.remembered().tokens.is_empty());
     }
 
     #[test]

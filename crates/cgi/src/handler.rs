@@ -190,6 +190,13 @@ impl Handler {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
+        // A public-key signature check (ES256, RS256: a few hundred µs)
+        // is made where blocking is fine, not here (BENCHMARKS.md).
+        if let Some(token) = request.bearer_token(&self.store.config().token_cookie) {
+            if !crate::bearer::is_cheap(&self.store, &token) {
+                return None;
+            }
+        }
         let who = match crate::session::token_principal(&self.store, request) {
             Some(Ok(who)) => who,
             // Refused with a status event by `handle_now`.

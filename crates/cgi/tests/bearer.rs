@@ -423,10 +423,22 @@ fn apache_passes_the_bearer_header_with_cgipassauth_and_a_log_format_without_the
         let url = apache.url();
         let addr = url.strip_prefix("http://").unwrap().split_once('/').unwrap().0.to_string();
         let request = format!("GET /kn?{query}&kn_response_format=simple HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n");
-        let mut stream = Stream::send(&url, request.as_bytes());
-        stream.read_to_end(Duration::from_secs(10));
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        Answer { code: stream.status().unwrap_or(0), head: text(stream.head()), body: text(stream.body()) }
+        let once = || {
+            let mut stream = Stream::send(&url, request.as_bytes());
+            stream.read_to_end(Duration::from_secs(10));
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            Answer { code: stream.status().unwrap_or(0), head: text(stream.head()), body: text(stream.body()) }
+        };
+        // mod_cgid answers 503 until its daemon is up (a loaded machine).
+        let mut answer = once();
+        for _ in 0..50 {
+            if answer.code != 503 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            answer = once();
+        }
+        answer
     };
     let bearer = format!("Authorization: Bearer {token}\r\n");
     {

@@ -134,6 +134,7 @@ impl std::str::FromStr for Shared {
 /// | `token_cookie` | `kn_token`: the cookie a bearer token is read from (empty: none) | `KN_TOKEN_COOKIE` |
 /// | `token_leeway` | 30 s of clock skew allowed on a token's `exp` and `nbf` | `KN_TOKEN_LEEWAY` (seconds) |
 /// | `token_max_bytes` | 8192 bytes per bearer token (more: `401`, never decoded) | `KN_TOKEN_MAX_BYTES` |
+/// | `token_cache` | 1024 verified bearer tokens remembered (by their SHA-256, until they expire; the oldest forgotten first; 0: none) | `KN_TOKEN_CACHE` |
 /// | `body_budget_bytes` | 256 MiB of request bodies `serve` holds at once, across all requests (past it: `503` with `Retry-After`; a body larger than the whole budget: `413`) | `KN_BODY_BUDGET_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -398,6 +399,9 @@ pub struct Config {
     /// The longest bearer token looked at, in bytes; a longer one is
     /// refused (`401`) without being decoded.
     pub token_max_bytes: usize,
+    /// Verified bearer tokens remembered (by their SHA-256) so that a
+    /// token presented again costs no signature check (0: none).
+    pub token_cache: usize,
     /// Client addresses whose failures are remembered at once.
     pub auth_backoff_clients: usize,
     /// Bytes of request bodies `serve` holds at once across all requests.
@@ -482,6 +486,7 @@ impl Config {
             token_cookie: "kn_token".to_string(),
             token_leeway: Duration::from_secs(30),
             token_max_bytes: 8192,
+            token_cache: 1024,
         }
     }
 
@@ -729,6 +734,9 @@ impl Config {
         }
         if let Some(v) = var("KN_TOKEN_MAX_BYTES")? {
             self.token_max_bytes = v;
+        }
+        if let Some(v) = var("KN_TOKEN_CACHE")? {
+            self.token_cache = v;
         }
         Ok(self)
     }
