@@ -1,8 +1,9 @@
 //! What checking a bearer token costs per request (docs/ACCESS.md,
 //! "Bearer tokens"; BENCHMARKS.md, "Other measurements"): the same request
 //! through the handler without a token, with an HS256 token, and (when
-//! `openssl` is there to make the keys) with ES256 and RS256 tokens; and
-//! the check alone.
+//! `openssl` is there to make the keys) with ES256 and RS256 tokens, each
+//! remembered (`KN_TOKEN_CACHE`, a token presented again) and checked in
+//! full (a token's first presentation).
 //!
 //! `cargo bench -p kn-cgi --bench bearer`
 
@@ -49,8 +50,14 @@ fn bench(c: &mut Criterion) {
     }
     let mut config = Config::new(dir.path().join("kn_events"));
     config.token_keys = Some(keys.join(","));
-    let store = Arc::new(Store::open_with(config).unwrap());
+    let store = Arc::new(Store::open_with(config.clone()).unwrap());
     let handler = Handler::new(store, Options::default());
+    // Every presentation checked in full: nothing remembered (a new
+    // token each time, as a first request is).
+    let mut cold = Config::new(dir.path().join("kn_events_cold"));
+    cold.token_keys = config.token_keys.clone();
+    cold.token_cache = 0;
+    let cold = Handler::new(Arc::new(Store::open_with(cold).unwrap()), Options::default());
     let request = |query: &str, token: Option<&str>| {
         let bearer = token.map(|t| format!("Bearer {t}"));
         let mut vars = vec![
@@ -74,7 +81,8 @@ fn bench(c: &mut Criterion) {
         group.bench_function("no token", |b| b.iter(|| handler.handle(&plain)));
         for (alg, token) in &tokens {
             let with = request(query, Some(token));
-            group.bench_function(*alg, |b| b.iter(|| handler.handle(&with)));
+            group.bench_function(format!("{alg} remembered"), |b| b.iter(|| handler.handle(&with)));
+            group.bench_function(format!("{alg} checked"), |b| b.iter(|| cold.handle(&with)));
         }
         group.finish();
     }

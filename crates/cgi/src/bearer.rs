@@ -365,6 +365,22 @@ pub fn principal(store: &Store, token: &[u8]) -> Result<Principal, Refused> {
     verifier(store)?.verify(token)
 }
 
+/// The answer to a request whose token was refused: `401` with
+/// `WWW-Authenticate: Bearer error="invalid_token"` and the reason as a
+/// status event in the request's format; counted in /metrics.
+pub(crate) fn refused_response(format: kn_wire::Format, page: &kn_wire::Page, status_from: Option<&[u8]>, refused: &Refused) -> crate::response::Response {
+    use crate::response::{Head, Response, Status};
+    refused.count();
+    let status = kn_wire::status_event(401, "Unauthorized", refused.message.as_str(), status_from);
+    match Response::events(format, page, &[status]) {
+        Ok(mut r) => {
+            r.head.headers.push(("WWW-Authenticate".to_string(), refused.challenge()));
+            r
+        }
+        Err(_) => Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new()),
+    }
+}
+
 /// [`Verifier::is_cheap`] under `store`'s settings.
 pub fn is_cheap(store: &Store, token: &[u8]) -> bool {
     verifier(store).map_or(true, |v| v.is_cheap(token))

@@ -190,19 +190,7 @@ impl Handler {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
-        // A public-key signature check (ES256, RS256: a few hundred µs)
-        // is made where blocking is fine, not here (BENCHMARKS.md).
-        if let Some(token) = request.bearer_token(&self.store.config().token_cookie) {
-            if !crate::bearer::is_cheap(&self.store, &token) {
-                return None;
-            }
-        }
-        let who = match crate::session::token_principal(&self.store, request) {
-            Some(Ok(who)) => who,
-            // Refused with a status event by `handle_now`.
-            Some(Err(_)) => return None,
-            None => crate::session::principal(&self.store, request),
-        };
+        let who = crate::session::principal_nowait(&self.store, request)?;
         let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
         let page = Page::new(request.server_url());
         Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
@@ -234,10 +222,9 @@ impl Handler {
             None => "route".to_string(),
         };
         let status_from = params.get("kn_status_from");
-        let who = match crate::session::token_principal(&self.store, request) {
-            Some(Ok(who)) => who,
-            Some(Err(refused)) => return self.token_refused(format, &page, status_from, &refused),
-            None => crate::session::principal(&self.store, request),
+        let who = match crate::session::checked_principal(&self.store, request) {
+            Ok(who) => who,
+            Err(refused) => return Reply::Done(crate::bearer::refused_response(format, &page, status_from, &refused)),
         };
         let user = self.store.as_user(&who);
         match method.as_str() {
@@ -502,20 +489,6 @@ impl Handler {
             return Reply::Done(Response::forwarded());
         }
         self.done(format, page, statuses)
-    }
-
-    /// A bearer token presented and refused (crate::bearer): `401` with
-    /// `WWW-Authenticate: Bearer error="invalid_token"` and the reason.
-    fn token_refused(&self, format: Format, page: &Page, status_from: Option<&[u8]>, refused: &crate::bearer::Refused) -> Reply {
-        refused.count();
-        let status = status_event(401, "Unauthorized", refused.message.as_str(), status_from);
-        match Response::events(format, page, &[status]) {
-            Ok(mut r) => {
-                r.head.headers.push(("WWW-Authenticate".to_string(), refused.challenge()));
-                Reply::Done(r)
-            }
-            Err(_) => Reply::Done(Response::new(Head::new(Some(Status::new(500, "Internal Server Error")), "text/plain"), Vec::new())),
-        }
     }
 
     fn done(&self, format: Format, page: &Page, statuses: Vec<Event>) -> Reply {

@@ -25,11 +25,26 @@ pub(crate) fn principal(store: &Store, request: &Request) -> Principal {
     }
 }
 
-/// The principal of `request`'s bearer token: `None` without one, or the
-/// refusal (answered `401`) of a token presented but unusable.
-pub(crate) fn token_principal(store: &Store, request: &Request) -> Option<Result<Principal, crate::bearer::Refused>> {
-    let token = request.bearer_token(&store.config().token_cookie)?;
-    Some(crate::bearer::principal(store, &token))
+/// Who makes `request` ([`principal`]), or the refusal (answered `401`)
+/// of a bearer token presented but unusable.
+pub(crate) fn checked_principal(store: &Store, request: &Request) -> Result<Principal, crate::bearer::Refused> {
+    match request.bearer_token(&store.config().token_cookie) {
+        Some(token) => crate::bearer::principal(store, &token),
+        None => Ok(principal(store, request)),
+    }
+}
+
+/// [`checked_principal`] for a server's event loop: `None` (do the
+/// request where blocking is fine) for a token whose check needs a
+/// public-key signature (ES256, RS256: a few hundred µs, BENCHMARKS.md)
+/// and for a refused one (answered by the full path).
+pub(crate) fn principal_nowait(store: &Store, request: &Request) -> Option<Principal> {
+    if let Some(token) = request.bearer_token(&store.config().token_cookie) {
+        if !crate::bearer::is_cheap(store, &token) {
+            return None;
+        }
+    }
+    checked_principal(store, request).ok()
 }
 
 /// `do_method=session`: a `200 Session` status event whose payload is the

@@ -78,6 +78,39 @@ pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>,
     Ok(())
 }
 
+/// Where a stream request's bearer token may be (crate::bearer).
+pub struct Bearer<'a> {
+    /// The `Authorization` header.
+    pub authorization: Option<&'a [u8]>,
+    /// The `Cookie` header.
+    pub cookies: Option<&'a [u8]>,
+    /// The `kn_token` query parameter, decoded.
+    pub param: Option<String>,
+}
+
+impl Bearer<'_> {
+    fn token(&self, store: &Store) -> Option<Vec<u8>> {
+        let cookie = self.cookies.and_then(|c| crate::request::cookie_value(c, &store.config().token_cookie));
+        crate::bearer::presented(self.authorization, self.param.as_deref().map(str::as_bytes), cookie.as_deref()).map(<[u8]>::to_vec)
+    }
+}
+
+/// Who makes a stream request: its bearer token's principal (or the
+/// token's refusal, answered `401` and counted), else `user` (`None`:
+/// anonymous).
+pub fn principal(store: &Store, bearer: &Bearer<'_>, user: Option<&str>) -> Result<Principal, crate::bearer::Refused> {
+    match bearer.token(store) {
+        Some(token) => crate::bearer::principal(store, &token).inspect_err(crate::bearer::Refused::count),
+        None => Ok(user.map_or_else(Principal::anonymous, Principal::user)),
+    }
+}
+
+/// False when the request's token needs a public-key signature check
+/// (see crate::bearer::is_cheap): made off `serve`'s event loop.
+pub fn token_is_cheap(store: &Store, bearer: &Bearer<'_>) -> bool {
+    bearer.token(store).is_none_or(|token| crate::bearer::is_cheap(store, &token))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
