@@ -155,9 +155,10 @@ struct Remembered {
 }
 
 impl Remembered {
-    fn recall(&mut self, digest: &[u8; 32], leeway: u64) -> Option<Principal> {
+    fn recall(&mut self, digest: &[u8; 32]) -> Option<Principal> {
         let (who, exp) = self.tokens.get(digest)?;
-        if exp.saturating_add(leeway) > now() {
+        // `exp` has the leeway already (Verifier::check).
+        if *exp > now() {
             return Some(who.clone());
         }
         // Expired: checked again, to be refused with its reason.
@@ -220,7 +221,7 @@ impl Verifier {
         }
         let token = std::str::from_utf8(token).map_err(|_| Refused::new(Reason::Malformed, "not text"))?.trim();
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(who) = self.remembered().recall(&digest, self.leeway) {
+        if let Some(who) = self.remembered().recall(&digest) {
             return Ok(who);
         }
         let who = self.check(token)?;
@@ -263,8 +264,16 @@ impl Verifier {
             validation.set_issuer(&[issuer]);
             validation.set_required_spec_claims(&["exp", "iss"]);
         }
-        let data = jsonwebtoken::decode::<TokenClaims>(token, &key.key, &validation).map_err(refusal)?;
-        Principal::from_token(&data.claims).map_err(|e| Refused::new(Reason::BadClaims, e.message()))
+        let mut claims = jsonwebtoken::decode::<TokenClaims>(token, &key.key, &validation).map_err(refusal)?.claims;
+        // Honoured until exp + leeway, everywhere (a tunnel's end, a
+        // route's kn_expires, the checks of the journal): the same
+        // instant the check here refuses it from.
+        let until = claims.exp.map(|exp| exp.saturating_add(self.leeway));
+        if until.is_some_and(|until| until <= now()) {
+            return Err(Refused::new(Reason::Expired, "the token's exp has passed"));
+        }
+        claims.exp = until;
+        Principal::from_token(&claims).map_err(|e| Refused::new(Reason::BadClaims, e.message()))
     }
 
     fn key(&self, kid: Option<&str>) -> Result<&Key, Refused> {

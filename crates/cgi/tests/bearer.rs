@@ -109,7 +109,8 @@ impl Site {
 
     fn serve(&self, extra: &[&str]) -> Serve {
         let mut command = Serve::command_of(Path::new(BIN), &self.root(), None);
-        command.args(extra).env("KN_ACCESS_RULES", self.dir.join("access.rules")).env("KN_TOKEN_KEYS", &self.keys);
+        // No leeway: a token's life ends at its exp, to the second.
+        command.args(extra).env("KN_ACCESS_RULES", self.dir.join("access.rules")).env("KN_TOKEN_KEYS", &self.keys).env("KN_TOKEN_LEEWAY", "0");
         Serve::spawn(command)
     }
 }
@@ -458,4 +459,26 @@ fn apache_passes_the_bearer_header_with_cgipassauth_and_a_log_format_without_the
     let log = std::fs::read_to_string(&tokenless).unwrap_or_default();
     assert!(log.contains("GET /kn HTTP/1.1\" 200"), "{log}");
     assert!(!log.contains(&token), "the token reached the log: {log}");
+}
+
+#[test]
+fn a_stream_long_poll_ends_when_its_token_expires() {
+    let site = Site::new("bearer_stream_expiry");
+    let mut command = Serve::command_of(Path::new(BIN), &site.root(), None);
+    // A long-poll would otherwise wait 30 s.
+    command.env("KN_ACCESS_RULES", site.dir.join("access.rules")).env("KN_TOKEN_KEYS", &site.keys).env("KN_STREAM_LONG_POLL_MS", "30000").env("KN_TOKEN_LEEWAY", "0");
+    let serve = Serve::spawn(command);
+    let long = anna(json!({}));
+    let put = format!("Authorization: Bearer {long}\r\nContent-Type: text/plain\r\n");
+    assert_eq!(request(&serve, "PUT", "/v1/stream/anna/live", &put).code, 201);
+    let short = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "anna", "exp": now() + 2}));
+    let started = std::time::Instant::now();
+    let a = request(&serve, "GET", "/v1/stream/anna/live?offset=now&live=long-poll", &format!("Authorization: Bearer {short}\r\n"));
+    let took = started.elapsed();
+    assert_eq!(a.code, 204, "{a:?}");
+    assert!(took < Duration::from_secs(8), "ended at the token's expiry, not the long-poll's: {took:?}");
+    // The next poll with the same token is refused.
+    std::thread::sleep(Duration::from_millis(1100));
+    let a = request(&serve, "GET", "/v1/stream/anna/live?offset=now&live=long-poll", &format!("Authorization: Bearer {short}\r\n"));
+    assert!(a.refused_as("expired"), "{a:?}");
 }
