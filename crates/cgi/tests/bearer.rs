@@ -482,3 +482,47 @@ fn a_stream_long_poll_ends_when_its_token_expires() {
     let a = request(&serve, "GET", "/v1/stream/anna/live?offset=now&live=long-poll", &format!("Authorization: Bearer {short}\r\n"));
     assert!(a.refused_as("expired"), "{a:?}");
 }
+
+/// The `kn_expires` of the route from `from` of id `id`, as stored.
+fn route_expires(site: &Site, from: &str, id: &str) -> Option<String> {
+    let store = Store::open(site.root()).unwrap();
+    let routes = Topic::parse(&format!("{from}/kn_routes")).unwrap();
+    let events = store.events(&routes, &Selection::all()).unwrap().events;
+    let route = events.iter().find(|e| e.id() == Some(id.as_bytes()))?;
+    route.get("kn_expires").map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+#[test]
+fn a_route_made_with_a_token_expires_with_it_unless_the_rules_grant_the_user_more() {
+    let site = Site::new("bearer_route_expiry");
+    std::fs::write(site.dir.join("access.rules"), "group staff: anna\nallow read,route /what/staff/** @staff\n").unwrap();
+    let exp = now() + 600;
+    // bob is staff by his token's groups only: the route ends with the token.
+    let bob = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "bob", "groups": ["staff"], "exp": exp}));
+    let a = site.cgi_with(&bob, "do_method=route&kn_from=/what/staff/a&kn_to=/what/staff/b&kn_id=bob1", &[]);
+    assert_eq!(a.code, 200, "{a:?}");
+    let expires: u64 = route_expires(&site, "/what/staff/a", "bob1").expect("a kn_expires").parse().unwrap();
+    assert!(expires <= exp + 30, "no later than the token (and its leeway): {expires} > {exp}");
+    // A later kn_expires asked for is cut to the token's.
+    let a = site.cgi_with(&bob, &format!("do_method=route&kn_from=/what/staff/a&kn_to=/what/staff/b&kn_id=bob2&kn_expires={}", exp + 86_400), &[]);
+    assert_eq!(a.code, 200, "{a:?}");
+    let expires: u64 = route_expires(&site, "/what/staff/a", "bob2").unwrap().parse().unwrap();
+    assert!(expires <= exp + 30, "{expires}");
+    // anna is staff by the rules: her route keeps what she asked for.
+    let a = site.cgi_with(&anna(json!({})), "do_method=route&kn_from=/what/staff/a&kn_to=/what/staff/b&kn_id=anna1", &[]);
+    assert_eq!(a.code, 200, "{a:?}");
+    assert_eq!(route_expires(&site, "/what/staff/a", "anna1"), None);
+}
+
+#[test]
+fn a_cgi_tunnel_ends_401_when_its_token_expires() {
+    let site = Site::new("bearer_cgi_tunnel_expiry");
+    let short = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "anna", "exp": now() + 2}));
+    let started = std::time::Instant::now();
+    let a = site.cgi_with(&short, "kn_from=/who/anna/feed", &[("PATH_INFO", "/who/anna/feed"), ("KN_TOKEN_LEEWAY", "0")]);
+    assert!(started.elapsed() < Duration::from_secs(15), "ended at the token's expiry");
+    assert_eq!(a.code, 200, "the tunnel opened: {a:?}");
+    assert!(a.body.contains("Watching topic"), "{a:?}");
+    assert!(a.body.contains("status: 401 Unauthorized"), "{a:?}");
+    assert!(a.body.contains("bearer token expired"), "{a:?}");
+}
