@@ -103,6 +103,8 @@ impl Authentication {
             }
         }
         match (&self.htpasswd, header(headers, "authorization")) {
+            // A bearer token is judged with the request (crate::bearer).
+            (Some(_), Some(credentials)) if crate::bearer::is_bearer(credentials) => Begun::Done(Identity::Anonymous),
             (Some(file), Some(credentials)) => file.begin(credentials, max_bytes),
             _ => Begun::Done(Identity::Anonymous),
         }

@@ -52,6 +52,15 @@ Environment:
                         serve --htpasswd's password checks: off the event
                         loop, bounded (503), capped (400), per-address
                         back-off (429); see docs/ACCESS.md
+    KN_TOKEN_KEYS       bearer-token keys, KID=ALG:PATH,... (HS256 secret
+                        file; RS256, ES256, EdDSA PEM public key), besides
+                        the store's own (kn token); tokens come in
+                        Authorization: Bearer, kn_token or a cookie
+    KN_TOKEN_ISSUER, KN_TOKEN_AUDIENCE, KN_TOKEN_COOKIE, KN_TOKEN_LEEWAY,
+    KN_TOKEN_MAX_BYTES, KN_TOKEN_CACHE
+                        what a token's iss and aud must be, the cookie
+                        (kn_token), clock skew (30 s), size cap (8192),
+                        tokens remembered (1024); see docs/ACCESS.md
 
 Deployment guide: docs/DEPLOY.md.";
 

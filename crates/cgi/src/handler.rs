@@ -190,7 +190,7 @@ impl Handler {
             return None;
         }
         let format = Format::from_param(params.get("kn_response_format")).ok()?;
-        let who = crate::session::principal(&self.store, request);
+        let who = crate::session::principal_nowait(&self.store, request)?;
         let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
         let page = Page::new(request.server_url());
         Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
@@ -222,7 +222,10 @@ impl Handler {
             None => "route".to_string(),
         };
         let status_from = params.get("kn_status_from");
-        let who = crate::session::principal(&self.store, request);
+        let who = match crate::session::checked_principal(&self.store, request) {
+            Ok(who) => who,
+            Err(refused) => return Reply::Done(crate::bearer::refused_response(format, &page, status_from, &refused)),
+        };
         let user = self.store.as_user(&who);
         match method.as_str() {
             "notify" | "route" | "batch" | "replay" => {}
@@ -575,6 +578,7 @@ impl Handler {
             closes,
             keep_alive: self.options.keep_alive,
             ended: false,
+            token_expires: user.principal().token_expires().map(crate::tunnel_end::instant_of),
         })
     }
 
@@ -767,6 +771,9 @@ pub struct TunnelReply {
     keep_alive: Duration,
     /// The access rules ended the tunnel (crate::tunnel_end).
     ended: bool,
+    /// When the bearer token it was opened with expires: it ends then
+    /// with `401` (crate::tunnel_end).
+    token_expires: Option<Instant>,
 }
 
 impl TunnelReply {
@@ -846,10 +853,7 @@ impl TunnelReply {
     /// When the tunnel ends: at its `kn_expires`, or at the store's
     /// `tunnel_max_time` if sooner.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.expires, self.closes) {
-            (Some(e), Some(c)) => Some(e.min(c)),
-            (e, c) => e.or(c),
-        }
+        [self.expires, self.closes, self.token_expires].into_iter().flatten().min()
     }
 
     /// Ends a tunnel at its [`TunnelReply::deadline`]; returns the
@@ -857,6 +861,9 @@ impl TunnelReply {
     /// journal becomes stale at once; when the store's `tunnel_max_time`
     /// ended it, the journal stays for the client's reconnection.
     pub fn finish(&self, store: &Store) -> Vec<u8> {
+        if let Some(refused) = crate::tunnel_end::token_expired(self.token_expires, self.expires) {
+            return self.refusal(refused);
+        }
         let expired = self.expires.is_some_and(|e| Instant::now() >= e);
         if expired && self.tunnel.topic().is_journal() {
             let _ = store.expire(self.tunnel.topic());

@@ -21,7 +21,8 @@
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
 //!   ([`pages`]), which stops as `shutdown.rs` says, and its `/metrics`
 //!   ([`metrics_http`]); [`cli`]: its command line; [`auth`]: who a
-//!   `serve` request is; [`streams`]: Durable Streams, judged by the
+//!   `serve` request is; [`bearer`]: bearer tokens (JWTs) under CGI and
+//!   `serve` alike; [`streams`]: Durable Streams, judged by the
 //!   access rules through [`stream_access`].
 //!
 //! Failures of any of these are one [`Error`] type whose [`ErrorKind`]
@@ -60,6 +61,7 @@ use std::fmt;
 
 pub mod assets;
 pub mod auth;
+pub mod bearer;
 pub mod body;
 pub mod cgi;
 pub mod cli;

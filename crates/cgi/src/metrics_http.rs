@@ -114,6 +114,10 @@ impl Figures {
             .map(|(i, labels)| (&labels[..], self.requests[i / CLASSES.len()][i % CLASSES.len()].load(Ordering::Relaxed)))
             .collect();
         page.counter_with("kn_serve_http_requests_total", "Responses since the server started, by request method (other: any method not listed) and status class.", &samples);
+        let refused = crate::bearer::refusals();
+        let labels: Vec<[(&str, &str); 1]> = refused.iter().map(|(reason, _)| [("reason", *reason)]).collect();
+        let samples: Vec<(&[(&str, &str)], u64)> = labels.iter().zip(&refused).map(|(labels, (_, n))| (&labels[..], *n)).collect();
+        page.counter_with("kn_token_refusals_total", "Bearer tokens presented and refused (401) since the server started, by reason.", &samples);
         let version = env!("CARGO_PKG_VERSION");
         let info: &[(&str, &str)] = match GIT_COMMIT {
             Some(commit) => &[("version", version), ("commit", commit)],

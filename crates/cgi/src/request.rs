@@ -170,6 +170,11 @@ pub struct Request {
     /// session token, docs/ACCESS.md), unverified.
     session_cookie: Option<Vec<u8>>,
     user_agent: Option<Vec<u8>>,
+    /// The `Authorization` header (`HTTP_AUTHORIZATION`, which Apache
+    /// passes with `CGIPassAuth On`) and the `Cookie` header, where a
+    /// bearer token may be (crate::bearer).
+    authorization: Option<Vec<u8>>,
+    cookies: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -223,6 +228,8 @@ impl Request {
             last_event_id: env.get("HTTP_LAST_EVENT_ID").map(<[u8]>::to_vec),
             session_cookie: env.get("HTTP_COOKIE").and_then(|c| cookie(c, kn_journal::access::SESSION_COOKIE.as_bytes())),
             user_agent: env.get("HTTP_USER_AGENT").map(<[u8]>::to_vec),
+            authorization: env.get("HTTP_AUTHORIZATION").filter(|v| crate::bearer::is_bearer(v)).map(<[u8]>::to_vec),
+            cookies: env.get("HTTP_COOKIE").map(<[u8]>::to_vec),
         })
     }
 
@@ -365,11 +372,30 @@ impl Request {
         self.session_cookie.as_deref()
     }
 
+    /// The bearer token the request brings (crate::bearer::presented):
+    /// `Authorization: Bearer`, else the `kn_token` parameter, else the
+    /// cookie `cookie_name` (empty: none). Not yet verified.
+    pub fn bearer_token(&self, cookie_name: &str) -> Option<Vec<u8>> {
+        let cookie = match (&self.cookies, cookie_name.is_empty()) {
+            (Some(header), false) => cookie(header, cookie_name.as_bytes()),
+            _ => None,
+        };
+        crate::bearer::presented(self.authorization.as_deref(), self.param(crate::bearer::TOKEN_PARAM), cookie.as_deref()).map(<[u8]>::to_vec)
+    }
+
     /// The `User-Agent` header (`HTTP_USER_AGENT`), if sent: whether a
     /// tunnel is padded for a browser ([`kn_wire::Format::tunnel_padding`]).
     pub fn user_agent(&self) -> Option<&[u8]> {
         self.user_agent.as_deref()
     }
+}
+
+/// The value of cookie `name` (empty: none) in a `Cookie` header.
+pub(crate) fn cookie_value(header: &[u8], name: &str) -> Option<Vec<u8>> {
+    if name.is_empty() {
+        return None;
+    }
+    cookie(header, name.as_bytes())
 }
 
 /// The value of cookie `name` in a `Cookie` header (`a=1; b=2`; RFC 6265
@@ -536,7 +562,7 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 4] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT"];
+const READ_HEADERS: [&str; 5] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT", "HTTP_AUTHORIZATION"];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),

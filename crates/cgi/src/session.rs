@@ -9,14 +9,42 @@ use kn_wire::{status_event, Format, Page};
 use crate::request::Request;
 use crate::response::Response;
 
-/// Who makes `request`: the authenticated user; else anonymous, with the
-/// session its `kn_session` cookie proves (none when the cookie is absent
-/// or does not verify under the store's session key).
+/// Who makes `request`: the principal of its bearer token
+/// (crate::bearer; a token refused makes [`Principal::nobody`], but such a
+/// request is answered `401` before anything: [`token_principal`]); else
+/// the authenticated user; else anonymous, with the session its
+/// `kn_session` cookie proves (none when the cookie is absent or does not
+/// verify under the store's session key).
 pub(crate) fn principal(store: &Store, request: &Request) -> Principal {
+    if let Some(token) = request.bearer_token(&store.config().token_cookie) {
+        return crate::bearer::principal(store, &token).unwrap_or_else(|_| Principal::nobody());
+    }
     match request.remote_user() {
         Some(_) => request.principal(),
         None => store.anonymous_with(request.session_cookie()),
     }
+}
+
+/// Who makes `request` ([`principal`]), or the refusal (answered `401`)
+/// of a bearer token presented but unusable.
+pub(crate) fn checked_principal(store: &Store, request: &Request) -> Result<Principal, crate::bearer::Refused> {
+    match request.bearer_token(&store.config().token_cookie) {
+        Some(token) => crate::bearer::principal(store, &token),
+        None => Ok(principal(store, request)),
+    }
+}
+
+/// [`checked_principal`] for a server's event loop: `None` (do the
+/// request where blocking is fine) for a token whose check needs a
+/// public-key signature (ES256, RS256: a few hundred µs, BENCHMARKS.md)
+/// and for a refused one (answered by the full path).
+pub(crate) fn principal_nowait(store: &Store, request: &Request) -> Option<Principal> {
+    if let Some(token) = request.bearer_token(&store.config().token_cookie) {
+        if !crate::bearer::is_cheap(store, &token) {
+            return None;
+        }
+    }
+    checked_principal(store, request).ok()
 }
 
 /// `do_method=session`: a `200 Session` status event whose payload is the

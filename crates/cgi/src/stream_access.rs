@@ -46,16 +46,18 @@ pub fn operation(method: &str) -> Option<Operation> {
     }
 }
 
-/// Whether `user` (`None`: anonymous) may make a `method` request of
+/// Whether `who` (a user, anonymous, or a bearer token's principal) may make a `method` request of
 /// stream `path` (with `forked_from`, the raw `Stream-Forked-From` of a
 /// `PUT`). The refusal's kind is the answer's: `Unauthorized` (`401`)
 /// for anonymous, `Forbidden` (`403`) for a user, `BadRequest` (`400`) for
 /// a path the rules cannot judge, `Io` (`500`) while the rules file is
 /// broken.
-pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>, user: Option<&str>) -> Result<(), kn_journal::Error> {
+pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>, who: &Principal) -> Result<(), kn_journal::Error> {
     let Some(op) = operation(method) else { return Ok(()) };
-    let Some(rules) = store.access_rules()? else { return Ok(()) };
-    let who = user.map_or_else(Principal::anonymous, Principal::user);
+    let rules = store.access_rules()?;
+    if rules.is_none() && !who.has_token() {
+        return Ok(());
+    }
     let mut checks = vec![(op, path.to_string())];
     if let (Some(from), "PUT") = (forked_from, method) {
         let from = percent_encoding::percent_decode_str(from.trim()).decode_utf8_lossy().into_owned();
@@ -67,9 +69,46 @@ pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>,
             let why = format!("under access rules a stream path must make a valid topic name below {STREAM_TOPIC_PREFIX}: {}", e.message());
             kn_journal::Error::new(ErrorKind::BadRequest, why)
         })?;
-        rules.check(&who, op, &topic)?;
+        match &rules {
+            Some(rules) => rules.check(who, op, &topic)?,
+            // No rules allow everything; a token still narrows.
+            None => who.check_token(op, &topic)?,
+        }
     }
     Ok(())
+}
+
+/// Where a stream request's bearer token may be (crate::bearer).
+pub struct Bearer<'a> {
+    /// The `Authorization` header.
+    pub authorization: Option<&'a [u8]>,
+    /// The `Cookie` header.
+    pub cookies: Option<&'a [u8]>,
+    /// The `kn_token` query parameter, decoded.
+    pub param: Option<String>,
+}
+
+impl Bearer<'_> {
+    fn token(&self, store: &Store) -> Option<Vec<u8>> {
+        let cookie = self.cookies.and_then(|c| crate::request::cookie_value(c, &store.config().token_cookie));
+        crate::bearer::presented(self.authorization, self.param.as_deref().map(str::as_bytes), cookie.as_deref()).map(<[u8]>::to_vec)
+    }
+}
+
+/// Who makes a stream request: its bearer token's principal (or the
+/// token's refusal, answered `401` and counted), else `user` (`None`:
+/// anonymous).
+pub fn principal(store: &Store, bearer: &Bearer<'_>, user: Option<&str>) -> Result<Principal, crate::bearer::Refused> {
+    match bearer.token(store) {
+        Some(token) => crate::bearer::principal(store, &token).inspect_err(crate::bearer::Refused::count),
+        None => Ok(user.map_or_else(Principal::anonymous, Principal::user)),
+    }
+}
+
+/// False when the request's token needs a public-key signature check
+/// (see crate::bearer::is_cheap): made off `serve`'s event loop.
+pub fn token_is_cheap(store: &Store, bearer: &Bearer<'_>) -> bool {
+    bearer.token(store).is_none_or(|token| crate::bearer::is_cheap(store, &token))
 }
 
 #[cfg(test)]

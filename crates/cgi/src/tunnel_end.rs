@@ -1,7 +1,10 @@
 //! How a tunnel ends when the access rules no longer let its reader read
 //! its topic (docs/ACCESS.md, "What is checked"): the refusal's status
 //! event (`403`, or `401` for anonymous) and the end of the page, as a
-//! route whose creator lost the right is poisoned.
+//! route whose creator lost the right is poisoned. A tunnel opened with a
+//! bearer token ends the same way, with `401`, when the token expires
+//! (its deadline; docs/ACCESS.md, "Bearer tokens"): the client reconnects
+//! with a new token from its checkpoint.
 
 use kn_journal::{ErrorKind, Event};
 use kn_wire::{status_event, Format};
@@ -33,4 +36,21 @@ pub(crate) fn refusal(format: Format, refused: kn_journal::Error, status_from: O
     out.extend_from_slice(format.padding());
     out.extend_from_slice(format.trailer());
     out
+}
+
+/// The [`std::time::Instant`] of `exp` (seconds since the epoch).
+pub(crate) fn instant_of(exp: u64) -> std::time::Instant {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(exp);
+    let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    std::time::Instant::now() + left
+}
+
+/// The refusal ending a tunnel at its deadline when that is its token's
+/// expiry (`token`) rather than its own `kn_expires` (`expires`, earlier).
+pub(crate) fn token_expired(token: Option<std::time::Instant>, expires: Option<std::time::Instant>) -> Option<kn_journal::Error> {
+    let token = token.filter(|t| std::time::Instant::now() >= *t)?;
+    if expires.is_some_and(|e| e < token) {
+        return None;
+    }
+    Some(kn_journal::Error::new(ErrorKind::Unauthorized, "this tunnel ended: its bearer token expired; reconnect with a new token from your checkpoint"))
 }

@@ -128,6 +128,13 @@ impl std::str::FromStr for Shared {
 /// | `auth_backoff_after` | 5 wrong passwords in a row from one client address before it must wait (0: no back-off) | `KN_AUTH_BACKOFF_AFTER` |
 /// | `auth_backoff_max` | 60 s: the longest wait of a client backing off (1 s after `auth_backoff_after` failures, doubling with each next one); meanwhile its checks are answered `429` with `Retry-After` | `KN_AUTH_BACKOFF_MAX_MS` |
 /// | `auth_backoff_clients` | 4096 client addresses whose failures are remembered (the oldest forgotten first) | `KN_AUTH_BACKOFF_CLIENTS` |
+/// | `token_keys` | none: bearer tokens (docs/ACCESS.md, "Bearer tokens") are checked with these keys, `KID=ALG:PATH` entries separated by `,` (`ALG`: `HS256` with a secret key file, `RS256`, `ES256`, `EdDSA` with a PEM public key), besides the store's own HS256 key (`.token-key`, kid `store`) once `kn token` made it | `KN_TOKEN_KEYS` |
+/// | `token_issuer` | none: when set, a token's `iss` must be it | `KN_TOKEN_ISSUER` |
+/// | `token_audience` | none: when set, a token's `aud` must name it | `KN_TOKEN_AUDIENCE` |
+/// | `token_cookie` | `kn_token`: the cookie a bearer token is read from (empty: none) | `KN_TOKEN_COOKIE` |
+/// | `token_leeway` | 30 s of clock skew allowed on a token's `exp` and `nbf` | `KN_TOKEN_LEEWAY` (seconds) |
+/// | `token_max_bytes` | 8192 bytes per bearer token (more: `401`, never decoded) | `KN_TOKEN_MAX_BYTES` |
+/// | `token_cache` | 1024 verified bearer tokens remembered (by their SHA-256, until they expire; the oldest forgotten first; 0: none) | `KN_TOKEN_CACHE` |
 /// | `body_budget_bytes` | 256 MiB of request bodies `serve` holds at once, across all requests (past it: `503` with `Retry-After`; a body larger than the whole budget: `413`) | `KN_BODY_BUDGET_BYTES` |
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -377,6 +384,24 @@ pub struct Config {
     pub auth_backoff_after: u32,
     /// The longest back-off of one client address.
     pub auth_backoff_max: Duration,
+    /// The keys bearer tokens are checked with: `KID=ALG:PATH` entries
+    /// separated by `,` (docs/ACCESS.md, "Bearer tokens"); `None`: only
+    /// the store's own key (`.token-key`), if `kn token` made one.
+    pub token_keys: Option<String>,
+    /// When set, a bearer token's `iss` claim must be this.
+    pub token_issuer: Option<String>,
+    /// When set, a bearer token's `aud` claim must name this.
+    pub token_audience: Option<String>,
+    /// The cookie a bearer token is read from (empty: none is read).
+    pub token_cookie: String,
+    /// The clock skew allowed on a token's `exp` and `nbf`.
+    pub token_leeway: Duration,
+    /// The longest bearer token looked at, in bytes; a longer one is
+    /// refused (`401`) without being decoded.
+    pub token_max_bytes: usize,
+    /// Verified bearer tokens remembered (by their SHA-256) so that a
+    /// token presented again costs no signature check (0: none).
+    pub token_cache: usize,
     /// Client addresses whose failures are remembered at once.
     pub auth_backoff_clients: usize,
     /// Bytes of request bodies `serve` holds at once across all requests.
@@ -455,6 +480,13 @@ impl Config {
             auth_backoff_max: Duration::from_secs(60),
             auth_backoff_clients: 4096,
             body_budget_bytes: 256 << 20,
+            token_keys: None,
+            token_issuer: None,
+            token_audience: None,
+            token_cookie: "kn_token".to_string(),
+            token_leeway: Duration::from_secs(30),
+            token_max_bytes: 8192,
+            token_cache: 1024,
         }
     }
 
@@ -684,6 +716,27 @@ impl Config {
         }
         if let Some(v) = var("KN_BODY_BUDGET_BYTES")? {
             self.body_budget_bytes = v;
+        }
+        if let Some(v) = var::<String>("KN_TOKEN_KEYS")? {
+            self.token_keys = Some(v).filter(|v| !v.trim().is_empty());
+        }
+        if let Some(v) = var::<String>("KN_TOKEN_ISSUER")? {
+            self.token_issuer = Some(v).filter(|v| !v.is_empty());
+        }
+        if let Some(v) = var::<String>("KN_TOKEN_AUDIENCE")? {
+            self.token_audience = Some(v).filter(|v| !v.is_empty());
+        }
+        if let Some(v) = var::<String>("KN_TOKEN_COOKIE")? {
+            self.token_cookie = v;
+        }
+        if let Some(v) = var("KN_TOKEN_LEEWAY")? {
+            self.token_leeway = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_TOKEN_MAX_BYTES")? {
+            self.token_max_bytes = v;
+        }
+        if let Some(v) = var("KN_TOKEN_CACHE")? {
+            self.token_cache = v;
         }
         Ok(self)
     }

@@ -11,8 +11,10 @@ use crate::{Error, ErrorKind};
 
 /// The parameters that steer a request and never become event elements
 /// (PROTOCOL.md section 3).
-pub const CONTROL_PARAMETERS: [&str; 7] =
-    ["do_method", "kn_from", "kn_to", "kn_debug", "kn_status_from", "kn_status_to", "kn_response_format"];
+/// `kn_token` (a bearer token, docs/ACCESS.md) is one too: a token is
+/// never stored in an event.
+pub const CONTROL_PARAMETERS: [&str; 8] =
+    ["do_method", "kn_from", "kn_to", "kn_debug", "kn_status_from", "kn_status_to", "kn_response_format", "kn_token"];
 
 /// True when `name` is one of the [`CONTROL_PARAMETERS`].
 pub fn is_control_parameter(name: &[u8]) -> bool {

@@ -263,25 +263,52 @@ fn next_cursor(client: Option<&str>) -> String {
 
 /// Handles one stream request.
 pub fn handle(streams: &Streams, req: &StreamRequest) -> Outcome {
-    if let Some(refused) = refusal(streams, req) {
-        return Outcome::Done(refused);
-    }
-    match run(streams, req) {
+    let token_expires = match refusal(streams, req) {
+        Err(refused) => return Outcome::Done(refused),
+        Ok(expires) => expires.map(crate::tunnel_end::instant_of),
+    };
+    let outcome = match run(streams, req) {
         Ok(o) => o,
         Err(e) => Outcome::Done(failure(&e)),
+    };
+    // A live read made with a bearer token ends when the token expires;
+    // the client's next read needs a new one.
+    match (outcome, token_expires) {
+        (Outcome::Wait(mut poll), Some(at)) => {
+            poll.deadline = poll.deadline.min(at);
+            Outcome::Wait(poll)
+        }
+        (Outcome::Sse(mut sse), Some(at)) => {
+            sse.deadline = sse.deadline.min(at);
+            Outcome::Sse(sse)
+        }
+        (outcome, _) => outcome,
     }
 }
 
-/// The answer refusing `req` when the access rules do not allow its user
-/// to make it (crate::stream_access).
-fn refusal(streams: &Streams, req: &StreamRequest) -> Option<StreamResponse> {
+/// The answer refusing `req` when its bearer token is unusable
+/// (crate::bearer) or the access rules do not allow it; else when its
+/// token, if any, expires.
+fn refusal(streams: &Streams, req: &StreamRequest) -> Result<Option<u64>, StreamResponse> {
     let from = req.header("Stream-Forked-From");
-    let e = crate::stream_access::check(streams.store(), &req.method, &req.path, from, req.user.as_deref()).err()?;
+    let store = streams.store();
+    let who = crate::stream_access::principal(store, &bearer_of(req), req.user.as_deref()).map_err(|refused| {
+        let mut r = StreamResponse::text(401, &refused.message);
+        r.set("WWW-Authenticate", refused.challenge());
+        r
+    })?;
+    let Err(e) = crate::stream_access::check(store, &req.method, &req.path, from, &who) else { return Ok(who.token_expires()) };
     let mut r = failure(&StreamError::new(StreamErrorKind::Store(e.kind()), e.message()));
-    if e.kind() == kn_journal::ErrorKind::Unauthorized {
+    if e.kind() == kn_journal::ErrorKind::Unauthorized && !who.has_token() {
         r.set("WWW-Authenticate", format!("Basic realm=\"{}\"", crate::handler::AUTH_REALM));
     }
-    Some(r)
+    Err(r)
+}
+
+/// Where `req`'s bearer token may be (crate::stream_access::Bearer).
+fn bearer_of(req: &StreamRequest) -> crate::stream_access::Bearer<'_> {
+    let header = |name| req.headers.get(name).map(|v: &hyper::header::HeaderValue| v.as_bytes());
+    crate::stream_access::Bearer { authorization: header("authorization"), cookies: header("cookie"), param: req.param(crate::bearer::TOKEN_PARAM) }
 }
 
 fn bad(message: impl Into<String>) -> StreamError {
@@ -582,7 +609,11 @@ pub fn handle_cached(streams: &Streams, req: &StreamRequest) -> Option<StreamRes
     if req.path.split('/').next() == Some("__ds") {
         return None;
     }
-    if let Some(refused) = refusal(streams, req) {
+    // A public-key signature check is made where blocking is fine.
+    if !crate::stream_access::token_is_cheap(streams.store(), &bearer_of(req)) {
+        return None;
+    }
+    if let Err(refused) = refusal(streams, req) {
         return Some(refused);
     }
     if req.method == "POST" {

@@ -56,7 +56,8 @@ impl AsUser<'_> {
     pub fn check(&self, op: Operation, topic: &Topic) -> Result<()> {
         match self.store.access_rules()? {
             Some(rules) => rules.check(self.who, op, topic),
-            None => Ok(()),
+            // No rules allow everything; a token still narrows.
+            None => self.who.check_token(op, topic),
         }
     }
 
@@ -134,11 +135,23 @@ impl AsUser<'_> {
         params.remove(crate::store::KN_POISONED);
         params.remove(crate::store::KN_POISONED_BEFORE);
         self.who.record_as_creator(&mut params);
-        let Some(rules) = self.store.access_rules()? else { return Ok(params) };
+        let local = match self.store.resolve(to) {
+            Ok(Destination::Local(topic)) => Some(topic),
+            _ => None,
+        };
+        let Some(rules) = self.store.access_rules()? else {
+            self.who.check_token(Operation::Read, from)?;
+            if let Some(topic) = &local {
+                self.who.check_token(Operation::Route, topic)?;
+            }
+            self.expire_with_token(None, from, local.as_ref(), &mut params);
+            return Ok(params);
+        };
         rules.check(self.who, Operation::Read, from)?;
-        if let Ok(Destination::Local(topic)) = self.store.resolve(to) {
-            rules.check(self.who, Operation::Route, &topic)?;
+        if let Some(topic) = &local {
+            rules.check(self.who, Operation::Route, topic)?;
         }
+        self.expire_with_token(Some(&rules), from, local.as_ref(), &mut params);
         if let Some(id) = params.id().filter(|id| !id.is_empty()) {
             if let Some(existing) = self.store.route_of(from, id)? {
                 self.may_remove(&rules, &existing)?;
@@ -152,7 +165,10 @@ impl AsUser<'_> {
     /// (a topic of this store): a user can always stop what arrives in
     /// topics of their own.
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
-        let Some(rules) = self.store.access_rules()? else { return self.store.delete_route(from, id, expires) };
+        let Some(rules) = self.store.access_rules()? else {
+            self.who.check_token(Operation::Delete, from)?;
+            return self.store.delete_route(from, id, expires);
+        };
         let existing = self.store.route_of(from, id)?;
         match &existing {
             Some(existing) => self.may_remove(&rules, existing)?,
@@ -162,6 +178,29 @@ impl AsUser<'_> {
         // needs what deleting it needed.
         let creator = existing.map(|r| Principal::creator_of(&r.event)).unwrap_or_default();
         self.store.delete_route_of(from, id, expires, &creator)
+    }
+
+    /// A route made with a bearer token expires with it (its
+    /// `kn_expires` no later than the token's `exp`), unless the rules
+    /// alone let the token's user make it.
+    fn expire_with_token(&self, rules: Option<&Rules>, from: &Topic, to: Option<&Topic>, params: &mut Event) {
+        let Some(exp) = self.who.token_expires() else { return };
+        if let (Some(name), false) = (self.who.name(), self.who.is_capability()) {
+            let plain = Principal::user(name);
+            let may = rules.is_none_or(|rules| {
+                rules.check(&plain, Operation::Read, from).is_ok() && to.is_none_or(|to| rules.check(&plain, Operation::Route, to).is_ok())
+            });
+            if may {
+                return;
+            }
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        match params.expires_at(now) {
+            Ok(Some(at)) if at <= exp as f64 => {}
+            _ => {
+                params.set(crate::event::KN_EXPIRES, exp.to_string().as_str());
+            }
+        }
     }
 
     /// Whether this user may delete or replace `route`.

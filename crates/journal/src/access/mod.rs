@@ -44,11 +44,13 @@ use crate::topic::Topic;
 mod as_user;
 mod rules;
 mod session;
+mod token;
 mod visible;
 
 pub use as_user::AsUser;
 pub use rules::{Rules, MAX_RULE_LINES};
-pub use session::{SessionKey, SESSION_COOKIE};
+pub use session::{token_key_of_store, SessionKey, SESSION_COOKIE, TOKEN_KEY_FILE};
+pub use token::{TokenClaims, MAX_TOKEN_PATTERNS};
 pub(crate) use visible::Reader;
 
 /// The element of a route event that names the user who created the
@@ -106,32 +108,52 @@ impl Operation {
     }
 }
 
-/// Who makes a request: an authenticated user's name, or anonymous.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+/// Who makes a request: an authenticated user's name, or anonymous; and
+/// what a bearer token it came with adds and narrows
+/// ([`Principal::from_token`]). Two principals are equal when they are
+/// the same user or session, whatever their tokens.
+#[derive(Clone, Debug, Default)]
 pub struct Principal {
     user: Option<String>,
     /// An anonymous visitor's verified session id (see [`SessionKey`]).
     session: Option<String>,
+    /// What a bearer token grants (docs/ACCESS.md, "Bearer tokens").
+    token: Option<Arc<token::Grant>>,
+}
+
+impl PartialEq for Principal {
+    fn eq(&self, other: &Principal) -> bool {
+        self.user == other.user && self.session == other.session
+    }
+}
+
+impl Eq for Principal {}
+
+impl std::hash::Hash for Principal {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.user.hash(state);
+        self.session.hash(state);
+    }
 }
 
 impl Principal {
     /// A request without a user.
     pub fn anonymous() -> Principal {
-        Principal { user: None, session: None }
+        Principal { user: None, session: None, token: None }
     }
 
     /// An anonymous visitor holding the session `id`, as verified by
     /// [`SessionKey::verify`]: the rules' `{session}` segment matches `id`
     /// for this visitor only (docs/ACCESS.md).
     pub fn anonymous_session(id: &str) -> Principal {
-        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()) }
+        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()), token: None }
     }
 
     /// The authenticated user `name`. An empty name, and the name
     /// `anonymous` (the JavaScript client's journals of anonymous
     /// visitors are `/who/anonymous/...`), are anonymous.
     pub fn user(name: &str) -> Principal {
-        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None }
+        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None, token: None }
     }
 
     /// The user's name; `None` for anonymous.
@@ -199,6 +221,12 @@ impl Rules {
             }
             None => topic,
         };
+        if who.has_token() {
+            who.check_token(op, topic)?;
+            if who.is_capability() {
+                return Ok(());
+            }
+        }
         let mut buffer = [""; crate::topic::MAX_TOPIC_DEPTH];
         let mut depth = 0;
         for (slot, segment) in buffer.iter_mut().zip(topic.segments()) {
@@ -211,7 +239,7 @@ impl Rules {
         let anchored = segments.first().and_then(|first| self.by_first.get(*first)).map_or(&[][..], Vec::as_slice);
         let decided = merged(anchored, &self.unanchored).map(|i| &self.rules[i]).find(|rule| {
             rule.operations & op.bit() != 0
-                && rule.who.iter().any(|w| applies(w, user, groups))
+                && rule.who.iter().any(|w| applies(w, user, groups) || applies(w, user, who.token_groups()))
                 && rule.pattern.matches(segments, user, who.session())
         });
         let why = match decided {

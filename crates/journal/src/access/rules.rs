@@ -186,7 +186,7 @@ fn parse_rule(line: usize, text: &str, allow: bool, rest: &str) -> std::result::
     Ok(Rule { line, text: text.to_string(), allow, operations: parse_operations(operations)?, pattern: parse_pattern(pattern)?, who })
 }
 
-fn parse_operations(list: &str) -> std::result::Result<u8, String> {
+pub(super) fn parse_operations(list: &str) -> std::result::Result<u8, String> {
     let mut bits = 0;
     for name in list.split(',').filter(|n| !n.is_empty()) {
         bits |= match name {
@@ -204,7 +204,7 @@ fn parse_operations(list: &str) -> std::result::Result<u8, String> {
     Ok(bits)
 }
 
-fn parse_pattern(text: &str) -> std::result::Result<Pattern, String> {
+pub(super) fn parse_pattern(text: &str) -> std::result::Result<Pattern, String> {
     if !text.starts_with('/') {
         return Err(format!("bad topic pattern '{text}': it must start with '/'"));
     }

@@ -55,53 +55,8 @@ impl SessionKey {
     /// made there first if there is none (atomically: processes racing to
     /// make it all end up with the one that was linked first).
     pub fn of_store(root: &Path) -> Result<SessionKey> {
-        let path = root.join(KEY_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => return SessionKey::parse(&bytes, &path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("cannot read the session key", &path, e)),
-        }
-        let key: [u8; KEY_BYTES] = crate::ids::random_bytes::<16>()
-            .into_iter()
-            .chain(crate::ids::random_bytes::<16>())
-            .collect::<Vec<u8>>()
-            .try_into()
-            .map_err(|_| Error::new(ErrorKind::Io, "session key of the wrong length"))?;
-        let tmp = root.join(format!("{KEY_FILE}.{}.tmp", crate::ids::fresh_id()));
-        // Group-readable and -writable, as every file of the store (the
-        // server's processes share a group: docs/DEPLOY.md), but never
-        // world-readable: whoever reads it can make sessions.
-        let written = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o660).open(&tmp).and_then(|mut f| {
-            f.set_permissions(std::fs::Permissions::from_mode(0o660))?;
-            f.write_all(&key)?;
-            f.sync_all()
-        });
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Error::io("cannot write the session key", &tmp, e));
-        }
-        // link(2) never replaces: the first process to link wins, and
-        // every process then reads that one.
-        let linked = std::fs::hard_link(&tmp, &path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(SessionKey(key)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let bytes = std::fs::read(&path).map_err(|e| Error::io("cannot read the session key", &path, e))?;
-                SessionKey::parse(&bytes, &path)
-            }
-            Err(e) => Err(Error::io("cannot make the session key", &path, e)),
-        }
-    }
-
-    fn parse(bytes: &[u8], path: &Path) -> Result<SessionKey> {
-        let key: [u8; KEY_BYTES] = bytes.try_into().map_err(|_| {
-            Error::new(
-                ErrorKind::Io,
-                format!("session key '{}' has {} bytes, not {KEY_BYTES}: remove it to make a new one", path.display(), bytes.len()),
-            )
-        })?;
-        Ok(SessionKey(key))
+        let key = key_file(root, KEY_FILE, "session key", true)?;
+        key.map(SessionKey).ok_or_else(|| Error::new(ErrorKind::Io, "no session key"))
     }
 
     fn mac(&self) -> Hmac<Sha256> {
@@ -166,6 +121,70 @@ impl Store {
             None => Principal::anonymous(),
         }
     }
+}
+
+/// The file in the store root holding the key bearer tokens of `kn token`
+/// are signed with (HS256, kid `store`; docs/ACCESS.md, "Bearer tokens").
+pub const TOKEN_KEY_FILE: &str = ".token-key";
+
+/// The store's bearer-token key (`root/.token-key`, 32 random bytes,
+/// mode 0660 like the session key): `None` when there is none and
+/// `create` is false; made first (atomically) when `create` is true.
+pub fn token_key_of_store(root: &Path, create: bool) -> Result<Option<[u8; KEY_BYTES]>> {
+    key_file(root, TOKEN_KEY_FILE, "token key", create)
+}
+
+/// The key in `root/file`: read, else (`create`) made there first,
+/// atomically: processes racing to make it all end up with the one that
+/// was linked first.
+fn key_file(root: &Path, file: &str, what: &str, create: bool) -> Result<Option<[u8; KEY_BYTES]>> {
+    let path = root.join(file);
+    match std::fs::read(&path) {
+        Ok(bytes) => return parse_key(&bytes, &path, what).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&format!("cannot read the {what}"), &path, e)),
+    }
+    let key: [u8; KEY_BYTES] = crate::ids::random_bytes::<16>()
+        .into_iter()
+        .chain(crate::ids::random_bytes::<16>())
+        .collect::<Vec<u8>>()
+        .try_into()
+        .map_err(|_| Error::new(ErrorKind::Io, format!("{what} of the wrong length")))?;
+    let tmp = root.join(format!("{file}.{}.tmp", crate::ids::fresh_id()));
+    // Group-readable and -writable, as every file of the store (the
+    // server's processes share a group: docs/DEPLOY.md), but never
+    // world-readable: whoever reads it can make sessions or tokens.
+    let written = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o660).open(&tmp).and_then(|mut f| {
+        f.set_permissions(std::fs::Permissions::from_mode(0o660))?;
+        f.write_all(&key)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(&format!("cannot write the {what}"), &tmp, e));
+    }
+    // link(2) never replaces: the first process to link wins, and
+    // every process then reads that one.
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(Some(key)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&format!("cannot read the {what}"), &path, e))?;
+            parse_key(&bytes, &path, what).map(Some)
+        }
+        Err(e) => Err(Error::io(&format!("cannot make the {what}"), &path, e)),
+    }
+}
+
+fn parse_key(bytes: &[u8], path: &Path, what: &str) -> Result<[u8; KEY_BYTES]> {
+    bytes.try_into().map_err(|_| {
+        Error::new(
+            ErrorKind::Io,
+            format!("{what} '{}' has {} bytes, not {KEY_BYTES}: remove it to make a new one", path.display(), bytes.len()),
+        )
+    })
 }
 
 #[cfg(test)]

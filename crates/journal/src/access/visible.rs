@@ -66,6 +66,10 @@ impl Reader {
     /// anonymous) when the reader lost the right to read it: the tunnel
     /// then ends.
     pub(crate) fn admit(&mut self, store: &Store, topic: &Topic, events: &mut Vec<Event>) -> Result<()> {
+        if self.who.token_expires().is_some_and(|exp| exp <= super::token::now()) {
+            events.clear();
+            return Err(Error::new(crate::error::ErrorKind::Unauthorized, "this tunnel ended: its bearer token expired; reconnect with a new token"));
+        }
         if events.is_empty() {
             return Ok(());
         }

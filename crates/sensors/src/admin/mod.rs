@@ -23,6 +23,7 @@
 //! ```
 
 pub mod routes;
+pub mod token;
 
 use std::io::{self, Write};
 use std::path::Path;

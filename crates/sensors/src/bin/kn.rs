@@ -37,6 +37,11 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Print a bearer token (a JWT, docs/ACCESS.md "Bearer tokens")
+    /// signed with the store's own HS256 key (.token-key in the store
+    /// root, made on first use; kid "store"), with KN_TOKEN_ISSUER and
+    /// KN_TOKEN_AUDIENCE as its iss and aud when set.
+    Token(TokenArgs),
     /// List the topics of the store (the tree), one full name per line,
     /// sorted so that children follow their parent.
     Topics {
@@ -183,6 +188,37 @@ enum Command {
     },
 }
 
+/// The `kn token` options.
+#[derive(clap::Args, Debug)]
+struct TokenArgs {
+    /// The user (`sub`); without it the token is a capability for
+    /// exactly its --read, --post, ... patterns.
+    #[arg(long)]
+    user: Option<String>,
+    /// Groups of the user, besides those of the rules file (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',')]
+    groups: Vec<String>,
+    /// Topic patterns the token may read (repeat for several); any of
+    /// --read, --post, --route, --delete, --replay narrows the token to them.
+    #[arg(long, value_name = "PATTERN")]
+    read: Vec<String>,
+    /// Topic patterns the token may post to.
+    #[arg(long, value_name = "PATTERN")]
+    post: Vec<String>,
+    /// Topic patterns the token may route to.
+    #[arg(long, value_name = "PATTERN")]
+    route: Vec<String>,
+    /// Topic patterns whose routes the token may delete.
+    #[arg(long, value_name = "PATTERN")]
+    delete: Vec<String>,
+    /// Journals the token may replay.
+    #[arg(long, value_name = "PATTERN")]
+    replay: Vec<String>,
+    /// How long the token is valid: 90s, 15m, 1h, 7d.
+    #[arg(long, default_value = "1h")]
+    ttl: String,
+}
+
 #[derive(Subcommand, Debug)]
 enum NamesAction {
     /// Print every name, this server's URL first (the default action).
@@ -215,6 +251,7 @@ Examples:
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
   kn export > backup.jsonl
+  kn token --user anna --groups staff --read '/who/anna/**' --ttl 1h
 
   # crontab: compact every night, quiet unless something fails
   15 3 * * * kn --root /var/lib/kn_events compact
@@ -377,6 +414,26 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
                 )
                 .map_err(write_error)?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(args) => {
+            let ttl = admin::token::parse_ttl(&args.ttl).map_err(|e| SensorError::new(SensorErrorKind::Usage, e))?;
+            let mut grants = std::collections::BTreeMap::new();
+            for (op, patterns) in [("read", args.read), ("post", args.post), ("route", args.route), ("delete", args.delete), ("replay", args.replay)] {
+                if !patterns.is_empty() {
+                    grants.insert(op.to_string(), patterns);
+                }
+            }
+            let spec = admin::token::TokenSpec {
+                user: args.user,
+                groups: args.groups,
+                grants,
+                ttl,
+                issuer: store.config().token_issuer.clone(),
+                audience: store.config().token_audience.clone(),
+            };
+            let token = admin::token::mint(&store.config().root, &spec)?;
+            writeln!(out, "{token}").map_err(write_error)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Names { action } => names(&store, &mut out, action.unwrap_or(NamesAction::List)),

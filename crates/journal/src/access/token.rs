@@ -1,0 +1,257 @@
+//! What a verified bearer token grants (docs/ACCESS.md, "Bearer tokens"):
+//! its claims made a [`Principal`]. Checking the signature and the times
+//! is the server's (`kn-cgi`'s `bearer`); this module knows no HTTP and
+//! no key, only what the claims mean:
+//!
+//! * `sub` is the user, judged by the rules file like any other, with the
+//!   token's `groups` added to those the rules file gives it;
+//! * an optional `kn` claim (`{"read": ["/who/anna/**"], "post": [...]}`)
+//!   narrows the token: it may do nothing its claim does not name, however
+//!   much the rules allow its user;
+//! * a token without `sub` is a capability: exactly what its `kn` claim
+//!   names, whatever the rules say (nothing, without a `kn` claim).
+//!
+//! ```
+//! use kn_journal::access::{Operation, Principal, Rules, TokenClaims};
+//! use kn_journal::Topic;
+//!
+//! let rules = Rules::parse("allow all /who/** users\n", "rules".as_ref()).unwrap();
+//! let claims: TokenClaims = serde_json::from_str(r#"{"sub": "anna", "kn": {"read": ["/who/anna/**"]}}"#).unwrap();
+//! let anna = Principal::from_token(&claims).unwrap();
+//! assert!(rules.check(&anna, Operation::Read, &Topic::parse("/who/anna/notes").unwrap()).is_ok());
+//! // The rules allow it; the token does not.
+//! assert!(rules.check(&anna, Operation::Read, &Topic::parse("/who/bob/notes").unwrap()).is_err());
+//! assert!(rules.check(&anna, Operation::Post, &Topic::parse("/who/anna/notes").unwrap()).is_err());
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::topic::Topic;
+
+use super::rules::Pattern;
+use super::{Operation, Principal};
+
+/// The claims of a bearer token that say who it is and what it may do
+/// (the times and the issuer are checked by whoever verified it).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TokenClaims {
+    /// The user (absent: a capability, see the module documentation).
+    #[serde(default)]
+    pub sub: Option<String>,
+    /// Groups of the user, besides those of the rules file.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Topic patterns per operation (`read`, `post`, `route`, `delete`,
+    /// `replay`, `all`) the token is narrowed to.
+    #[serde(default)]
+    pub kn: Option<BTreeMap<String, Vec<String>>>,
+    /// When the token expires, in seconds since the epoch.
+    #[serde(default)]
+    pub exp: Option<u64>,
+}
+
+/// Most patterns one token's `kn` claim may name: each is matched on every
+/// check the token makes.
+pub const MAX_TOKEN_PATTERNS: usize = 64;
+
+/// What a token adds to, and takes from, its [`Principal`].
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// The token's `groups`.
+    pub(crate) groups: Vec<String>,
+    /// Per operation bit, the patterns allowed; `None`: not narrowed.
+    narrowed: Option<Vec<(u8, Pattern, String)>>,
+    /// No `sub`: the grant is all there is.
+    pub(crate) capability: bool,
+    /// `exp`, seconds since the epoch.
+    pub(crate) expires: Option<u64>,
+}
+
+impl Principal {
+    /// The principal of a verified token's `claims`. Errors
+    /// ([`ErrorKind::BadRequest`]) name what is wrong with the `kn` claim:
+    /// an unknown operation, a bad pattern, more than
+    /// [`MAX_TOKEN_PATTERNS`] patterns.
+    pub fn from_token(claims: &TokenClaims) -> Result<Principal> {
+        let bad = |why: String| Error::new(ErrorKind::BadRequest, format!("the token's kn claim: {why}"));
+        let narrowed = match &claims.kn {
+            None => None,
+            Some(map) => {
+                let mut list = Vec::new();
+                for (op, patterns) in map {
+                    let bits = super::rules::parse_operations(op).map_err(&bad)?;
+                    for text in patterns {
+                        if list.len() == MAX_TOKEN_PATTERNS {
+                            return Err(bad(format!("more than {MAX_TOKEN_PATTERNS} patterns")));
+                        }
+                        list.push((bits, super::rules::parse_pattern(text).map_err(&bad)?, format!("{op} {text}")));
+                    }
+                }
+                Some(list)
+            }
+        };
+        let user = claims.sub.as_deref().filter(|s| !s.is_empty());
+        let grant = Grant {
+            groups: if user.is_some() { claims.groups.clone() } else { Vec::new() },
+            capability: user.is_none(),
+            narrowed: if user.is_none() { Some(narrowed.unwrap_or_default()) } else { narrowed },
+            expires: claims.exp,
+        };
+        let mut who = match user {
+            Some(name) => Principal::user(name),
+            None => Principal::anonymous(),
+        };
+        who.token = Some(Arc::new(grant));
+        Ok(who)
+    }
+
+    /// A principal that may do nothing at all (a token capability naming
+    /// nothing): what a request whose token was refused is, should it get
+    /// past the refusal.
+    pub fn nobody() -> Principal {
+        Principal::from_token(&TokenClaims::default()).unwrap_or_default()
+    }
+
+    /// True when this principal came from a bearer token.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// When this principal's token expires (seconds since the epoch).
+    pub fn token_expires(&self) -> Option<u64> {
+        self.token.as_ref().and_then(|t| t.expires)
+    }
+
+    /// True when the token is a capability (no `sub`): the rules file is
+    /// not consulted, only its `kn` claim.
+    pub fn is_capability(&self) -> bool {
+        self.token.as_ref().is_some_and(|t| t.capability)
+    }
+
+    /// The groups the token adds.
+    pub(crate) fn token_groups(&self) -> &[String] {
+        self.token.as_ref().map_or(&[][..], |t| t.groups.as_slice())
+    }
+
+    /// Whether the token, if any, allows `op` on `topic` (a topic's
+    /// `kn_routes` and `kn_subtopics` checked as the topic itself): its
+    /// `kn` claim names a matching pattern for `op`, or it has none. The
+    /// refusal is `403` (a token was presented: logging in will not help).
+    pub fn check_token(&self, op: Operation, topic: &Topic) -> Result<()> {
+        let Some(grant) = &self.token else { return Ok(()) };
+        if let Some(exp) = grant.expires {
+            if exp <= now() {
+                return Err(Error::new(ErrorKind::Unauthorized, "the bearer token expired: get a new one"));
+            }
+        }
+        let Some(narrowed) = &grant.narrowed else { return Ok(()) };
+        let owner;
+        let topic = match topic.is_reserved().then(|| topic.parent()).flatten() {
+            Some(parent) => {
+                owner = parent;
+                &owner
+            }
+            None => topic,
+        };
+        let segments: Vec<&str> = topic.segments().collect();
+        if narrowed.iter().any(|(bits, pattern, _)| bits & op.bit() != 0 && pattern.matches(&segments, self.name(), None)) {
+            return Ok(());
+        }
+        let whose = match self.name() {
+            Some(name) => format!("the token of user '{name}'"),
+            None => "the token".to_string(),
+        };
+        Err(Error::new(ErrorKind::Forbidden, format!("{whose} may not {} '{topic}': its kn claim does not allow it", op.verb())))
+    }
+}
+
+/// Seconds since the epoch.
+pub(crate) fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::Rules;
+
+    fn claims(json: &str) -> TokenClaims {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn topic(name: &str) -> Topic {
+        Topic::parse(name).unwrap()
+    }
+
+    #[test]
+    fn a_token_narrows_a_broad_rule() {
+        let rules = Rules::parse("allow all /** users\n", "r".as_ref()).unwrap();
+        let anna = Principal::from_token(&claims(r#"{"sub":"anna","kn":{"read":["/who/anna/**"],"post":["/what/chat"]}}"#)).unwrap();
+        assert!(rules.check(&anna, Operation::Read, &topic("/who/anna/x")).is_ok());
+        assert!(rules.check(&anna, Operation::Read, &topic("/who/anna/x/kn_routes")).is_ok());
+        assert!(rules.check(&anna, Operation::Post, &topic("/what/chat")).is_ok());
+        let err = rules.check(&anna, Operation::Read, &topic("/what/chat")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Forbidden);
+        assert!(err.message().contains("kn claim"), "{err}");
+        assert!(rules.check(&anna, Operation::Route, &topic("/who/anna/x")).is_err());
+        // Without a kn claim, the rules alone decide.
+        let plain = Principal::from_token(&claims(r#"{"sub":"anna"}"#)).unwrap();
+        assert!(rules.check(&plain, Operation::Route, &topic("/who/anna/x")).is_ok());
+    }
+
+    #[test]
+    fn a_token_never_does_more_than_the_rules_allow() {
+        let rules = Rules::parse("allow read /what/** users\n", "r".as_ref()).unwrap();
+        let anna = Principal::from_token(&claims(r#"{"sub":"anna","kn":{"all":["/**"]}}"#)).unwrap();
+        assert!(rules.check(&anna, Operation::Read, &topic("/what/x")).is_ok());
+        assert_eq!(rules.check(&anna, Operation::Post, &topic("/what/x")).unwrap_err().kind(), ErrorKind::Forbidden);
+    }
+
+    #[test]
+    fn token_groups_count_as_the_users_groups() {
+        let rules = Rules::parse("group ops: carl\nallow post /what/staff/** @staff\n", "r".as_ref()).unwrap();
+        let anna = Principal::from_token(&claims(r#"{"sub":"anna","groups":["staff"]}"#)).unwrap();
+        assert!(rules.check(&anna, Operation::Post, &topic("/what/staff/x")).is_ok());
+        assert!(rules.check(&Principal::user("anna"), Operation::Post, &topic("/what/staff/x")).is_err());
+    }
+
+    #[test]
+    fn a_token_without_sub_is_a_capability_for_exactly_its_claim() {
+        let rules = Rules::parse("deny all /** *\n", "r".as_ref()).unwrap();
+        let cap = Principal::from_token(&claims(r#"{"groups":["staff"],"kn":{"read":["/what/chat"]}}"#)).unwrap();
+        assert!(cap.is_capability());
+        assert!(rules.check(&cap, Operation::Read, &topic("/what/chat")).is_ok());
+        assert!(rules.check(&cap, Operation::Post, &topic("/what/chat")).is_err());
+        assert!(rules.check(&cap, Operation::Read, &topic("/what/other")).is_err());
+        // Without a kn claim: nothing.
+        assert!(rules.check(&Principal::nobody(), Operation::Read, &topic("/what/chat")).is_err());
+        assert!(Principal::nobody().check_token(Operation::Read, &topic("/what/chat")).is_err());
+    }
+
+    #[test]
+    fn an_expired_token_is_refused_401() {
+        let anna = Principal::from_token(&claims(r#"{"sub":"anna","exp":1}"#)).unwrap();
+        assert_eq!(anna.check_token(Operation::Read, &topic("/x")).unwrap_err().kind(), ErrorKind::Unauthorized);
+    }
+
+    #[test]
+    fn a_bad_kn_claim_is_refused() {
+        assert!(Principal::from_token(&claims(r#"{"sub":"a","kn":{"write":["/x"]}}"#)).is_err());
+        assert!(Principal::from_token(&claims(r#"{"sub":"a","kn":{"read":["x"]}}"#)).is_err());
+        let many: Vec<String> = (0..=MAX_TOKEN_PATTERNS).map(|i| format!("\"/t{i}\"")).collect();
+        let json = format!(r#"{{"sub":"a","kn":{{"read":[{}]}}}}"#, many.join(","));
+        assert!(Principal::from_token(&claims(&json)).is_err());
+        let json = format!(r#"{{"sub":"a","kn":{{"read":[{}]}}}}"#, many[..MAX_TOKEN_PATTERNS].join(","));
+        assert!(Principal::from_token(&claims(&json)).is_ok());
+    }
+
+    #[test]
+    fn a_token_user_is_the_same_creator_as_the_user() {
+        let anna = Principal::from_token(&claims(r#"{"sub":"anna","kn":{"read":["/x"]}}"#)).unwrap();
+        assert_eq!(anna, Principal::user("anna"));
+    }
+}
