@@ -383,7 +383,7 @@ struct Server {
     /// Who makes a request.
     auth: Arc<Authentication>,
     /// Durable Streams at `/v1/stream/` (crate::streams).
-    streams: Arc<kn_journal::streams::Streams>,
+    streams: Arc<kn_streams::Streams>,
     /// Requests running on an async worker made a blocking thread (at
     /// most [`IN_PLACE`]).
     in_place: AtomicUsize,
@@ -479,7 +479,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
-            streams: Arc::new(kn_journal::streams::Streams::watched(store.clone())),
+            streams: Arc::new(kn_streams::Streams::watched(store.clone())),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
         })

@@ -44,6 +44,9 @@
 //!   stored once in the root's `.blobs/`, hard-linked into each topic
 //!   that holds them; readers put them back), `blob_gc` (the sweep's
 //!   bounded pass removing orphan blobs past their grace).
+//! * [`logs`]: the public face of `log` and `watch` for a layer that keeps
+//!   logs of its own in the store (Durable Streams, the `kn-streams`
+//!   crate); nothing in this crate imports it.
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`. `metrics.rs`: the
@@ -99,13 +102,13 @@ mod event;
 mod http;
 mod ids;
 mod log;
+pub mod logs;
 mod metrics;
 mod record;
 mod remote;
 mod shared;
 mod stats;
 mod store;
-pub mod streams;
 mod topic;
 mod usage;
 mod watch;
@@ -117,6 +120,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::*;
 pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
+pub use logs::STREAMS_DIR;
 pub use metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;

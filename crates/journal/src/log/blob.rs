@@ -223,7 +223,7 @@ impl Writer<'_> {
 
 /// The blobs the records of the log in `dir` refer to (its segments read
 /// without payloads): what removing the whole log releases.
-pub(crate) fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
+pub fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
     let mut blobs = Vec::new();
     for first in segment::list_segments(dir)? {
         blobs.extend(refs_of_segment(&dir.join(segment::segment_name(first)))?.into_iter().map(|(_, b)| b));
@@ -236,7 +236,7 @@ pub(crate) fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
 /// Removes the `.blobs/` entries of `blobs` that nothing links any more,
 /// once the log that held them is gone (a deleted stream). As compaction
 /// does: a writer about to link one finds it gone and stores it again.
-pub(crate) fn release(root: &Path, blobs: &[BlobRef]) {
+pub fn release(root: &Path, blobs: &[BlobRef]) {
     for blob in blobs {
         sweep_one(root, blob);
     }
@@ -341,7 +341,7 @@ pub(crate) fn read_backwards_after(dir: &Path, after: u64, mut visit: impl FnMut
 }
 
 /// [`segment::read_new_hinted`] (without a hint) with payloads resolved.
-pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+pub fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
     read_new_hinted(dir, cursor, segment::ReadHints { no_new_segment: false, kept: &mut None, keep_at_most: 0 })
 }
 

@@ -18,7 +18,7 @@ use super::segment::{Mode, Written, scan_file, segment_name, stat_fd};
 
 /// What an append did to an ordinary topic's current state.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Appended {
+pub enum Appended {
     /// Stored under this sequence number.
     Stored(u64),
     /// Same `kn_id` and end-to-end elements as the current event: not stored.
@@ -29,7 +29,7 @@ pub(crate) enum Appended {
 /// lock; dropping it releases the lock. [`Writer::release`] unlocks and
 /// hands back the open files, so that a long-lived process can append to
 /// the topic again without opening anything ([`TopicFiles`]).
-pub(crate) struct Writer<'c> {
+pub struct Writer<'c> {
     pub(super) dir: PathBuf,
     pub(super) config: &'c Config,
     pub(super) ordinary: bool,
@@ -51,7 +51,7 @@ pub(crate) struct Writer<'c> {
 /// Reused only after re-locking and re-reading the head: another process
 /// may have appended, rolled, or replaced the head meanwhile (a replaced
 /// head is invalidated first, see [`write_head_file`]).
-pub(crate) struct TopicFiles {
+pub struct TopicFiles {
     pub(super) dir: PathBuf,
     pub(super) lock: File,
     pub(super) head_file: HeadFile,
@@ -65,7 +65,7 @@ pub(crate) struct TopicFiles {
 /// 100 ms, or as soon as the bytes written since approach half of the
 /// headroom above the reserve.
 #[derive(Default)]
-pub(crate) struct SpaceGauge {
+pub struct SpaceGauge {
     pub(super) state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
 }
 
@@ -82,7 +82,7 @@ fn shared_fresh(config: &Config, file: File) -> File {
 impl TopicFiles {
     /// Takes the topic's lock if no process holds it, without waiting;
     /// [`Writer::reopen_held`] then goes on under it.
-    pub(crate) fn try_lock(&self, config: &Config) -> bool {
+    pub fn try_lock(&self, config: &Config) -> bool {
         crate::shared::try_lock(&self.lock, crate::shared::LockKind::Exclusive, config).unwrap_or(false)
     }
 
@@ -97,7 +97,7 @@ impl TopicFiles {
 impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
-    pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
+    pub fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
@@ -147,7 +147,7 @@ impl<'c> Writer<'c> {
     /// still match the topic's state (see [`TopicFiles`]); `None` (files
     /// closed, lock released) when it must be opened afresh. Opens nothing
     /// and looks no path up.
-    pub(crate) fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+    pub fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
         let Some(mut w) = Writer::reuse(config, ordinary, files, false)? else { return Ok(None) };
         Ok(if w.recover_tail()? { Some(w) } else { None })
     }
@@ -155,7 +155,7 @@ impl<'c> Writer<'c> {
     /// [`Writer::reopen`] when the caller already holds the lock of
     /// `files` ([`TopicFiles::try_lock`]): the same without a second
     /// `flock`.
-    pub(crate) fn reopen_held(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+    pub fn reopen_held(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
         let Some(mut w) = Writer::reuse(config, ordinary, files, true)? else { return Ok(None) };
         Ok(if w.recover_tail()? { Some(w) } else { None })
     }
@@ -203,14 +203,14 @@ impl<'c> Writer<'c> {
     }
 
     /// The checkpoint of the last record in the log, as of now (0: none).
-    pub(crate) fn last_seq(&self) -> u64 {
+    pub fn last_seq(&self) -> u64 {
         self.head.next_seq.saturating_sub(1)
     }
 
     /// The end of the log as of now: the active segment (its first seq)
     /// and its length, so that a process that appended can place its
     /// read cursor after its own record without reading it back.
-    pub(crate) fn end(&self) -> (u64, u64) {
+    pub fn end(&self) -> (u64, u64) {
         (self.head.active, self.head.active_len)
     }
 
@@ -230,7 +230,7 @@ impl<'c> Writer<'c> {
     }
 
     /// Unlocks the topic and returns its open files for a later append.
-    pub(crate) fn release(self) -> TopicFiles {
+    pub fn release(self) -> TopicFiles {
         crate::shared::unlock(&self.lock, self.config);
         TopicFiles {
             dir: self.dir,
@@ -421,7 +421,7 @@ impl<'c> Writer<'c> {
     /// Appends `event` (which must carry a `kn_id`) as one record. On an
     /// ordinary topic a duplicate is not stored.
     /// A payload longer than `Config::blob_bytes` is stored as a blob.
-    pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
+    pub fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
         if self.config.blob_bytes > 0 && event.payload().len() > self.config.blob_bytes {
             let mut bare = event.clone();
             let payload = SharedPayload::take_from(&mut bare, self.config);

@@ -456,7 +456,10 @@ impl Store {
         }
     }
 
-    pub(crate) fn hub(&self) -> &Arc<Hub> {
+    /// The store's change notifier in this process, started on first use:
+    /// what a layer keeping its own logs ([`crate::logs`]) subscribes to
+    /// and announces its appends through, as the store does for topics.
+    pub fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| {
             let hub = Arc::new(Hub::new());
             if self.is_shared() {

@@ -16,7 +16,7 @@
 //! wants.
 //!
 //! ```
-//! use kn_journal::streams::{Append, Create, Start, Streams};
+//! use kn_streams::{Append, Create, Start, Streams};
 //! use kn_journal::Store;
 //!
 //! let dir = tempfile::tempdir().unwrap();
@@ -40,10 +40,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::event::Event;
-use crate::log::{self, LogCursor, SpaceGauge, Writer};
-use crate::record::Record;
-use crate::store::Store;
+use kn_journal::Event;
+use kn_journal::logs::{self as log, LogCursor, SpaceGauge, Writer};
+use kn_journal::Record;
+use kn_journal::Store;
 
 mod bridge;
 mod figures;
@@ -68,7 +68,7 @@ use state::{has_data, name, op};
 
 /// The directory of the store root holding the streams, one directory
 /// each, named by the `xxh3_128` of the stream's path in hex.
-pub const STREAMS_DIR: &str = ".streams";
+pub use kn_journal::STREAMS_DIR;
 
 /// File whose modification time is a stream's last read or write, for a
 /// sliding `Stream-TTL`.
@@ -117,7 +117,7 @@ pub enum StreamErrorKind {
     /// one with `BadRequest` (a 429 would invite retries forever).
     Limit,
     /// Storage failure (500, or 507 when the disk is full).
-    Store(crate::ErrorKind),
+    Store(kn_journal::ErrorKind),
 }
 
 /// Why the bridge refuses while access rules are in force.
@@ -162,14 +162,14 @@ impl fmt::Display for StreamError {
 
 impl std::error::Error for StreamError {}
 
-impl From<crate::Error> for StreamError {
-    fn from(e: crate::Error) -> StreamError {
+impl From<kn_journal::Error> for StreamError {
+    fn from(e: kn_journal::Error) -> StreamError {
         StreamError::new(StreamErrorKind::Store(e.kind()), e.to_string())
     }
 }
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> StreamError {
-    crate::Error::io(what, path, e).into()
+    kn_journal::Error::io(what, path, e).into()
 }
 
 /// Result of stream operations.
@@ -385,7 +385,7 @@ pub struct Streams {
     gauge: SpaceGauge,
     /// The store's configuration for stream writers: without journal
     /// retention (a stream keeps all it was given, its `create` first).
-    writing: crate::Config,
+    writing: kn_journal::Config,
     /// Keep cached streams watched (see [`Streams::watched`]).
     watched: bool,
     /// Records read from logs to bring states up to date.
@@ -453,7 +453,7 @@ impl Streams {
         &self.store
     }
 
-    fn config(&self) -> &crate::Config {
+    fn config(&self) -> &kn_journal::Config {
         self.store.config()
     }
 
@@ -495,7 +495,7 @@ impl Streams {
     /// notifier's thread reading their inotify events cost about 40 % of
     /// an append's CPU).
     fn fresh(&self, entry: &mut Entry) -> bool {
-        let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq) else { return false };
+        let Some(read) = entry.cursor.as_ref().map(|c| c.last_seq()) else { return false };
         if !self.watched || entry.ino == 0 || entry.verify.is_some() {
             return false;
         }
@@ -534,7 +534,7 @@ impl Streams {
     /// its log: after the snapshot's record, the state taken from the
     /// snapshot (to be confirmed by the log), or at the beginning.
     fn start(&self, entry: &mut Entry) -> LogCursor {
-        let beginning = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
+        let beginning = LogCursor::at(0, 0, 0, 0);
         if entry.no_snapshot {
             return beginning;
         }
@@ -545,7 +545,7 @@ impl Streams {
         }
         entry.forgotten = state.tail;
         entry.state = state;
-        let cursor = LogCursor { last_seq: mark.seq - 1, segment: mark.segment, offset: mark.frame_at, ino: mark.ino, caught_up: false };
+        let cursor = LogCursor::at(mark.seq - 1, mark.segment, mark.frame_at, mark.ino);
         entry.verify = Some(mark);
         cursor
     }
@@ -556,7 +556,7 @@ impl Streams {
         snapshot::discard(&entry.dir);
         let (dir, ino) = (std::mem::take(&mut entry.dir), entry.ino);
         *entry = Entry { dir, ino, no_snapshot: true, ..Entry::default() };
-        LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false }
+        LogCursor::at(0, 0, 0, 0)
     }
 
     /// [`Streams::refresh`], stopping once the record `until` is read: a
@@ -577,7 +577,7 @@ impl Streams {
             None => self.start(entry),
         };
         loop {
-            if entry.verify.is_none() && until.is_some_and(|last| cursor.last_seq >= last) {
+            if entry.verify.is_none() && until.is_some_and(|last| cursor.last_seq() >= last) {
                 break;
             }
             let mut records = match log::read_new(&entry.dir, &mut cursor) {
@@ -613,7 +613,7 @@ impl Streams {
                 entry.since.1 += r.event.payload().len() as u64;
             }
             self.replayed.fetch_add((records.len() - skip) as u64, Ordering::Relaxed);
-            entry.marks.insert(cursor.last_seq, cursor.clone());
+            entry.marks.insert(cursor.last_seq(), cursor.clone());
             if entry.marks.len() > MAX_MARKS {
                 // Every other one: reads start at most twice as far back.
                 let mut i = 0;
@@ -622,7 +622,7 @@ impl Streams {
                     i % 2 == 0
                 });
             }
-            entry.last = records.pop().map(|record| Last { record, segment: cursor.segment, ino: cursor.ino, end: cursor.offset });
+            entry.last = records.pop().map(|record| Last { record, segment: cursor.segment(), ino: cursor.ino(), end: cursor.offset() });
         }
         entry.cursor = Some(cursor);
         Ok(())
@@ -699,7 +699,7 @@ impl Streams {
             return;
         }
         let Some(last) = &entry.last else { return };
-        let at = entry.cursor.as_ref().map(|c| c.last_seq);
+        let at = entry.cursor.as_ref().map(|c| c.last_seq());
         if !entry.state.exists || entry.verify.is_some() || at != Some(last.record.seq) {
             return;
         }
@@ -708,7 +708,7 @@ impl Streams {
         let mark = snapshot::Mark { seq: last.record.seq, hash, segment: last.segment, ino: last.ino, frame_at };
         // A failure only means a longer replay later; try again after as
         // many records.
-        let _ = snapshot::store(&entry.dir, &mark, &entry.state, self.config().sync == crate::SyncPolicy::Always);
+        let _ = snapshot::store(&entry.dir, &mark, &entry.state, self.config().sync == kn_journal::SyncPolicy::Always);
         entry.since = (0, 0);
     }
 
@@ -719,8 +719,8 @@ impl Streams {
     fn append_record(&self, entry: &mut Entry, w: &mut Writer<'_>, event: Event) -> StreamResult<u64> {
         let (segment, len) = w.end();
         let placed = entry.verify.is_none()
-            && entry.cursor.as_ref().is_some_and(|c| c.ino != 0 && c.segment == segment && c.offset == len && c.last_seq == w.last_seq());
-        let stored_secs = crate::ids::now() as u64;
+            && entry.cursor.as_ref().is_some_and(|c| c.ino() != 0 && c.segment() == segment && c.offset() == len && c.last_seq() == w.last_seq());
+        let stored_secs = kn_journal::now() as u64;
         // This process's live readers of the stream, if any, wake at once.
         // (One that starts waiting after this look is woken by the change
         // notification of the write, as for another process's append.)
@@ -732,7 +732,7 @@ impl Streams {
         let seq = match appended? {
             log::Appended::Stored(seq) => seq,
             log::Appended::Duplicate => {
-                return Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Io), "a stream record was taken for a duplicate"))
+                return Err(StreamError::new(StreamErrorKind::Store(kn_journal::ErrorKind::Io), "a stream record was taken for a duplicate"))
             }
         };
         let (after, end) = w.end();
@@ -741,9 +741,8 @@ impl Streams {
             // Read back by the next refresh (the head is past the cursor).
             return Ok(seq);
         };
-        cursor.last_seq = seq;
-        cursor.offset = end;
-        let ino = cursor.ino;
+        cursor.advance(seq, end);
+        let ino = cursor.ino();
         if entry.marks.last_key_value().is_none_or(|(&at, _)| seq >= at + MARK_EVERY) {
             let c = cursor.clone();
             entry.marks.insert(seq, c);
@@ -908,15 +907,15 @@ impl Streams {
         };
         if let Some(topic) = &req.topic {
             if !self.bridge_allowed() {
-                return Err(StreamError::new(StreamErrorKind::Store(crate::ErrorKind::Forbidden), BRIDGE_OFF));
+                return Err(StreamError::new(StreamErrorKind::Store(kn_journal::ErrorKind::Forbidden), BRIDGE_OFF));
             }
-            crate::Topic::parse(topic).map_err(|e| StreamError::new(StreamErrorKind::BadRequest, e.to_string()))?;
+            kn_journal::Topic::parse(topic).map_err(|e| StreamError::new(StreamErrorKind::BadRequest, e.to_string()))?;
             if !is_json(&content_type) {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, "only application/json streams can be bound to a topic"));
             }
         }
         let Some(mut w) = self.writer(&mut entry, true)? else { return Err(not_found(path)) };
-        if !entry.state.exists && entry.cursor.as_ref().is_some_and(|c| c.last_seq > 0) {
+        if !entry.state.exists && entry.cursor.as_ref().is_some_and(|c| c.last_seq() > 0) {
             // Records without a create: a creation that crashed half-way
             // (creators hold the lock throughout). Start afresh, so that
             // a fork's copied checkpoints begin at 1.
@@ -942,7 +941,7 @@ impl Streams {
             e.set(name::OP, op::CREATE);
             e.set(name::PATH, path);
             e.set(name::CONTENT_TYPE, content_type.as_str());
-            e.set(name::CREATED, format!("{}-{}", time::now_ms(), crate::fresh_id()));
+            e.set(name::CREATED, format!("{}-{}", time::now_ms(), kn_journal::fresh_id()));
             if let Some(t) = ttl {
                 e.set(name::TTL, t.to_string());
             }
@@ -958,9 +957,9 @@ impl Streams {
             if let Some(topic) = &req.topic {
                 e.set(name::TOPIC, topic.as_str());
                 // Only what is notified from now on is imported.
-                let dir = crate::Topic::parse(topic).map(|t| t.dir(&self.config().root));
+                let dir = kn_journal::Topic::parse(topic).map(|t| t.dir(&self.config().root));
                 if let Ok(dir) = dir {
-                    let at = log::cursor_at_end(&dir).map(|c| c.last_seq).unwrap_or(0);
+                    let at = log::cursor_at_end(&dir).map(|c| c.last_seq()).unwrap_or(0);
                     e.set(name::TOPIC_SEQ, at.to_string());
                 }
             }
@@ -968,7 +967,7 @@ impl Streams {
                 e.set(name::CLOSE, "true");
             }
             if !initial.is_empty() {
-                e.set(crate::event::KN_PAYLOAD, initial.clone());
+                e.set(kn_journal::KN_PAYLOAD, initial.clone());
             }
             self.append_record(&mut entry, &mut w, e)?;
             let _ = log::open_shared(&entry.dir.join(ACCESS_FILE), false);
@@ -1082,7 +1081,7 @@ impl Streams {
     pub fn append_nowait(&self, path: &str, req: &Append<'_>) -> Option<StreamResult<Appended>> {
         // On a shared store every write is a round trip to the file
         // server, and a lock call may wait for its turn (`shared::lock`).
-        if self.config().sync == crate::SyncPolicy::Always || self.config().shared == crate::config::Shared::On || !self.watched {
+        if self.config().sync == kn_journal::SyncPolicy::Always || self.config().shared == kn_journal::Shared::On || !self.watched {
             return None;
         }
         let long_id = req.producer.as_ref().is_some_and(|p| p.id.len() > self.config().stream_max_producer_id_bytes);
@@ -1095,7 +1094,7 @@ impl Streams {
         if entry.ino == 0 || entry.verify.is_some() || !entry.state.is_plain() {
             return None;
         }
-        let read = entry.cursor.as_ref()?.last_seq;
+        let read = entry.cursor.as_ref()?.last_seq();
         let files = entry.files.take()?;
         if !files.try_lock(self.config()) {
             entry.files = Some(files);
@@ -1190,9 +1189,9 @@ impl Streams {
         } else {
             e.set(name::OP, op::APPEND);
             if is_json(&s.content_type) {
-                e.set(crate::event::KN_PAYLOAD, messages.join(","));
+                e.set(kn_journal::KN_PAYLOAD, messages.join(","));
             } else {
-                e.set(crate::event::KN_PAYLOAD, req.body.to_vec());
+                e.set(kn_journal::KN_PAYLOAD, req.body.to_vec());
             }
         }
         if let Some(p) = &req.producer {
@@ -1208,7 +1207,7 @@ impl Streams {
         }
         let at = self.append_record(entry, w, e)?;
         self.counted.append(req.body.len());
-        if entry.cursor.as_ref().is_none_or(|c| c.last_seq < at) {
+        if entry.cursor.as_ref().is_none_or(|c| c.last_seq() < at) {
             self.refresh_until(entry, Some(at), None)?;
         }
         let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
@@ -1257,7 +1256,7 @@ impl Streams {
             Some((_, c)) => c.clone(),
             // Not placed: `read_new` starts in the segment holding the
             // record after `from` (found by its name), not at the start.
-            None => LogCursor { last_seq: from, segment: 0, offset: 0, ino: 0, caught_up: false },
+            None => LogCursor::at(from, 0, 0, 0),
         };
         drop(entry);
         let dir = self.stream_dir(path);
@@ -1345,7 +1344,7 @@ impl Streams {
         let cell = self.entry(path);
         let entry = self.hold(&cell);
         let mut subs = vec![self.store.hub().subscribe(&entry.dir)];
-        if let Some(t) = entry.state.topic.as_deref().and_then(|t| crate::Topic::parse(t).ok()) {
+        if let Some(t) = entry.state.topic.as_deref().and_then(|t| kn_journal::Topic::parse(t).ok()) {
             subs.push(self.store.hub().subscribe(&t.dir(&self.config().root)));
         }
         Ok(StreamWatch { subs, poll: self.config().poll_interval, _live: Live::new(&self.live) })
@@ -1396,7 +1395,7 @@ impl Streams {
             use std::os::unix::fs::FileExt;
             let _ = head.write_all_at(&[0; 8], 0);
         }
-        let gone = self.dir.join(format!(".gone-{}", crate::fresh_id()));
+        let gone = self.dir.join(format!(".gone-{}", kn_journal::fresh_id()));
         match fs::rename(&entry.dir, &gone) {
             Ok(()) => release(&self.config().root, &gone),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1466,7 +1465,7 @@ fn too_large(len: usize, max: usize) -> StreamError {
 /// Wakeups for a live read: a change in the stream's directory or its
 /// bound topic's. Hints only: re-read after each.
 pub struct StreamWatch {
-    subs: Vec<crate::watch::Subscription>,
+    subs: Vec<kn_journal::logs::Subscription>,
     poll: std::time::Duration,
     _live: Live,
 }
@@ -1506,7 +1505,7 @@ impl StreamWatch {
         let timeout = if listeners.len() > 1 { timeout.min(self.poll) } else { timeout.min(self.poll_interval()) };
         match listeners.into_iter().next() {
             Some(l) => {
-                crate::watch::Subscription::wait(l, timeout);
+                kn_journal::logs::Subscription::wait(l, timeout);
             }
             None => std::thread::sleep(timeout),
         }
