@@ -103,7 +103,7 @@ pub fn encode(record: &Record) -> Vec<u8> {
 
 /// Encodes the frame of `event` stored as `seq` at `stored_secs`, writing
 /// the MessagePack body directly with `rmp` (the bytes `rmp_serde` writes
-/// for [`Body`]: keys `s`, `t`, `e`, shortest integers, `bin` names and
+/// for `Body`: keys `s`, `t`, `e`, shortest integers, `bin` names and
 /// values) without copying the event first. With `blob`, the frame holds
 /// the reference (key `b`, after `e`) instead of `kn_payload`.
 pub fn encode_event(seq: u64, stored_secs: u64, event: &Event, blob: Option<&BlobRef>) -> Vec<u8> {

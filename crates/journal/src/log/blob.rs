@@ -340,7 +340,7 @@ pub(crate) fn read_backwards_after(dir: &Path, after: u64, mut visit: impl FnMut
     segment::read_backwards_after(dir, after, |mut r| if resolve(dir, &mut r) { visit(r) } else { true })
 }
 
-/// [`segment::read_new_hinted`] (without a hint) with payloads resolved.
+/// `segment::read_new_hinted` (without a hint) with payloads resolved.
 pub fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
     read_new_hinted(dir, cursor, segment::ReadHints { no_new_segment: false, kept: &mut None, keep_at_most: 0 })
 }

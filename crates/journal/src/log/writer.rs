@@ -50,7 +50,7 @@ pub struct Writer<'c> {
 /// A topic's open files, kept by a process between appends (unlocked).
 /// Reused only after re-locking and re-reading the head: another process
 /// may have appended, rolled, or replaced the head meanwhile (a replaced
-/// head is invalidated first, see [`write_head_file`]).
+/// head is invalidated first, see `write_head_file`).
 pub struct TopicFiles {
     pub(super) dir: PathBuf,
     pub(super) lock: File,
