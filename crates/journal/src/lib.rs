@@ -59,8 +59,9 @@
 //!   ([`access::SessionKey`]).
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
-//!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
-//!   client; `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
+//!   what a remote delivery is ([`Remote`]) and the outbound policy;
+//!   `http.rs`: the one HTTP client, the default feature `http` (without
+//!   it remote deliveries are refused); `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
 //!   [`fresh_id`].
 //!
 //! Every outbound HTTP request of the project (remote route deliveries,
@@ -99,6 +100,7 @@ mod changes;
 mod config;
 mod error;
 mod event;
+#[cfg(feature = "http")]
 mod http;
 mod ids;
 mod log;
@@ -118,7 +120,8 @@ pub use config::{default_open_topics, Config, Shared, SyncPolicy};
 pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
-pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
+#[cfg(feature = "http")]
+pub use http::{HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
 pub use logs::STREAMS_DIR;
 pub use metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};

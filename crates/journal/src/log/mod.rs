@@ -37,13 +37,15 @@ mod compact;
 mod head;
 mod removed;
 mod segment;
+mod space;
 mod verify;
 mod writer;
 
 pub use compact::CompactReport;
 pub(crate) use blob_gc::sweep_orphan_blobs;
 pub use blob_gc::write_cursor;
-pub(crate) use compact::{remove_topic_dir, unlinked};
+pub(crate) use compact::remove_topic_dir;
+pub(crate) use segment::unlinked;
 pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub use head::last_seq_of;
@@ -54,7 +56,8 @@ pub use segment::cursor_at_end;
 pub(crate) use segment::{is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
 pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::removed;
-pub use writer::{Appended, SpaceGauge, TopicFiles, Writer};
+pub use space::SpaceGauge;
+pub use writer::{Appended, TopicFiles, Writer};
 
 pub(crate) const LOCK_FILE: &str = ".lock";
 /// The file of a log directory that holds its head (next seq, active

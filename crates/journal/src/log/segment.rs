@@ -812,3 +812,9 @@ mod tests {
         assert_eq!(scan_bytes(&zeroed, Mode::Whole).stop, Some(Stop::Zeroed));
     }
 }
+
+/// True when `file` has no name left (`fstat` link count 0): its topic was
+/// removed while this process waited for the lock or kept it open.
+pub(crate) fn unlinked(file: &File) -> bool {
+    file.metadata().is_ok_and(|m| m.nlink() == 0)
+}

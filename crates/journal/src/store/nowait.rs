@@ -24,7 +24,8 @@ use crate::log::{Appended, TopicFiles, Writer};
 use crate::topic::Topic;
 
 use super::outbox::{Outbox, classify_local};
-use super::post::{PostReport, SourceUrls, Write};
+use super::job::SourceUrls;
+use super::report::{PostReport, Write};
 use super::routes::ListedRoute;
 use super::{Destination, Kept, Store};
 

@@ -28,7 +28,8 @@ use crate::remote::{self, RemoteFailure};
 use crate::stats::Counter;
 use crate::topic::Topic;
 
-use super::post::{Job, PostReport, SourceUrls, Write};
+use super::job::{Job, SourceUrls};
+use super::report::{PostReport, Write};
 use super::read::Selection;
 use super::routes::{ListedRoute, RouteList};
 use super::{Destination, Store};

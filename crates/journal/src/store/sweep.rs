@@ -32,7 +32,7 @@ use crate::log::{self, Writer};
 use crate::stats::Counter;
 use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
-use super::post::PostReport;
+use super::report::PostReport;
 use super::read::Selection;
 use super::readers::Readers;
 use super::sweep_routes::{read_sources, SOURCES_FILE};
