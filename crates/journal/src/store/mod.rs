@@ -24,6 +24,8 @@ mod lifecycle;
 mod names;
 mod nowait;
 mod outbox;
+mod outbox_delivery;
+mod outbox_state;
 mod post;
 mod read;
 mod readers;

@@ -23,7 +23,8 @@ use crate::ids::now;
 use crate::log::{Appended, TopicFiles, Writer};
 use crate::topic::Topic;
 
-use super::outbox::{Outbox, classify_local};
+use super::outbox_delivery::classify_local;
+use super::outbox_state::Outbox;
 use super::job::SourceUrls;
 use super::report::{PostReport, Write};
 use super::routes::ListedRoute;
