@@ -34,6 +34,7 @@ mod routes;
 mod sweep;
 mod sweep_extra;
 mod sweep_index;
+mod sweep_removal;
 mod sweep_routes;
 
 pub use admin::TopicStat;
@@ -43,7 +44,8 @@ pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
 pub use report::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport, KN_POISONED_BEFORE};
-pub use sweep::{SweepReport, REMOVING_PREFIX};
+pub use sweep::SweepReport;
+pub use sweep_removal::REMOVING_PREFIX;
 
 use routes::RouteList;
 
