@@ -109,7 +109,7 @@ fn serve_one() -> ExitCode {
         // closing it first would end the response while the process still
         // runs, which costs more under mod_cgid than the slice (see
         // `exit_before_end_of_output`).
-        kn_journal::streams::sweep_expired_streams(&store);
+        kn_streams::sweep_expired_streams(&store);
         let _ = store.sweep(store.config().sweep_budget);
         // Status events a killed request held for a route's population.
         let _ = store.complete_held_statuses();

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, StatusCode};
 use kn_journal::access::{Operation, Principal};
-use kn_journal::streams::Streams;
+use kn_streams::Streams;
 use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONTENT_TYPE};
 
 use crate::auth::{Authentication, Identity};

@@ -387,7 +387,7 @@ struct Server {
     budget: BodyBudget,
     /// Durable Streams at `/v1/stream/` (crate::streams); `None` when
     /// turned off (`KN_STREAMS=off`: `404`).
-    streams: Option<Arc<kn_journal::streams::Streams>>,
+    streams: Option<Arc<kn_streams::Streams>>,
     /// Requests running on an async worker made a blocking thread (at
     /// most [`IN_PLACE`]).
     in_place: AtomicUsize,
@@ -446,7 +446,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
-            streams: streams_enabled.then(|| Arc::new(kn_journal::streams::Streams::watched(store.clone()))),
+            streams: streams_enabled.then(|| Arc::new(kn_streams::Streams::watched(store.clone()))),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
         })

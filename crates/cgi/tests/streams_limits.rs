@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use kn_cgi::streams::{handle, Outcome, StreamRequest};
-use kn_journal::streams::Streams;
+use kn_streams::Streams;
 use kn_journal::{Config, Store};
 
 fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> StreamRequest {

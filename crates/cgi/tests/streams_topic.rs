@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use hyper::header::{HeaderMap, HeaderValue};
 use kn_cgi::streams::{handle, Outcome, StreamRequest, StreamResponse};
-use kn_journal::streams::Streams;
+use kn_streams::Streams;
 use kn_journal::Store;
 
 fn streams() -> (tempfile::TempDir, Streams) {

@@ -4,8 +4,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
-use crate::http::HttpProxy;
+use crate::remote::HttpProxy;
 use crate::remote::OutboundPolicy;
+
+// The outbound client's defaults (remote_* settings; `HttpRemote::new`).
+/// Default time allowed to open a connection.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time allowed for a whole request, from DNS lookup to the last
+/// byte of the response body.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default cap on a response body.
+pub(crate) const DEFAULT_MAX_BODY: u64 = 8 * 1024 * 1024;
+/// Default number of redirects a GET follows.
+pub(crate) const DEFAULT_MAX_REDIRECTS: usize = 5;
 
 /// When appended records reach stable storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -429,10 +440,10 @@ impl Config {
             server_url: None,
             max_names: 32,
             outbound: OutboundPolicy::DenyAll,
-            remote_timeout: crate::http::DEFAULT_TIMEOUT,
-            remote_connect_timeout: crate::http::DEFAULT_CONNECT_TIMEOUT,
-            remote_max_bytes: crate::http::DEFAULT_MAX_BODY,
-            remote_max_redirects: crate::http::DEFAULT_MAX_REDIRECTS,
+            remote_timeout: DEFAULT_TIMEOUT,
+            remote_connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            remote_max_bytes: DEFAULT_MAX_BODY,
+            remote_max_redirects: DEFAULT_MAX_REDIRECTS,
             http_proxy: None,
             max_forwards: 100_000,
             forward_inline: 32,

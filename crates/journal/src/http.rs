@@ -40,82 +40,13 @@
 //! ```
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BODY, DEFAULT_MAX_REDIRECTS, DEFAULT_TIMEOUT};
 use crate::error::{Error, ErrorKind};
-use crate::remote::{form_urlencode, OutboundPolicy, Remote, RemoteReply};
-
-/// Default time allowed to open a connection.
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time allowed for a whole request, from DNS lookup to the last
-/// byte of the response body.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default cap on a response body.
-pub(crate) const DEFAULT_MAX_BODY: u64 = 8 * 1024 * 1024;
-/// Default number of redirects a GET follows.
-pub(crate) const DEFAULT_MAX_REDIRECTS: usize = 5;
+use crate::remote::{HttpProxy, OutboundPolicy, Remote, RemoteReply};
 
 const USER_AGENT: &str = concat!("knpubsub/", env!("CARGO_PKG_VERSION"));
-
-/// An explicitly configured HTTP proxy (`http://host:port`), checked when
-/// it is parsed so that a [`Config`] holding one always builds a client.
-///
-/// ```
-/// use kn_journal::HttpProxy;
-///
-/// let p: HttpProxy = "http://proxy.example:3128".parse().unwrap();
-/// assert_eq!(p.as_str(), "http://proxy.example:3128");
-/// assert!("https://proxy.example".parse::<HttpProxy>().is_err());
-/// assert!("".parse::<HttpProxy>().is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-pub struct HttpProxy {
-    url: String,
-    proxy: ureq::Proxy,
-}
-
-impl HttpProxy {
-    /// The proxy URL as configured.
-    pub fn as_str(&self) -> &str {
-        &self.url
-    }
-}
-
-impl FromStr for HttpProxy {
-    type Err = Error;
-
-    /// Accepts `http://host[:port]` (user and password allowed, as
-    /// `http://user:pass@host:port`). Fails with
-    /// [`ErrorKind::BadRequest`] naming the URL otherwise.
-    fn from_str(url: &str) -> Result<HttpProxy, Error> {
-        let url = url.trim();
-        let bad = |why: &str| Error::new(ErrorKind::BadRequest, format!("bad proxy URL '{url}': {why}"));
-        if !url.to_ascii_lowercase().starts_with("http://") {
-            return Err(bad("expected http://host:port (this build speaks plain http only)"));
-        }
-        let proxy = ureq::Proxy::new(url).map_err(|e| bad(&e.to_string()))?;
-        if proxy.protocol() != ureq::ProxyProtocol::Http {
-            return Err(bad("expected an http:// proxy"));
-        }
-        Ok(HttpProxy { url: url.to_string(), proxy })
-    }
-}
-
-impl fmt::Debug for HttpProxy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password: show the host only.
-        let host = self.url.rsplit_once('@').map_or(&self.url[7..], |(_, h)| h);
-        write!(f, "HttpProxy(http://{host})")
-    }
-}
-
-impl fmt::Display for HttpProxy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
 
 /// The project's HTTP/1.1 client (see the module documentation for its
 /// rules), and the [`Remote`] the store uses.
@@ -222,7 +153,7 @@ impl HttpRemoteBuilder {
             // `get` follows them itself, checking each hop.
             .max_redirects(0)
             // Never `Proxy::try_from_env()` (ureq's default): httpoxy.
-            .proxy(proxy.as_ref().map(|p| p.proxy.clone()))
+            .proxy(proxy.as_ref().map(|p| ureq::Proxy::new(p.as_str()).expect("checked when parsed")))
             .timeout_connect(Some(self.connect_timeout))
             .timeout_global(Some(self.timeout))
             // Sent by `request` in canonical case instead.
@@ -456,6 +387,33 @@ impl Remote for HttpRemote {
     }
 }
 
+/// Encodes `pairs` as `application/x-www-form-urlencoded`: every byte but
+/// `A-Z a-z 0-9 - . _ ~` is percent-encoded, space as `+`, pairs joined by
+/// `&`. Any byte string (NUL, `&`, `=`, `;`, invalid UTF-8) survives.
+fn form_urlencode(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, (name, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(b'&');
+        }
+        percent_encode_into(name, &mut out);
+        out.push(b'=');
+        percent_encode_into(value, &mut out);
+    }
+    out
+}
+
+fn percent_encode_into(bytes: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b),
+            b' ' => out.push(b'+'),
+            _ => out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]),
+        }
+    }
+}
+
 /// Succeeds for `http://` URLs; explains why anything else cannot be sent.
 fn check_scheme(url: &str) -> Result<(), Error> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
@@ -538,6 +496,30 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urlencode_keeps_unreserved_and_escapes_the_rest() {
+        let enc = form_urlencode(&[(b"kn_payload", b"a b&c=d;e\0\xff~-._Z9")]);
+        assert_eq!(enc, b"kn_payload=a+b%26c%3Dd%3Be%00%FF~-._Z9");
+    }
+
+    #[test]
+    fn urlencode_joins_pairs_with_ampersand_and_escapes_names() {
+        let enc = form_urlencode(&[(b"a=b", b""), (b"c", b"+%"), (b"", b"x")]);
+        assert_eq!(enc, b"a%3Db=&c=%2B%25&=x");
+        assert_eq!(form_urlencode(&[]), b"");
+    }
+
+    #[test]
+    fn urlencode_escapes_every_non_unreserved_byte() {
+        let all: Vec<u8> = (0..=255).collect();
+        let enc = form_urlencode(&[(b"v", &all)]);
+        let value = &enc[2..];
+        // Decoding gives the bytes back, and nothing unsafe is left bare.
+        let decoded = kn_test_support::recorder::url_decode(value);
+        assert_eq!(decoded, all);
+        assert!(value.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%+".contains(b)));
+    }
 
     #[test]
     fn basic_credentials_encode_as_rfc4648() {

@@ -337,6 +337,9 @@
 //!   stored once in the root's `.blobs/`, hard-linked into each topic
 //!   that holds them; readers put them back), `blob_gc` (the sweep's
 //!   bounded pass removing orphan blobs past their grace).
+//! * [`logs`]: the public face of `log` and `watch` for a layer that keeps
+//!   logs of its own in the store (Durable Streams, the `kn-streams`
+//!   crate); nothing in this crate imports it.
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
 //! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`. `metrics.rs`: the
@@ -349,8 +352,9 @@
 //!   ([`access::SessionKey`]).
 //! * `record.rs`: the record encoding; `event.rs`: [`Event`] and the `kn_`
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
-//!   remote deliveries and the outbound policy; `http.rs`: the one HTTP
-//!   client; `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
+//!   what a remote delivery is ([`Remote`]) and the outbound policy;
+//!   `http.rs`: the one HTTP client, the default feature `http` (without
+//!   it remote deliveries are refused); `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
 //!   [`fresh_id`].
 //!
 //! Every outbound HTTP request of the project (remote route deliveries,
@@ -372,16 +376,17 @@ mod changes;
 mod config;
 mod error;
 mod event;
+#[cfg(feature = "http")]
 mod http;
 mod ids;
 mod log;
+pub mod logs;
 mod metrics;
 mod record;
 mod remote;
 mod shared;
 mod stats;
 mod store;
-pub mod streams;
 mod topic;
 mod usage;
 mod watch;
@@ -391,8 +396,10 @@ pub use config::{default_open_topics, Config, Shared, SyncPolicy};
 pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;
-pub use http::{HttpProxy, HttpRemote, HttpRemoteBuilder};
+#[cfg(feature = "http")]
+pub use http::{HttpRemote, HttpRemoteBuilder};
 pub use log::{CompactReport, LogCursor};
+pub use logs::STREAMS_DIR;
 pub use metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
 pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
 pub use remote::*;

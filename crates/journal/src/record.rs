@@ -103,10 +103,10 @@ pub fn encode(record: &Record) -> Vec<u8> {
 
 /// Encodes the frame of `event` stored as `seq` at `stored_secs`, writing
 /// the MessagePack body directly with `rmp` (the bytes `rmp_serde` writes
-/// for [`Body`]: keys `s`, `t`, `e`, shortest integers, `bin` names and
+/// for `Body`: keys `s`, `t`, `e`, shortest integers, `bin` names and
 /// values) without copying the event first. With `blob`, the frame holds
 /// the reference (key `b`, after `e`) instead of `kn_payload`.
-pub(crate) fn encode_event(seq: u64, stored_secs: u64, event: &Event, blob: Option<&BlobRef>) -> Vec<u8> {
+pub fn encode_event(seq: u64, stored_secs: u64, event: &Event, blob: Option<&BlobRef>) -> Vec<u8> {
     use rmp::encode::{write_bin, write_map_len, write_str, write_uint};
     let inline = |name: &[u8]| blob.is_none() || name != crate::event::KN_PAYLOAD;
     let size = if blob.is_some() { event.byte_size() - event.get(crate::event::KN_PAYLOAD).map_or(0, <[u8]>::len) } else { event.byte_size() };
@@ -151,7 +151,7 @@ pub(crate) const CRC_TABLE_BELOW: usize = 4096;
 /// asked the CPU whether it may: a dozen `CPUID` instructions, once per
 /// process, that trap to the hypervisor on a virtual machine (about 40 µs
 /// there, a twentieth of a CGI request). Both give the same value.
-pub(crate) fn crc32c(parts: &[&[u8]]) -> u32 {
+pub fn crc32c(parts: &[&[u8]]) -> u32 {
     static TABLE: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
     if parts.iter().map(|p| p.len()).sum::<usize>() < CRC_TABLE_BELOW {
         let mut digest = TABLE.digest();

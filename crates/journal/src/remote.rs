@@ -21,7 +21,6 @@ use std::str::FromStr;
 use crate::error::{Error, ErrorKind};
 use crate::event::Event;
 // store.rs names the client through this module.
-pub(crate) use crate::http::HttpRemote;
 
 /// The answer of a remote server: its status code and body, whatever the
 /// status (a `404` is an answer, not an error).
@@ -44,33 +43,6 @@ pub trait Remote: Send + Sync {
     /// with [`ErrorKind::BadRequest`] when `url` is not a usable URL; the
     /// message names the URL.
     fn post_form(&self, url: &str, pairs: &[(&[u8], &[u8])]) -> Result<RemoteReply, Error>;
-}
-
-/// Encodes `pairs` as `application/x-www-form-urlencoded`: every byte but
-/// `A-Z a-z 0-9 - . _ ~` is percent-encoded, space as `+`, pairs joined by
-/// `&`. Any byte string (NUL, `&`, `=`, `;`, invalid UTF-8) survives.
-pub(crate) fn form_urlencode(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, (name, value)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(b'&');
-        }
-        percent_encode_into(name, &mut out);
-        out.push(b'=');
-        percent_encode_into(value, &mut out);
-    }
-    out
-}
-
-fn percent_encode_into(bytes: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in bytes {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b),
-            b' ' => out.push(b'+'),
-            _ => out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]),
-        }
-    }
 }
 
 /// Which remote URLs the journal may send requests to (route destinations
@@ -471,48 +443,87 @@ fn excerpt(body: &[u8]) -> String {
     format!(" (body: {}{more})", text.trim())
 }
 
+/// An explicitly configured HTTP proxy (`http://host:port`), checked when
+/// it is parsed so that a [`Config`] holding one always builds a client.
+///
+/// ```
+/// use kn_journal::HttpProxy;
+///
+/// let p: HttpProxy = "http://proxy.example:3128".parse().unwrap();
+/// assert_eq!(p.as_str(), "http://proxy.example:3128");
+/// assert!("https://proxy.example".parse::<HttpProxy>().is_err());
+/// assert!("".parse::<HttpProxy>().is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpProxy {
+    url: String,
+}
+
+impl HttpProxy {
+    /// The proxy URL as configured.
+    pub fn as_str(&self) -> &str {
+        &self.url
+    }
+}
+
+impl FromStr for HttpProxy {
+    type Err = Error;
+
+    /// Accepts `http://host[:port]` (user and password allowed, as
+    /// `http://user:pass@host:port`). Fails with
+    /// [`ErrorKind::BadRequest`] naming the URL otherwise.
+    fn from_str(url: &str) -> Result<HttpProxy, Error> {
+        let url = url.trim();
+        let bad = |why: &str| Error::new(ErrorKind::BadRequest, format!("bad proxy URL '{url}': {why}"));
+        if !url.to_ascii_lowercase().starts_with("http://") {
+            return Err(bad("expected http://host:port (this build speaks plain http only)"));
+        }
+        // Checked as the client will read it, so that a `Config` holding
+        // one always builds a client. (Without the client, feature `http`,
+        // nothing is sent through it.)
+        #[cfg(feature = "http")]
+        {
+            let proxy = ureq::Proxy::new(url).map_err(|e| bad(&e.to_string()))?;
+            if proxy.protocol() != ureq::ProxyProtocol::Http {
+                return Err(bad("expected an http:// proxy"));
+            }
+        }
+        Ok(HttpProxy { url: url.to_string() })
+    }
+}
+
+impl fmt::Debug for HttpProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: show the host only.
+        let host = self.url.rsplit_once('@').map_or(&self.url[7..], |(_, h)| h);
+        write!(f, "HttpProxy(http://{host})")
+    }
+}
+
+impl fmt::Display for HttpProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// The [`Remote`] of a store built without an HTTP client (kn-journal
+/// without its `http` feature): every remote delivery and content
+/// transform is refused, as under `KN_OUTBOUND=deny`, with an error that
+/// says why. An embedder that wants them gives its own client
+/// ([`Store::with_remote`](crate::Store::with_remote)).
+#[cfg(not(feature = "http"))]
+pub(crate) struct NoClient;
+
+#[cfg(not(feature = "http"))]
+impl Remote for NoClient {
+    fn post_form(&self, url: &str, _pairs: &[(&[u8], &[u8])]) -> Result<RemoteReply, Error> {
+        Err(forbidden(url, "this build of kn-journal has no HTTP client (its feature `http`); give the store one with Store::with_remote"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urlencode_keeps_unreserved_and_escapes_the_rest() {
-        let enc = form_urlencode(&[(b"kn_payload", b"a b&c=d;e\0\xff~-._Z9")]);
-        assert_eq!(enc, b"kn_payload=a+b%26c%3Dd%3Be%00%FF~-._Z9");
-    }
-
-    #[test]
-    fn urlencode_joins_pairs_with_ampersand_and_escapes_names() {
-        let enc = form_urlencode(&[(b"a=b", b""), (b"c", b"+%"), (b"", b"x")]);
-        assert_eq!(enc, b"a%3Db=&c=%2B%25&=x");
-        assert_eq!(form_urlencode(&[]), b"");
-    }
-
-    #[test]
-    fn urlencode_escapes_every_non_unreserved_byte() {
-        let all: Vec<u8> = (0..=255).collect();
-        let enc = form_urlencode(&[(b"v", &all)]);
-        let value = &enc[2..];
-        // Decoding gives the bytes back, and nothing unsafe is left bare.
-        // (Decoded here: these tests are published with the crate, and
-        // kn-test-support, with its url_decode, is not.)
-        let mut decoded = Vec::new();
-        let mut rest = value;
-        while let Some((&b, tail)) = rest.split_first() {
-            rest = tail;
-            decoded.push(match b {
-                b'+' => b' ',
-                b'%' => {
-                    let hex = std::str::from_utf8(&rest[..2]).unwrap();
-                    rest = &rest[2..];
-                    u8::from_str_radix(hex, 16).unwrap()
-                }
-                b => b,
-            });
-        }
-        assert_eq!(decoded, all);
-        assert!(value.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%+".contains(b)));
-    }
 
     #[test]
     fn percent_decode_sees_through_double_encoding() {

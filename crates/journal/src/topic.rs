@@ -164,7 +164,7 @@ impl Topic {
 
     /// The directory of this topic under a store root. Safe by construction:
     /// every segment was validated.
-    pub(crate) fn dir(&self, root: &std::path::Path) -> PathBuf {
+    pub fn dir(&self, root: &std::path::Path) -> PathBuf {
         let mut dir = root.to_path_buf();
         for segment in self.segments() {
             dir.push(segment);

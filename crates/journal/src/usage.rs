@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
-use crate::streams::STREAMS_DIR;
+use crate::logs::STREAMS_DIR;
 use crate::topic::Topic;
 
 /// How big the store is on disk, from one walk of its directory tree
@@ -268,9 +268,13 @@ mod tests {
         let before = store.usage().unwrap();
         store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::none()).unwrap();
         store.notify(&Topic::parse("/what/chat").unwrap(), Event::from_pairs([("kn_payload", "hi")])).unwrap();
-        let streams = crate::streams::Streams::new(store.clone());
-        streams.create("/s/one", &crate::streams::Create::new("text/plain")).unwrap();
-        streams.create("/s/two", &crate::streams::Create::new("text/plain")).unwrap();
+        // Two streams as kn-streams lays them out (one directory each under
+        // `.streams/`; its own test counts streams it created).
+        for name in ["0123", "4567"] {
+            let stream = dir.path().join(crate::STREAMS_DIR).join(name);
+            std::fs::create_dir_all(&stream).unwrap();
+            std::fs::write(stream.join(".head"), b"h").unwrap();
+        }
         let after = store.usage().unwrap();
         assert_eq!(after.journals, before.journals + 1, "{after:?}");
         assert_eq!((before.streams, after.streams), (0, 2), "{after:?}");

@@ -215,7 +215,7 @@ fn changed(topics: &Topics, own: &Own, dir: &Path, name: &OsStr, written: bool) 
 
 /// The process-wide change notifier. Cheap to share; created lazily by the
 /// store on the first wait.
-pub(crate) struct Hub {
+pub struct Hub {
     topics: Topics,
     watcher: Mutex<Option<Watcher>>,
     /// Why there is no watcher, when there is none.
@@ -246,7 +246,7 @@ impl Hub {
     /// Lock order: `watcher`, then `topics`, never the other way round;
     /// the notifier's thread takes the watched directories, then
     /// `topics`, then `own`.
-    pub(crate) fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
+    pub fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
         // Key and watch by the absolute path, as `appending` looks it up
         // (the default root is the relative `./kn_events`).
         let dir = &*key(dir);
@@ -326,7 +326,7 @@ impl Hub {
     /// nothing or failed sets the count back to zero (its wakeup still
     /// goes out); an overflow of the kernel's queue does too. A count too
     /// low only costs a wakeup for nothing.
-    pub(crate) fn appending(&self, dir: &Path) -> Option<Appending> {
+    pub fn appending(&self, dir: &Path) -> Option<Appending> {
         let dir = key(dir);
         let dir = dir.as_os_str();
         let map = self.topics.lock().ok()?;
@@ -347,7 +347,7 @@ impl Hub {
 
     /// Wakes the readers of an append announced by [`Hub::appending`];
     /// `wrote` is false when it stored nothing (a duplicate) or failed.
-    pub(crate) fn appended(&self, appending: Appending, wrote: bool) {
+    pub fn appended(&self, appending: Appending, wrote: bool) {
         self.appended_written(appending, wrote, None);
     }
 
@@ -432,7 +432,7 @@ fn unavailable(call: &str, error: &std::io::Error, limit: &str) -> Arc<str> {
 
 /// An append announced by [`Hub::appending`], whose readers
 /// [`Hub::appended`] wakes.
-pub(crate) struct Appending {
+pub struct Appending {
     signal: Arc<Signal>,
     /// The directory's count of announced writes, if it is watched.
     pending: Option<Arc<AtomicU64>>,
@@ -492,7 +492,7 @@ impl Drop for WakeBatch {
 /// Wakeups for one topic directory. Wakeups are hints: after one, re-read
 /// from your cursor. Dropping the subscription stops the watch when no one
 /// else waits on that topic.
-pub(crate) struct Subscription {
+pub struct Subscription {
     hub: Arc<Hub>,
     dir: PathBuf,
     signal: Arc<Signal>,
@@ -516,17 +516,17 @@ impl Subscription {
 
     /// A listener armed now: it fires on the next append. Arm it before
     /// re-reading, then wait on it, so no append slips in between.
-    pub(crate) fn listen(&self) -> EventListener {
+    pub fn listen(&self) -> EventListener {
         self.signal.listen()
     }
 
     /// Waits on an armed listener for at most `timeout`.
-    pub(crate) fn wait(listener: EventListener, timeout: Duration) -> bool {
+    pub fn wait(listener: EventListener, timeout: Duration) -> bool {
         listener.wait_timeout(timeout).is_some()
     }
 
     /// False when change notification is unavailable and readers poll.
-    pub(crate) fn is_notified(&self) -> bool {
+    pub fn is_notified(&self) -> bool {
         self.unwatched.is_none()
     }
 

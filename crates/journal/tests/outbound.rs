@@ -2,6 +2,9 @@
 //! 127.0.0.1: each setting (`deny`, the default; `allow`; a prefix list)
 //! decides which remote route destinations and content transforms the
 //! store sends requests to, and a refused one is never contacted.
+//! Deliveries need the HTTP client (feature `http`, on by default); without
+//! it: tests/no_client.rs.
+#![cfg(feature = "http")]
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -1,6 +1,9 @@
 //! Remote destinations against real HTTP listeners on 127.0.0.1: what
 //! arrives, and how every kind of misbehaving remote fails in bounded time
 //! and memory.
+//!
+//! The client is kn-journal's feature `http` (on by default).
+#![cfg(feature = "http")]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,6 +2,8 @@
 //! hop-by-hop elements, filters and transforms, local and remote delivery
 //! (against real HTTP listeners on 127.0.0.1), poisoning, initial route
 //! population, and termination of routing loops.
+//! The remote cases need the HTTP client (feature `http`, on by default).
+#![cfg_attr(not(feature = "http"), allow(unused_imports))]
 
 use std::io::Write as _;
 use std::net::TcpListener;
@@ -59,6 +61,7 @@ fn route(store: &Store, from: &str, to: &str, route_id: &str) {
 
 use kn_test_support::{read_request, Received as Seen};
 
+#[cfg(feature = "http")]
 /// An HTTP server on 127.0.0.1 answering every request with `answer`;
 /// each request is also sent to the returned receiver.
 fn http_listener(answer: fn(&Seen) -> (u16, Vec<u8>)) -> (String, mpsc::Receiver<Seen>) {
@@ -83,6 +86,7 @@ fn http_listener(answer: fn(&Seen) -> (u16, Vec<u8>)) -> (String, mpsc::Receiver
     (url, rx)
 }
 
+#[cfg(feature = "http")]
 /// A server that accepts connections and never answers.
 fn silent_listener() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -96,6 +100,7 @@ fn silent_listener() -> String {
     url
 }
 
+#[cfg(feature = "http")]
 fn remote_store() -> (tempfile::TempDir, Store) {
     open_with(|c| {
         c.outbound = OutboundPolicy::AllowAll;
@@ -256,6 +261,7 @@ fn bad_content_filter_is_refused() {
     assert!(store.all_routes(&t("/a")).unwrap().is_empty());
 }
 
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn content_transform_replaces_the_payload_through_a_real_http_server() {
     let (_d, store) = remote_store();
@@ -283,6 +289,7 @@ fn content_transform_replaces_the_payload_through_a_real_http_server() {
     assert_eq!(store.routes(&t("/a")).unwrap().len(), 2, "a failed transform does not poison");
 }
 
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn remote_destination_receives_the_elements_urlencoded() {
     let (_d, store) = remote_store();
@@ -310,6 +317,7 @@ fn assert_poisoned(store: &Store, from: &str, route_id: &str) {
     assert!((exp - (now() + 300.0)).abs() < 10.0, "kn_expires {exp} is not about now+300");
 }
 
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn remote_4xx_poisons_the_route() {
     let (_d, store) = remote_store();
@@ -329,6 +337,7 @@ fn remote_4xx_poisons_the_route() {
 /// within the timeout and the route is kept for a retry; with no retries
 /// allowed (`forward_retries` 0) it is poisoned at once ("no answer after
 /// the retries").
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn silent_remote_keeps_the_route_and_the_post_returns_within_the_timeout() {
     for retries in [12, 0] {
@@ -359,6 +368,7 @@ fn silent_remote_keeps_the_route_and_the_post_returns_within_the_timeout() {
 /// `forward_retries` at its boundary: a remote that answers 5xx is tried
 /// once and retried that many times (each when its wait has passed), then
 /// the route is poisoned as unreachable; before the wait nothing is tried.
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn a_remote_5xx_is_retried_forward_retries_times_then_poisoned_as_unreachable() {
     let (_d, store) = open_with(|c| {
@@ -409,6 +419,7 @@ fn a_remote_5xx_is_retried_forward_retries_times_then_poisoned_as_unreachable() 
 
 /// A remote that comes back gets the waiting events in order, once, and
 /// the route never stopped carrying new ones meanwhile (they queue behind).
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn a_remote_that_comes_back_gets_the_waiting_events_in_order() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -436,6 +447,7 @@ fn a_remote_that_comes_back_gets_the_waiting_events_in_order() {
     assert_eq!(store.outbox_pending().unwrap(), 0);
 }
 
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn initial_population_stops_at_a_failed_delivery() {
     for retries in [12, 0] {
@@ -728,6 +740,7 @@ fn add_server_name_makes_an_alias_local() {
     assert_eq!(again.resolve(format!("{alias}/x").as_bytes()).unwrap(), Destination::Local(t("/x")));
 }
 
+#[cfg(feature = "http")] // a real remote over HTTP
 #[test]
 fn a_route_delivered_remotely_turns_local_once_its_url_is_a_server_name() {
     let (_d, store) = remote_store();

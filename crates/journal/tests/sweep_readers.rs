@@ -3,7 +3,7 @@
 //! with SIGKILL keeps it no more; a topic created again after its removal
 //! goes on numbering, so a client resuming after a checkpoint of the old
 //! one gets every new event (or, on a journal that lost events, the gap
-//! answer), and so does a stream bound to it.
+//! answer); a stream bound to it: crates/streams/tests/topic_removed.rs.
 
 use std::io::BufRead as _;
 use std::path::Path;
@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod common;
 use common::{config, ev, scratch, t};
 
-use kn_journal::streams::{Create, Start, Streams};
 use kn_journal::{Config, Event, Resume, Selection, Store, Topic};
 
 /// The reviewer's settings, faster: topics pruned as soon as they are
@@ -146,28 +145,6 @@ fn a_resume_into_a_journal_removed_with_unread_events_gets_the_gap() {
     // A client that had seen everything resumes exactly.
     let resumed = store.events(&journal, &since("3")).unwrap();
     assert_eq!((payloads(&resumed.events), resumed.resume), (NEW.map(String::from).to_vec(), Resume::Exact));
-}
-
-#[test]
-fn a_stream_bound_to_a_removed_topic_imports_every_event_of_the_new_one() {
-    let dir = scratch("kn-journal-readers-");
-    let streams = Streams::new(Arc::new(Store::open_with(fast(dir.path())).unwrap()));
-    let store = streams.store().clone();
-    let chat = t("/what/chat");
-    let create = Create { topic: Some(chat.as_str().to_owned()), ..Create::new("application/json") };
-    assert!(streams.create("rooms/chat", &create).unwrap().created);
-    let messages = || -> Vec<String> {
-        let body = streams.read("rooms/chat", Start::Beginning).unwrap().body();
-        let values: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
-        values.iter().map(|v| v["kn_payload"].as_str().unwrap_or("").to_owned()).collect()
-    };
-    post_expiring(&store, &chat);
-    assert_eq!(messages(), ["old1", "old2", "old3"]);
-    std::thread::sleep(Duration::from_millis(1100));
-    assert!(store.sweep_all(Some(Duration::ZERO)).unwrap().topics_pruned >= 1);
-    assert!(!exists(dir.path(), &chat));
-    post_new(&store, &chat);
-    assert_eq!(messages(), ["old1", "old2", "old3", "new1", "new2", "new3", "new4", "new5"]);
 }
 
 /// Run by `a_reader_killed_with_sigkill_keeps_its_topic_no_more` in a

@@ -2,7 +2,7 @@
 //! (docs/DURABLE-STREAMS.md), in `serve` and in `pubsub.cgi`.
 //!
 //! This module turns HTTP requests into calls of
-//! [`kn_journal::streams::Streams`] and its answers into HTTP responses,
+//! [`kn_streams::Streams`] and its answers into HTTP responses,
 //! with no stream rule of its own. A request is answered at once
 //! ([`Outcome::Done`]) or, for live reads, becomes a plan the transport
 //! follows: a long-poll ([`LongPoll`]) that waits for a change and asks
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderName};
-use kn_journal::streams::{
+use kn_streams::{
     is_json, offset, parse_start, Append, Chunk, Create, Info, Producer, Start, StreamError, StreamErrorKind, Streams,
 };
 
@@ -482,7 +482,7 @@ fn append_request(req: &StreamRequest) -> Result<Append<'_>, StreamError> {
 }
 
 /// The answer to a `POST` that `done`.
-fn appended(req: &StreamRequest, has_producer: bool, done: kn_journal::streams::Appended) -> StreamResponse {
+fn appended(req: &StreamRequest, has_producer: bool, done: kn_streams::Appended) -> StreamResponse {
     let status = if has_producer && done.stored && !req.body.is_empty() { 200 } else { 204 };
     let mut r = StreamResponse::new(status);
     with_info(&mut r, &done.info);
@@ -562,7 +562,7 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
             if from > info.tail {
                 return Err(bad(format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
             }
-            let base64 = !(is_json(&info.content_type) || kn_journal::streams::essence(&info.content_type).starts_with("text/"));
+            let base64 = !(is_json(&info.content_type) || kn_streams::essence(&info.content_type).starts_with("text/"));
             let mut head = StreamResponse::new(200);
             head.set("Content-Type", "text/event-stream");
             head.set("Cache-Control", "no-cache");

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
-use kn_journal::streams::Streams;
+use kn_streams::Streams;
 
 use super::*;
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
-use kn_journal::streams::Streams;
+use kn_streams::Streams;
 
 use super::*;
 use crate::body::Body;
@@ -133,7 +133,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 /// Waits for whichever comes first: a change, the poll interval, `left`.
-async fn wake(watch: &kn_journal::streams::StreamWatch, listeners: Vec<event_listener::EventListener>, left: Duration) {
+async fn wake(watch: &kn_streams::StreamWatch, listeners: Vec<event_listener::EventListener>, left: Duration) {
     let nap = tokio::time::sleep(left.min(watch.poll_interval()));
     let mut listeners = listeners.into_iter();
     let first = listeners.next();

@@ -1,5 +1,6 @@
 //! [`AsUser`]: the store's request API, checked against the access rules
-//! for one [`Principal`].
+//! for one [`Principal`]; and who an anonymous request is
+//! ([`Store::anonymous_with`], its session checked with the store's key).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use crate::event::Event;
 use crate::store::{Destination, PostReport, Route, RouteReport, Selected, Selection, Store, TunnelStart};
 use crate::topic::Topic;
 
-use super::{Operation, Principal, Reader, Rules};
+use super::{Operation, Principal, Reader, Rules, SessionKey};
 
 /// The store as one user sees it: every call checks the access rules
 /// before it does anything, then calls the [`Store`] method of the same
@@ -218,5 +219,23 @@ impl AsUser<'_> {
             }
         }
         Err(refused)
+    }
+}
+
+impl Store {
+    /// The store's session key (see [`SessionKey::of_store`]), read once
+    /// per process.
+    pub fn session_key(&self) -> Result<SessionKey> {
+        self.access_source().session_key(self.root())
+    }
+
+    /// Who an anonymous request bringing session `token` is: the
+    /// visitor's session when the token checks out, else plain anonymous.
+    pub fn anonymous_with(&self, token: Option<&[u8]>) -> Principal {
+        let id = token.and_then(|t| self.session_key().ok()?.verify(t));
+        match id {
+            Some(id) => Principal::anonymous_session(&id),
+            None => Principal::anonymous(),
+        }
     }
 }

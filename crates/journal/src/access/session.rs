@@ -5,7 +5,7 @@
 //! the id under the store's session key (`.session-key` in the store root,
 //! made on first use). The visitor keeps the token in a cookie
 //! ([`SESSION_COOKIE`]); a request that brings a token whose MAC checks
-//! out is made by [`Principal::anonymous_session`], which the rules'
+//! out is made by [`Principal::anonymous_session`](super::Principal::anonymous_session), which the rules'
 //! `{session}` segment matches. The journal is named by the id alone, so
 //! knowing a journal's name (from a route, a listing, a log) gives nothing:
 //! only the cookie does.
@@ -18,9 +18,7 @@ use hmac::{Hmac, Mac, NewMac};
 use sha2::Sha256;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::Store;
 
-use super::Principal;
 
 /// The cookie that carries an anonymous visitor's session token.
 pub const SESSION_COOKIE: &str = "kn_session";
@@ -102,24 +100,6 @@ impl SessionKey {
         mac.update(id.as_bytes());
         mac.verify(&tag).ok()?;
         Some(id.to_string())
-    }
-}
-
-impl Store {
-    /// The store's session key (see [`SessionKey::of_store`]), read once
-    /// per process.
-    pub fn session_key(&self) -> Result<SessionKey> {
-        self.access_source().session_key(self.root())
-    }
-
-    /// Who an anonymous request bringing session `token` is: the
-    /// visitor's session when the token checks out, else plain anonymous.
-    pub fn anonymous_with(&self, token: Option<&[u8]>) -> Principal {
-        let id = token.and_then(|t| self.session_key().ok()?.verify(t));
-        match id {
-            Some(id) => Principal::anonymous_session(&id),
-            None => Principal::anonymous(),
-        }
     }
 }
 

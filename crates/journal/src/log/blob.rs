@@ -22,8 +22,8 @@ use crate::event::{Event, KN_PAYLOAD};
 use crate::record::{BlobRef, Record};
 
 use super::segment::{self, LogCursor};
-use super::writer::{SpaceGauge, Writer};
-use super::{FILE_MODE, eio, failpoint, group_writable, sync_dir};
+use super::space::SpaceGauge;
+use super::{FILE_MODE, group_writable, sync_dir};
 
 /// The directory of the store root holding one file per stored blob.
 pub(crate) const BLOBS_DIR: &str = ".blobs";
@@ -63,7 +63,7 @@ fn parse_link_name(name: &str) -> Option<u64> {
 }
 
 /// The seqs of the blob links of `dir`.
-fn list_links(dir: &Path) -> Result<Vec<u64>> {
+pub(super) fn list_links(dir: &Path) -> Result<Vec<u64>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
@@ -75,7 +75,7 @@ fn list_links(dir: &Path) -> Result<Vec<u64>> {
 /// Makes sure `<root>/.blobs/<hash>` holds `payload`: written to a
 /// temporary, synced per the policy and renamed into place, unless a file
 /// of the right length is there already. Returns its path.
-fn store(root: &Path, payload: &SharedPayload, config: &Config, gauge: &SpaceGauge) -> Result<PathBuf> {
+pub(super) fn store(root: &Path, payload: &SharedPayload, config: &Config, gauge: &SpaceGauge) -> Result<PathBuf> {
     let dir = root.join(BLOBS_DIR);
     let path = dir.join(payload.reference.hex());
     if let Ok(m) = fs::metadata(&path) {
@@ -118,67 +118,6 @@ fn store(root: &Path, payload: &SharedPayload, config: &Config, gauge: &SpaceGau
     Ok(path)
 }
 
-impl Writer<'_> {
-    /// Links `payload`'s blob into this topic as the blob of record `seq`
-    /// (to be written next), storing the blob first if need be. Under the
-    /// lock, a link of that name can only be left by a writer that died
-    /// before writing record `seq`: it is replaced.
-    pub(super) fn link_blob(&self, seq: u64, payload: &SharedPayload, gauge: &SpaceGauge) -> Result<()> {
-        let root = &self.config.root;
-        let dst = self.dir.join(link_name(seq));
-        match fs::remove_file(&dst) {
-            Ok(()) => {}
-            Err(e) if e.kind() == IoKind::NotFound => {}
-            Err(e) => return Err(Error::io("cannot replace stale blob link", &dst, e)),
-        }
-        let mut attempts = 0;
-        loop {
-            let src = store(root, payload, self.config, gauge)?;
-            if failpoint("blob-stored") {
-                // Stored, then the writer fails before linking it.
-                return Err(Error::io("cannot link blob into", &dst, eio()));
-            }
-            match fs::hard_link(&src, &dst) {
-                Ok(()) => break,
-                // Swept as garbage between the check and the link: store
-                // it again.
-                Err(e) if e.kind() == IoKind::NotFound && attempts < 3 => attempts += 1,
-                Err(e) => return Err(Error::io("cannot link blob into", &dst, e)),
-            }
-        }
-        if self.config.sync == SyncPolicy::Always {
-            sync_dir(&self.dir)?;
-        }
-        if failpoint("blob-linked") {
-            // Linked, then the writer fails before writing the record.
-            return Err(Error::io("cannot append to", &dst, eio()));
-        }
-        Ok(())
-    }
-
-    /// Unlinks the blob links of this topic that no record in `kept`
-    /// refers to (dropped records, and links left by a writer that died
-    /// before its record), then removes `.blobs/` entries left with no
-    /// other link. Called under the lock, after the segment changes.
-    pub(super) fn unlink_unreferenced(&self, kept: &HashSet<u64>, hashes: &[BlobRef]) -> Result<usize> {
-        let mut removed = 0;
-        for seq in list_links(&self.dir)? {
-            if kept.contains(&seq) {
-                continue;
-            }
-            let path = self.dir.join(link_name(seq));
-            match fs::remove_file(&path) {
-                Ok(()) => removed += 1,
-                Err(e) if e.kind() == IoKind::NotFound => {}
-                Err(e) => return Err(Error::io("cannot unlink blob", &path, e)),
-            }
-        }
-        for blob in hashes {
-            sweep_one(&self.config.root, blob);
-        }
-        Ok(removed)
-    }
-}
 
 /// The blob references of the records of segment `path` (read without
 /// their payloads).
@@ -187,43 +126,11 @@ pub(super) fn refs_of_segment(path: &Path) -> Result<Vec<(u64, BlobRef)>> {
     Ok(scan.records.into_iter().filter_map(|(_, r)| r.blob.map(|b| (r.seq, b))).collect())
 }
 
-impl Writer<'_> {
-    /// Unlinks the links of records dropped with a deleted segment, then
-    /// removes `.blobs/` entries left with no other link.
-    pub(super) fn unlink_dropped(&self, dropped: &[(u64, BlobRef)]) -> Result<()> {
-        for (seq, _) in dropped {
-            let path = self.dir.join(link_name(*seq));
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == IoKind::NotFound => {}
-                Err(e) => return Err(Error::io("cannot unlink blob", &path, e)),
-            }
-        }
-        for (_, blob) in dropped {
-            sweep_one(&self.config.root, blob);
-        }
-        Ok(())
-    }
-}
 
-impl Writer<'_> {
-    /// Unlinks the blob links of this topic that no record refers to
-    /// (left by a writer that failed between the link and the record);
-    /// returns how many.
-    pub(crate) fn drop_orphan_links(&self) -> Result<usize> {
-        let mut referenced = HashSet::new();
-        for first in segment::list_segments(&self.dir)? {
-            for (seq, _) in refs_of_segment(&self.dir.join(segment::segment_name(first)))? {
-                referenced.insert(seq);
-            }
-        }
-        self.unlink_unreferenced(&referenced, &[])
-    }
-}
 
 /// The blobs the records of the log in `dir` refer to (its segments read
 /// without payloads): what removing the whole log releases.
-pub(crate) fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
+pub fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
     let mut blobs = Vec::new();
     for first in segment::list_segments(dir)? {
         blobs.extend(refs_of_segment(&dir.join(segment::segment_name(first)))?.into_iter().map(|(_, b)| b));
@@ -236,7 +143,7 @@ pub(crate) fn blobs_of(dir: &Path) -> Result<Vec<BlobRef>> {
 /// Removes the `.blobs/` entries of `blobs` that nothing links any more,
 /// once the log that held them is gone (a deleted stream). As compaction
 /// does: a writer about to link one finds it gone and stores it again.
-pub(crate) fn release(root: &Path, blobs: &[BlobRef]) {
+pub fn release(root: &Path, blobs: &[BlobRef]) {
     for blob in blobs {
         sweep_one(root, blob);
     }
@@ -244,7 +151,7 @@ pub(crate) fn release(root: &Path, blobs: &[BlobRef]) {
 
 /// Removes `.blobs/<hash>` when no topic links it any more. A writer that
 /// was about to link it finds it gone and stores it again.
-fn sweep_one(root: &Path, blob: &BlobRef) {
+pub(super) fn sweep_one(root: &Path, blob: &BlobRef) {
     let path = root.join(BLOBS_DIR).join(blob.hex());
     if fs::metadata(&path).is_ok_and(|m| m.nlink() == 1) {
         let _ = fs::remove_file(&path);
@@ -340,8 +247,8 @@ pub(crate) fn read_backwards_after(dir: &Path, after: u64, mut visit: impl FnMut
     segment::read_backwards_after(dir, after, |mut r| if resolve(dir, &mut r) { visit(r) } else { true })
 }
 
-/// [`segment::read_new_hinted`] (without a hint) with payloads resolved.
-pub(crate) fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
+/// `segment::read_new_hinted` (without a hint) with payloads resolved.
+pub fn read_new(dir: &Path, cursor: &mut LogCursor) -> Result<Vec<Record>> {
     read_new_hinted(dir, cursor, segment::ReadHints { no_new_segment: false, kept: &mut None, keep_at_most: 0 })
 }
 

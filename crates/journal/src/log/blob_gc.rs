@@ -112,7 +112,7 @@ pub(crate) fn sweep_orphan_blobs(root: &Path, grace: Duration, limit: Option<usi
 /// group-writable like every file of the store; the write sets its
 /// modification time, which paces the passes. Best effort: a cursor lost
 /// only makes the next pass start elsewhere.
-pub(crate) fn write_cursor(path: &Path, name: &str) {
+pub fn write_cursor(path: &Path, name: &str) {
     use std::io::Write as _;
     if let Ok(mut f) = super::open_shared(path, false) {
         let _ = f.set_len(0).and_then(|_| f.write_all(format!("{name}\n").as_bytes()));

@@ -4,7 +4,7 @@
 //! whole topic directory the sweep has set aside.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::path::Path;
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -296,12 +296,6 @@ fn merge_small(segments: Vec<(u64, Vec<Record>, bool, bool)>, segment_bytes: u64
         out.push(Planned { first, records, changed, pinned, absorbed: Vec::new() });
     }
     out
-}
-
-/// True when `file` has no name left (`fstat` link count 0): its topic was
-/// removed while this process waited for the lock or kept it open.
-pub(crate) fn unlinked(file: &File) -> bool {
-    file.metadata().is_ok_and(|m| m.nlink() == 0)
 }
 
 /// Deletes the topic directory `dir` that the sweep has already renamed

@@ -100,8 +100,8 @@ pub(crate) fn indexed_ids(dir: &Path) -> u64 {
 /// The checkpoint of the last record of the log whose `.head` is open as
 /// `file`, as the head says now: one `pread`. `None` when it is not a
 /// valid head (one replaced since `file` was opened has its magic
-/// cleared, see [`write_head_file`]).
-pub(crate) fn last_seq_of(file: &File) -> Option<u64> {
+/// cleared, see `write_head_file`).
+pub fn last_seq_of(file: &File) -> Option<u64> {
     let mut buf = [0u8; HEAD_SIZE as usize];
     file.read_exact_at(&mut buf, 0).ok()?;
     Head::decode(&buf).map(|h| h.next_seq.saturating_sub(1))

@@ -37,22 +37,32 @@ mod compact;
 mod head;
 mod removed;
 mod segment;
+mod space;
 mod verify;
 mod writer;
 
 pub use compact::CompactReport;
-pub(crate) use blob_gc::{sweep_orphan_blobs, write_cursor};
-pub(crate) use compact::{remove_topic_dir, unlinked};
+pub(crate) use blob_gc::sweep_orphan_blobs;
+pub use blob_gc::write_cursor;
+pub(crate) use compact::remove_topic_dir;
+pub(crate) use segment::unlinked;
 pub use segment::LogCursor;
-pub(crate) use head::{indexed_ids, last_seq_of};
+pub(crate) use head::indexed_ids;
+pub use head::last_seq_of;
 pub(crate) use removed::record as record_removed;
-pub(crate) use blob::{blobs_of, release as release_blobs, orphan_blobs, read_backwards, read_backwards_after, read_new, read_new_hinted, sweep as sweep_blobs, SharedPayload};
-pub(crate) use segment::{cursor_at_end, is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
+pub(crate) use blob::{orphan_blobs, read_backwards, read_backwards_after, read_new_hinted, sweep as sweep_blobs, SharedPayload};
+pub use blob::{blobs_of, read_new, release as release_blobs};
+pub use segment::cursor_at_end;
+pub(crate) use segment::{is_segment_file, list_segments, read_written, segment_name, stat_fd, KeptSegment, ReadHints, Stop, Written};
 pub(crate) use verify::{BadFrame, verify_dir};
-pub(crate) use writer::{Appended, SpaceGauge, TopicFiles, Writer, removed};
+pub(crate) use writer::removed;
+pub use space::SpaceGauge;
+pub use writer::{Appended, TopicFiles, Writer};
 
 pub(crate) const LOCK_FILE: &str = ".lock";
-pub(crate) const HEAD_FILE: &str = ".head";
+/// The file of a log directory that holds its head (next seq, active
+/// segment, the `kn_id` index): FORMAT.md, "Head".
+pub const HEAD_FILE: &str = ".head";
 
 /// Modes of files and directories the store creates: group-writable so the
 /// web server and sensors run by other users of one group can all write,
@@ -125,7 +135,7 @@ pub(super) fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::
 /// Opens `path` for reading and writing (appending if `append`), creating
 /// it group-writable if it does not exist. The mode is set only on
 /// creation: changing the mode of another user's file is not allowed.
-pub(crate) fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
+pub fn open_shared(path: &Path, append: bool) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true).write(true).append(append);
     match without_atime(&mut options, path) {

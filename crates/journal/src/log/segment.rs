@@ -501,10 +501,42 @@ pub struct LogCursor {
 }
 
 impl LogCursor {
+    /// A cursor just after record `last_seq`, ending at `offset` of the
+    /// segment named `segment` whose inode is `ino` (0: not known), as a
+    /// reader recorded it (a snapshot of its position). `LogCursor::at(n,
+    /// 0, 0, 0)`: just after record `n`, its place found by the first
+    /// read; `n = 0`: the beginning of the log.
+    pub fn at(last_seq: u64, segment: u64, offset: u64, ino: u64) -> LogCursor {
+        LogCursor { last_seq, segment, offset, ino, caught_up: false }
+    }
+
+    /// Moves the cursor past record `seq`, which its owner has just
+    /// appended itself and which ends at `offset` of the cursor's segment,
+    /// so that it is not read back.
+    pub fn advance(&mut self, seq: u64, offset: u64) {
+        self.last_seq = seq;
+        self.offset = offset;
+    }
+
     /// The checkpoint of the last record this cursor has passed (0 before
     /// the first).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
+    }
+
+    /// The segment (its first seq) the cursor is in (0: to be found).
+    pub fn segment(&self) -> u64 {
+        self.segment
+    }
+
+    /// Where in [`LogCursor::segment`] the cursor is, in bytes.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The inode of [`LogCursor::segment`] as last seen (0: not known).
+    pub fn ino(&self) -> u64 {
+        self.ino
     }
 
     /// True when the last read left nothing behind that was in the log
@@ -522,7 +554,7 @@ impl LogCursor {
 }
 
 /// A cursor at the current end of the log of `dir`.
-pub(crate) fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
+pub fn cursor_at_end(dir: &Path) -> Result<LogCursor> {
     let segments = list_segments(dir)?;
     let Some(&last) = segments.last() else {
         return Ok(LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false });
@@ -779,4 +811,10 @@ mod tests {
         zeroed.extend_from_slice(&[0u8; 100]);
         assert_eq!(scan_bytes(&zeroed, Mode::Whole).stop, Some(Stop::Zeroed));
     }
+}
+
+/// True when `file` has no name left (`fstat` link count 0): its topic was
+/// removed while this process waited for the lock or kept it open.
+pub(crate) fn unlinked(file: &File) -> bool {
+    file.metadata().is_ok_and(|m| m.nlink() == 0)
 }

@@ -2,7 +2,8 @@
 //! or reuse the open files, recover a torn tail, look up and index `kn_id`s,
 //! append, roll to a new segment), and the free-space gauge of appends.
 
-use std::fs::{File, OpenOptions};
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -10,15 +11,18 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, SyncPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
-use crate::record;
+use crate::record::{self, BlobRef};
 
 use super::{FILE_MODE, HEAD_FILE, LOCK_FILE, SharedPayload, eio, failpoint, group_writable, open_rw, sync_dir};
 use super::head::{HEAD_SIZE, Head, HeadFile, INITIAL_SLOTS, SLOT_SIZE, decode_slot, encode_slot, id_hash, index_full, rebuild_head, recovery_of, write_head_file};
-use super::segment::{Mode, Written, scan_file, segment_name, stat_fd};
+use super::segment::{Mode, Written, scan_file, segment_name, stat_fd, unlinked};
+use super::space::SpaceGauge;
+use super::blob::{link_name, list_links, refs_of_segment, store, sweep_one};
+use super::segment;
 
 /// What an append did to an ordinary topic's current state.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Appended {
+pub enum Appended {
     /// Stored under this sequence number.
     Stored(u64),
     /// Same `kn_id` and end-to-end elements as the current event: not stored.
@@ -29,7 +33,7 @@ pub(crate) enum Appended {
 /// lock; dropping it releases the lock. [`Writer::release`] unlocks and
 /// hands back the open files, so that a long-lived process can append to
 /// the topic again without opening anything ([`TopicFiles`]).
-pub(crate) struct Writer<'c> {
+pub struct Writer<'c> {
     pub(super) dir: PathBuf,
     pub(super) config: &'c Config,
     pub(super) ordinary: bool,
@@ -50,23 +54,14 @@ pub(crate) struct Writer<'c> {
 /// A topic's open files, kept by a process between appends (unlocked).
 /// Reused only after re-locking and re-reading the head: another process
 /// may have appended, rolled, or replaced the head meanwhile (a replaced
-/// head is invalidated first, see [`write_head_file`]).
-pub(crate) struct TopicFiles {
+/// head is invalidated first, see `write_head_file`).
+pub struct TopicFiles {
     pub(super) dir: PathBuf,
     pub(super) lock: File,
     pub(super) head_file: HeadFile,
     pub(super) segment: File,
     segment_first: u64,
     segment_ino: u64,
-}
-
-/// Free space as last queried, so that the free-space check of every
-/// append does not need a `statvfs` each time: it is queried again after
-/// 100 ms, or as soon as the bytes written since approach half of the
-/// headroom above the reserve.
-#[derive(Default)]
-pub(crate) struct SpaceGauge {
-    pub(super) state: std::sync::Mutex<Option<(std::time::Instant, u64, u64)>>,
 }
 
 /// In shared mode, `file` (just opened under the topic's lock) without
@@ -82,7 +77,7 @@ fn shared_fresh(config: &Config, file: File) -> File {
 impl TopicFiles {
     /// Takes the topic's lock if no process holds it, without waiting;
     /// [`Writer::reopen_held`] then goes on under it.
-    pub(crate) fn try_lock(&self, config: &Config) -> bool {
+    pub fn try_lock(&self, config: &Config) -> bool {
         crate::shared::try_lock(&self.lock, crate::shared::LockKind::Exclusive, config).unwrap_or(false)
     }
 
@@ -90,20 +85,20 @@ impl TopicFiles {
     /// active segment is gone (compacted, removed) since these files were
     /// kept: they will never be used again.
     pub(crate) fn is_dead(&self) -> bool {
-        super::compact::unlinked(&self.lock) || super::compact::unlinked(&self.segment)
+        unlinked(&self.lock) || unlinked(&self.segment)
     }
 }
 
 impl<'c> Writer<'c> {
     /// Locks the topic in `dir` (which must exist) and brings the writer's
     /// state up to date with the log, truncating a torn tail.
-    pub(crate) fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
+    pub fn open(dir: &Path, config: &'c Config, ordinary: bool) -> Result<Writer<'c>> {
         let lock_path = dir.join(LOCK_FILE);
         let lock = open_rw(&lock_path, true).map_err(|e| Error::io("cannot open lock file", &lock_path, e))?;
         crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock topic", &lock_path, e))?;
         // The sweep removes a topic under its lock, unlinking `.lock` first
         // (FORMAT.md, "Removal"): a writer that waited for it writes nowhere.
-        if super::compact::unlinked(&lock) {
+        if unlinked(&lock) {
             return Err(super::writer::removed(dir));
         }
         let head_path = dir.join(HEAD_FILE);
@@ -147,7 +142,7 @@ impl<'c> Writer<'c> {
     /// still match the topic's state (see [`TopicFiles`]); `None` (files
     /// closed, lock released) when it must be opened afresh. Opens nothing
     /// and looks no path up.
-    pub(crate) fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+    pub fn reopen(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
         let Some(mut w) = Writer::reuse(config, ordinary, files, false)? else { return Ok(None) };
         Ok(if w.recover_tail()? { Some(w) } else { None })
     }
@@ -155,7 +150,7 @@ impl<'c> Writer<'c> {
     /// [`Writer::reopen`] when the caller already holds the lock of
     /// `files` ([`TopicFiles::try_lock`]): the same without a second
     /// `flock`.
-    pub(crate) fn reopen_held(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
+    pub fn reopen_held(config: &'c Config, ordinary: bool, files: TopicFiles) -> Result<Option<Writer<'c>>> {
         let Some(mut w) = Writer::reuse(config, ordinary, files, true)? else { return Ok(None) };
         Ok(if w.recover_tail()? { Some(w) } else { None })
     }
@@ -203,14 +198,14 @@ impl<'c> Writer<'c> {
     }
 
     /// The checkpoint of the last record in the log, as of now (0: none).
-    pub(crate) fn last_seq(&self) -> u64 {
+    pub fn last_seq(&self) -> u64 {
         self.head.next_seq.saturating_sub(1)
     }
 
     /// The end of the log as of now: the active segment (its first seq)
     /// and its length, so that a process that appended can place its
     /// read cursor after its own record without reading it back.
-    pub(crate) fn end(&self) -> (u64, u64) {
+    pub fn end(&self) -> (u64, u64) {
         (self.head.active, self.head.active_len)
     }
 
@@ -230,7 +225,7 @@ impl<'c> Writer<'c> {
     }
 
     /// Unlocks the topic and returns its open files for a later append.
-    pub(crate) fn release(self) -> TopicFiles {
+    pub fn release(self) -> TopicFiles {
         crate::shared::unlock(&self.lock, self.config);
         TopicFiles {
             dir: self.dir,
@@ -421,7 +416,7 @@ impl<'c> Writer<'c> {
     /// Appends `event` (which must carry a `kn_id`) as one record. On an
     /// ordinary topic a duplicate is not stored.
     /// A payload longer than `Config::blob_bytes` is stored as a blob.
-    pub(crate) fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
+    pub fn append(&mut self, event: &Event, stored_secs: u64, gauge: &SpaceGauge) -> Result<Appended> {
         if self.config.blob_bytes > 0 && event.payload().len() > self.config.blob_bytes {
             let mut bare = event.clone();
             let payload = SharedPayload::take_from(&mut bare, self.config);
@@ -637,36 +632,99 @@ pub(crate) fn removed(dir: &Path) -> Error {
     Error::new(ErrorKind::Expired, format!("the topic in '{}' was removed", dir.display()))
 }
 
-impl SpaceGauge {
-    /// Fails with [`ErrorKind::DiskFull`] unless `needed` bytes fit above
-    /// the reserve on the file system of `dir`.
-    pub(crate) fn check(&self, dir: &Path, reserve: u64, needed: u64) -> Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let fresh = match *state {
-            Some((at, free, written)) => {
-                let headroom = free.saturating_sub(reserve);
-                at.elapsed() < std::time::Duration::from_millis(100) && (written + needed) * 2 < headroom
-            }
-            None => false,
-        };
-        if fresh {
-            if let Some((_, _, written)) = state.as_mut() {
-                *written += needed;
-            }
-            return Ok(());
+// A topic's blob links, kept by its writer (the blob store: blob.rs).
+impl Writer<'_> {
+    /// Links `payload`'s blob into this topic as the blob of record `seq`
+    /// (to be written next), storing the blob first if need be. Under the
+    /// lock, a link of that name can only be left by a writer that died
+    /// before writing record `seq`: it is replaced.
+    pub(super) fn link_blob(&self, seq: u64, payload: &SharedPayload, gauge: &SpaceGauge) -> Result<()> {
+        let root = &self.config.root;
+        let dst = self.dir.join(link_name(seq));
+        match fs::remove_file(&dst) {
+            Ok(()) => {}
+            Err(e) if e.kind() == IoKind::NotFound => {}
+            Err(e) => return Err(Error::io("cannot replace stale blob link", &dst, e)),
         }
-        let free = fs4::available_space(dir).map_err(|e| Error::io("cannot query free space of", dir, e))?;
-        if free < reserve.saturating_add(needed) {
-            *state = None;
-            return Err(Error::new(
-                ErrorKind::DiskFull,
-                format!(
-                    "disk full: {free} bytes free on the file system of '{}', below the reserve of {reserve} bytes",
-                    dir.display()
-                ),
-            ));
+        let mut attempts = 0;
+        loop {
+            let src = store(root, payload, self.config, gauge)?;
+            if failpoint("blob-stored") {
+                // Stored, then the writer fails before linking it.
+                return Err(Error::io("cannot link blob into", &dst, eio()));
+            }
+            match fs::hard_link(&src, &dst) {
+                Ok(()) => break,
+                // Swept as garbage between the check and the link: store
+                // it again.
+                Err(e) if e.kind() == IoKind::NotFound && attempts < 3 => attempts += 1,
+                Err(e) => return Err(Error::io("cannot link blob into", &dst, e)),
+            }
         }
-        *state = Some((std::time::Instant::now(), free, needed));
+        if self.config.sync == SyncPolicy::Always {
+            sync_dir(&self.dir)?;
+        }
+        if failpoint("blob-linked") {
+            // Linked, then the writer fails before writing the record.
+            return Err(Error::io("cannot append to", &dst, eio()));
+        }
         Ok(())
+    }
+
+    /// Unlinks the blob links of this topic that no record in `kept`
+    /// refers to (dropped records, and links left by a writer that died
+    /// before its record), then removes `.blobs/` entries left with no
+    /// other link. Called under the lock, after the segment changes.
+    pub(super) fn unlink_unreferenced(&self, kept: &HashSet<u64>, hashes: &[BlobRef]) -> Result<usize> {
+        let mut removed = 0;
+        for seq in list_links(&self.dir)? {
+            if kept.contains(&seq) {
+                continue;
+            }
+            let path = self.dir.join(link_name(seq));
+            match fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == IoKind::NotFound => {}
+                Err(e) => return Err(Error::io("cannot unlink blob", &path, e)),
+            }
+        }
+        for blob in hashes {
+            sweep_one(&self.config.root, blob);
+        }
+        Ok(removed)
+    }
+}
+
+impl Writer<'_> {
+    /// Unlinks the links of records dropped with a deleted segment, then
+    /// removes `.blobs/` entries left with no other link.
+    pub(super) fn unlink_dropped(&self, dropped: &[(u64, BlobRef)]) -> Result<()> {
+        for (seq, _) in dropped {
+            let path = self.dir.join(link_name(*seq));
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == IoKind::NotFound => {}
+                Err(e) => return Err(Error::io("cannot unlink blob", &path, e)),
+            }
+        }
+        for (_, blob) in dropped {
+            sweep_one(&self.config.root, blob);
+        }
+        Ok(())
+    }
+}
+
+impl Writer<'_> {
+    /// Unlinks the blob links of this topic that no record refers to
+    /// (left by a writer that failed between the link and the record);
+    /// returns how many.
+    pub(crate) fn drop_orphan_links(&self) -> Result<usize> {
+        let mut referenced = HashSet::new();
+        for first in segment::list_segments(&self.dir)? {
+            for (seq, _) in refs_of_segment(&self.dir.join(segment::segment_name(first)))? {
+                referenced.insert(seq);
+            }
+        }
+        self.unlink_unreferenced(&referenced, &[])
     }
 }

@@ -12,34 +12,40 @@ use crate::config::{Config, Shared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::log::{self, SpaceGauge, TopicFiles};
-use crate::remote::{HttpRemote, Remote};
+use crate::remote::Remote;
 use crate::topic::Topic;
 use crate::watch::Hub;
 pub use crate::ids::{fresh_id, now};
 
 mod admin;
 mod held;
+mod job;
 mod lifecycle;
 mod names;
 mod nowait;
 mod outbox;
+mod outbox_delivery;
+mod outbox_state;
 mod post;
 mod read;
 mod readers;
+mod report;
 mod routes;
 mod sweep;
 mod sweep_extra;
 mod sweep_index;
+mod sweep_removal;
 mod sweep_routes;
 
 pub use admin::TopicStat;
 pub use held::HeldStatuses;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
-pub use post::{Poisoned, PostReport, Write, KN_POISONED};
+pub use report::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport, KN_POISONED_BEFORE};
-pub use sweep::{SweepReport, REMOVING_PREFIX};
+pub use sweep::SweepReport;
+pub use sweep_removal::REMOVING_PREFIX;
 
 use routes::RouteList;
 
@@ -209,7 +215,10 @@ impl Store {
         config.shared = if crate::shared::resolve(config.shared, fs_magic) { Shared::On } else { Shared::Off };
         let names = names::read_names(&config.root)?;
         let access = crate::access::Source::new(config.access_rules.clone());
-        let remote: Arc<dyn Remote> = Arc::new(HttpRemote::from_config(&config));
+        #[cfg(feature = "http")]
+        let remote: Arc<dyn Remote> = Arc::new(crate::http::HttpRemote::from_config(&config));
+        #[cfg(not(feature = "http"))]
+        let remote: Arc<dyn Remote> = Arc::new(crate::remote::NoClient);
         if config.open_topics > 0 {
             // .lock, .head, the segment and a journal's heartbeat per topic.
             raise_open_file_limit((config.open_topics as u64).saturating_mul(4).saturating_add(1024));
@@ -456,7 +465,10 @@ impl Store {
         }
     }
 
-    pub(crate) fn hub(&self) -> &Arc<Hub> {
+    /// The store's change notifier in this process, started on first use:
+    /// what a layer keeping its own logs ([`crate::logs`]) subscribes to
+    /// and announces its appends through, as the store does for topics.
+    pub fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| {
             let hub = Arc::new(Hub::new());
             if self.is_shared() {

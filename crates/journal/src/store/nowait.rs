@@ -23,8 +23,10 @@ use crate::ids::now;
 use crate::log::{Appended, TopicFiles, Writer};
 use crate::topic::Topic;
 
-use super::outbox::{Outbox, classify_local};
-use super::post::{PostReport, SourceUrls, Write};
+use super::outbox_delivery::classify_local;
+use super::outbox_state::Outbox;
+use super::job::SourceUrls;
+use super::report::{PostReport, Write};
 use super::routes::ListedRoute;
 use super::{Destination, Kept, Store};
 

@@ -14,7 +14,7 @@ use crate::topic::Topic;
 use crate::watch::Subscription;
 
 use super::Store;
-use super::post::PostReport;
+use super::report::PostReport;
 
 /// Which existing events to send first on a new route or tunnel
 /// (PROTOCOL.md 3.3): [`Selection::none`] (only what is stored from now

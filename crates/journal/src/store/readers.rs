@@ -20,7 +20,7 @@ use crate::log;
 use crate::shared::LockKind;
 use crate::topic::Topic;
 
-use super::post::PostReport;
+use super::report::PostReport;
 use super::Store;
 
 /// In a topic directory: the file whose `flock` marks live readers.

@@ -12,7 +12,7 @@ use crate::log;
 use crate::topic::Topic;
 
 use super::{Destination, Store};
-use super::post::{Poisoned, PostReport, Write};
+use super::report::{Poisoned, PostReport, Write};
 use super::read::Selection;
 
 /// The element of a route that replaced a poisoned one under the same

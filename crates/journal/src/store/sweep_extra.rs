@@ -2,7 +2,7 @@
 //! of `.blobs/` past `Config::blob_grace` (`log::sweep_orphan_blobs`,
 //! FORMAT.md, "Orphan blobs"), and the pass that a layer above the store
 //! registers for its own files (Durable Streams: expired streams nobody
-//! reads, `streams/expiry.rs`). The store knows nothing of that layer:
+//! reads, kn-streams' `expiry.rs`). The store knows nothing of that layer:
 //! it calls what was registered ([`Store::set_extra_sweep`]).
 
 use std::time::Duration;

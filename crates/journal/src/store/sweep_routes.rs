@@ -17,7 +17,8 @@ use crate::ids::now;
 use crate::log::Appended;
 use crate::topic::Topic;
 
-use super::post::{Job, PostReport, Stored};
+use super::job::{Job, Stored};
+use super::report::PostReport;
 use super::routes::RouteList;
 use super::sweep_index::{self as index, Owed};
 use super::{Destination, Store};

@@ -10,9 +10,9 @@
 
 use super::state::{has_data, name, op};
 use super::{json, offset, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
-use crate::event::Event;
-use crate::log::{self, LogCursor};
-use crate::record::Record;
+use kn_journal::Event;
+use kn_journal::logs::{self as log, LogCursor};
+use kn_journal::Record;
 
 /// A fork's source as read for the copy.
 pub(super) struct ForkSource {
@@ -96,7 +96,7 @@ impl Streams {
         let json = info.is_json();
         let mut sub = req.fork_sub_offset;
         let mut records = Vec::new();
-        let mut cursor = LogCursor { last_seq: 0, segment: 0, offset: 0, ino: 0, caught_up: false };
+        let mut cursor = LogCursor::at(0, 0, 0, 0);
         'read: loop {
             let batch = log::read_new(&entry.dir, &mut cursor)?;
             if batch.is_empty() {
@@ -139,11 +139,11 @@ fn inherited(r: &Record, part: Option<Vec<u8>>) -> Event {
     match part {
         Some(p) => {
             e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, p);
+            e.set(kn_journal::KN_PAYLOAD, p);
         }
         None if has_data(r) => {
             e.set(name::OP, op::INHERIT);
-            e.set(crate::event::KN_PAYLOAD, r.event.payload().to_vec());
+            e.set(kn_journal::KN_PAYLOAD, r.event.payload().to_vec());
         }
         None => {
             e.set(name::OP, op::PAD);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kn_journal::streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
+use kn_streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
 use kn_journal::{Config, Event, Selection, Store, Topic};
 
 fn streams_with(config: Config) -> Streams {
@@ -112,7 +112,7 @@ fn a_torn_tail_loses_only_the_unacknowledged_append() {
     streams.create("s", &Create::new("text/plain")).unwrap();
     streams.append("s", &Append::data(Some("text/plain"), b"kept")).unwrap();
     // Half a record at the end of the segment, as a crash mid-write leaves.
-    let stream_dir = std::fs::read_dir(dir.path().join(kn_journal::streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
+    let stream_dir = std::fs::read_dir(dir.path().join(kn_streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
     let segment = std::fs::read_dir(&stream_dir).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains(".seg-")).unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes.extend_from_slice(&[0x20, 0, 0, 0, 1, 2, 3]);
@@ -128,7 +128,7 @@ fn offsets_are_checkpoints_and_forks_share_them() {
     let streams = streams_with(Config::new(dir.path()));
     let first = streams.create("src", &Create { body: b"ab".to_vec(), ..Create::new("text/plain") }).unwrap().info.tail;
     let second = streams.append("src", &Append::data(Some("text/plain"), b"cd")).unwrap().info.tail;
-    assert!(kn_journal::streams::offset(first) < kn_journal::streams::offset(second));
+    assert!(kn_streams::offset(first) < kn_streams::offset(second));
     let fork = Create { fork_from: Some("src".into()), fork_offset: Some(first), ..Create::default() };
     let created = streams.create("fork", &fork).unwrap();
     assert_eq!(created.info.tail, first);
@@ -209,7 +209,7 @@ fn streams_are_not_topics() {
     let streams = streams_with(Config::new(dir.path()));
     streams.create("what/chat", &Create::new("text/plain")).unwrap();
     assert!(streams.store().topics().unwrap().is_empty());
-    assert!(Topic::parse(&format!("/{}", kn_journal::streams::STREAMS_DIR)).is_err());
+    assert!(Topic::parse(&format!("/{}", kn_streams::STREAMS_DIR)).is_err());
 }
 
 #[test]
@@ -313,7 +313,7 @@ fn a_snapshot_the_log_does_not_confirm_is_ignored() {
         streams.append("s", &producer("p", seq, format!("p{seq};").as_bytes())).unwrap();
     }
     drop(streams);
-    let stream_dir = std::fs::read_dir(dir.path().join(kn_journal::streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
+    let stream_dir = std::fs::read_dir(dir.path().join(kn_streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
     let snapshot = stream_dir.join(".state");
     assert!(snapshot.exists(), "300 appends take a snapshot");
     let kept = std::fs::read(&snapshot).unwrap();

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kn_journal::streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
+use kn_streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
 use kn_journal::{Config, Event, Store, Topic};
 
 fn streams_with(config: Config) -> Streams {

@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::state::State;
-use crate::record::Record;
+use kn_journal::Record;
 
 /// The snapshot's file name, in the stream's directory.
 pub(crate) const SNAPSHOT_FILE: &str = ".state";
@@ -66,10 +66,10 @@ pub(crate) fn frame_of(record: &Record) -> (u64, u64) {
     let frame = match &record.blob {
         Some(blob) => {
             let mut bare = record.event.clone();
-            bare.remove(crate::event::KN_PAYLOAD);
-            crate::record::encode_event(record.seq, record.stored_secs, &bare, Some(blob))
+            bare.remove(kn_journal::KN_PAYLOAD);
+            kn_journal::logs::encode_event(record.seq, record.stored_secs, &bare, Some(blob))
         }
-        None => crate::record::encode_event(record.seq, record.stored_secs, &record.event, None),
+        None => kn_journal::logs::encode_event(record.seq, record.stored_secs, &record.event, None),
     };
     (frame.len() as u64, xxhash_rust::xxh3::xxh3_64(&frame))
 }
@@ -84,7 +84,7 @@ pub(crate) fn load(dir: &Path) -> Option<(Mark, State)> {
     let crc = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
     let len = u32::from_le_bytes(bytes[12..16].try_into().ok()?) as usize;
     let body = bytes.get(HEADER..HEADER + len)?;
-    if crate::record::crc32c(&[body]) != crc {
+    if kn_journal::logs::crc32c(&[body]) != crc {
         return None;
     }
     let snapshot: Snapshot = rmp_serde::from_slice(body).ok()?;
@@ -98,11 +98,11 @@ pub(crate) fn store(dir: &Path, mark: &Mark, state: &State, sync: bool) -> std::
     let body = rmp_serde::to_vec_named(&SnapshotOf { mark, state }).map_err(std::io::Error::other)?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&crate::record::crc32c(&[&body]).to_le_bytes());
+    bytes.extend_from_slice(&kn_journal::logs::crc32c(&[&body]).to_le_bytes());
     bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&body);
     let tmp = dir.join(TEMP_FILE);
-    let mut f = crate::log::open_shared(&tmp, false)?;
+    let mut f = kn_journal::logs::open_shared(&tmp, false)?;
     f.set_len(0)?;
     f.write_all(&bytes)?;
     if sync {

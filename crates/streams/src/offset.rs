@@ -22,8 +22,8 @@ pub enum Start {
 /// as a string.
 ///
 /// ```
-/// assert_eq!(kn_journal::streams::offset(42), "000000000000002a_0000000000000000");
-/// assert!(kn_journal::streams::offset(9) < kn_journal::streams::offset(10));
+/// assert_eq!(kn_streams::offset(42), "000000000000002a_0000000000000000");
+/// assert!(kn_streams::offset(9) < kn_streams::offset(10));
 /// ```
 pub fn offset(seq: u64) -> String {
     format!("{seq:016x}_0000000000000000")

@@ -5,7 +5,7 @@
 /// text is not such a timestamp.
 ///
 /// ```
-/// use kn_journal::streams::parse_rfc3339;
+/// use kn_streams::parse_rfc3339;
 /// assert_eq!(parse_rfc3339("1970-01-01T00:00:01Z"), Some(1000));
 /// assert_eq!(parse_rfc3339("1970-01-01T01:00:00.5+01:00"), Some(500));
 /// assert_eq!(parse_rfc3339("tomorrow"), None);

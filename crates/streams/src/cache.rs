@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use super::state::State;
 use super::{lock, snapshot, Streams};
-use crate::log::{LogCursor, TopicFiles};
-use crate::record::Record;
+use kn_journal::logs::{LogCursor, TopicFiles};
+use kn_journal::Record;
 
 /// What a process knows of one stream between requests.
 #[derive(Default)]

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Entry, StreamErrorKind, Streams};
-use crate::store::Store;
+use kn_journal::Store;
 
 /// In `.streams/`: the name of the stream directory the last bounded pass
 /// looked at last.
@@ -111,7 +111,7 @@ impl Streams {
         if budget.is_some() {
             let next = if start + report.looked >= names.len() { String::new() } else { last };
             if self.dir.is_dir() {
-                crate::log::write_cursor(&cursor_path, &next);
+                kn_journal::logs::write_cursor(&cursor_path, &next);
             }
         }
         report

@@ -2,7 +2,7 @@
 //! and their bytes (counted in memory, per process: an append is far too
 //! frequent for the store's shared `.stats`), and the live reads waiting
 //! now. How many streams the store holds comes from a walk
-//! ([`Usage::streams`](crate::Usage::streams)).
+//! ([`Usage::streams`](kn_journal::Usage::streams)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -52,8 +52,8 @@ impl Streams {
 mod tests {
     use std::sync::Arc;
 
-    use crate::streams::{Append, Create, Producer, Streams};
-    use crate::Store;
+    use crate::{Append, Create, Producer, Streams};
+    use kn_journal::Store;
 
     #[test]
     fn appends_bytes_and_live_readers_are_counted() {

@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::event::Event;
-use crate::record::Record;
+use kn_journal::Event;
+use kn_journal::Record;
 
 /// Element names of stream records.
 pub(crate) mod name {

@@ -13,10 +13,10 @@ use serde_json::{Map, Value};
 
 use super::state::{name, op};
 use super::{Entry, StreamResult, Streams};
-use crate::event::Event;
-use crate::log::{self, LogCursor, Writer};
-use crate::record::Record;
-use crate::topic::Topic;
+use kn_journal::Event;
+use kn_journal::logs::{self as log, LogCursor, Writer};
+use kn_journal::Record;
+use kn_journal::Topic;
 
 /// The element marking an event that came from a stream (its path): the
 /// stream it came from does not import it again.
@@ -34,8 +34,8 @@ impl Streams {
         }
         let after = entry.state.topic_seq;
         let mut cursor = match entry.topic_cursor.take() {
-            Some(c) if c.last_seq == after => c,
-            _ => LogCursor { last_seq: after, segment: 0, offset: 0, ino: 0, caught_up: false },
+            Some(c) if c.last_seq() == after => c,
+            _ => LogCursor::at(after, 0, 0, 0),
         };
         let mut out = Vec::new();
         loop {
@@ -52,7 +52,7 @@ impl Streams {
     pub(super) fn topic_has_new(&self, entry: &mut Entry, topic: &str) -> StreamResult<bool> {
         let Ok(t) = Topic::parse(topic) else { return Ok(false) };
         let dir = t.dir(&self.config().root);
-        let end = log::cursor_at_end(&dir).map(|c| c.last_seq).unwrap_or(0);
+        let end = log::cursor_at_end(&dir).map(|c| c.last_seq()).unwrap_or(0);
         let _ = entry;
         Ok(end > entry.state.topic_seq)
     }
@@ -68,14 +68,14 @@ impl Streams {
             return Ok(());
         }
         let path = entry.state.path.clone();
-        let now = crate::ids::now();
+        let now = kn_journal::now();
         for r in records {
             let mut e = Event::new();
             e.set(name::OP, op::APPEND);
             e.set(name::TOPIC_SEQ, r.seq.to_string());
             let own = r.event.get(KN_STREAM) == Some(path.as_bytes());
             if !own && !r.event.is_expired(now) {
-                e.set(crate::event::KN_PAYLOAD, event_to_json(&r.event));
+                e.set(kn_journal::KN_PAYLOAD, event_to_json(&r.event));
             } else {
                 // Still recorded, so that the checkpoint moves on.
                 e.set(name::OP, op::PAD);
@@ -86,7 +86,7 @@ impl Streams {
     }
 
     /// Notifies each message appended at checkpoint `at` to `topic`.
-    pub(super) fn post_to_topic(&self, path: &str, topic: &str, at: u64, messages: &[String]) -> crate::Result<()> {
+    pub(super) fn post_to_topic(&self, path: &str, topic: &str, at: u64, messages: &[String]) -> kn_journal::Result<()> {
         let t = Topic::parse(topic)?;
         for (i, m) in messages.iter().enumerate() {
             let event = json_to_event(path, at, i, m);
@@ -123,12 +123,12 @@ pub fn json_to_event(path: &str, at: u64, index: usize, message: &str) -> Event 
             }
         }
         _ => {
-            e.set(crate::event::KN_PAYLOAD, message);
+            e.set(kn_journal::KN_PAYLOAD, message);
         }
     }
-    if !e.contains(crate::event::KN_ID) {
+    if !e.contains(kn_journal::KN_ID) {
         let hash = xxhash_rust::xxh3::xxh3_64(path.as_bytes());
-        e.set(crate::event::KN_ID, format!("ds-{hash:016x}-{}-{index}", super::offset(at)));
+        e.set(kn_journal::KN_ID, format!("ds-{hash:016x}-{}-{index}", super::offset(at)));
     }
     e.set(KN_STREAM, path);
     e.set(KN_STREAM_OFFSET, super::offset(at));
