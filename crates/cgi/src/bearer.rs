@@ -341,7 +341,8 @@ fn refusal(e: jsonwebtoken::errors::Error) -> Refused {
 /// The verifiers of this process, one per store root (read when first
 /// needed).
 fn verifier(store: &Store) -> Result<Arc<Verifier>, Refused> {
-    static VERIFIERS: OnceLock<Mutex<HashMap<PathBuf, Result<Arc<Verifier>, String>>>> = OnceLock::new();
+    type Verifiers = HashMap<PathBuf, Result<Arc<Verifier>, String>>;
+    static VERIFIERS: OnceLock<Mutex<Verifiers>> = OnceLock::new();
     let mut all = VERIFIERS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     let made = all.entry(store.config().root.clone()).or_insert_with(|| Verifier::new(store.config()).map(Arc::new));
     made.clone().map_err(|why| Refused::new(Reason::UnknownKid, why))

@@ -9,6 +9,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::StatusCode;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
@@ -83,3 +85,21 @@ impl hyper::body::Body for Body {
     }
 }
 
+/// A `text/plain` answer of `text`, made for this request.
+pub(crate) fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
+    let length = text.len();
+    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
+    reply
+}
+
+/// A `text/plain` answer of a fixed `text`.
+pub(crate) fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
+    let mut reply = hyper::Response::new(Body::full(text.as_bytes().to_vec()));
+    *reply.status_mut() = code;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
+    reply
+}

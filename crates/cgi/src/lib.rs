@@ -83,6 +83,7 @@ mod static_files;
 pub mod stream_access;
 pub mod streams;
 mod tunnel_end;
+mod tunnel_reply;
 mod wake;
 
 pub use kn_wire::{status_event, Format, Page, Params};

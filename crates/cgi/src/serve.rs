@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::StatusCode;
@@ -72,6 +72,7 @@ use tokio::time::Instant;
 
 use crate::auth::Authentication;
 pub use crate::body::Body;
+use crate::body::{plain, plain_owned};
 use crate::pool::Pool;
 use crate::handler::{AfterReply, Handler, Options, Reply, TunnelReply};
 use crate::serve_auth::{Gate, Refusal};
@@ -864,23 +865,6 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
     reply
 }
 
-/// A `text/plain` answer of `text`, made for this request.
-fn plain_owned(code: StatusCode, text: String) -> hyper::Response<Body> {
-    let length = text.len();
-    let mut reply = hyper::Response::new(Body::full(text.into_bytes()));
-    *reply.status_mut() = code;
-    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
-    reply
-}
-
-pub(crate) fn plain(code: StatusCode, text: &'static str) -> hyper::Response<Body> {
-    let mut reply = hyper::Response::new(Body::full(text.as_bytes().to_vec()));
-    *reply.status_mut() = code;
-    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    reply.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
-    reply
-}
 
 #[cfg(test)]
 mod tests {

@@ -9,8 +9,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::StatusCode;
 
-use crate::body::Body;
-use crate::serve::plain;
+use crate::body::{plain, Body};
 
 /// Answers a request for a static file: `405` unless `GET` or `HEAD`.
 pub(crate) async fn answer(static_dir: Option<&Path>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {

@@ -267,7 +267,7 @@ fn serve_reads_tokens_from_header_parameter_and_cookie_and_counts_refusals() {
     assert_eq!(a.code, 200, "{a:?}");
     let a = request(&serve, "GET", &format!("/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=p&kn_id=p&kn_token={token}&kn_response_format=simple"), "");
     assert_eq!(a.code, 200, "{a:?}");
-    let a = request(&serve, "GET", &format!("/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=c&kn_id=c&kn_response_format=simple"), &format!("Cookie: other=1; kn_token={token}\r\n"));
+    let a = request(&serve, "GET", "/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=c&kn_id=c&kn_response_format=simple", &format!("Cookie: other=1; kn_token={token}\r\n"));
     assert_eq!(a.code, 200, "{a:?}");
     assert_eq!(site.payloads("/who/anna/notes"), ["hi", "p", "c"]);
     // The token itself is never stored with the event.
@@ -309,7 +309,7 @@ fn durable_streams_take_the_same_tokens() {
 
 /// The last `kn_route_checkpoint` in a simple-format text.
 fn last_checkpoint(text: &str) -> Option<String> {
-    text.lines().filter_map(|l| l.strip_prefix("kn_route_checkpoint: ")).last().map(str::to_string)
+    text.lines().filter_map(|l| l.strip_prefix("kn_route_checkpoint: ")).next_back().map(str::to_string)
 }
 
 #[test]
