@@ -661,6 +661,12 @@ pub(crate) fn read_new_hinted(dir: &Path, cursor: &mut LogCursor, mut hints: Rea
     }
 }
 
+/// True when `file` has no name left (`fstat` link count 0): its topic was
+/// removed while this process waited for the lock or kept it open.
+pub(crate) fn unlinked(file: &File) -> bool {
+    file.metadata().is_ok_and(|m| m.nlink() == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,10 +817,4 @@ mod tests {
         zeroed.extend_from_slice(&[0u8; 100]);
         assert_eq!(scan_bytes(&zeroed, Mode::Whole).stop, Some(Stop::Zeroed));
     }
-}
-
-/// True when `file` has no name left (`fstat` link count 0): its topic was
-/// removed while this process waited for the lock or kept it open.
-pub(crate) fn unlinked(file: &File) -> bool {
-    file.metadata().is_ok_and(|m| m.nlink() == 0)
 }
