@@ -213,14 +213,7 @@ impl Rules {
     /// for anonymous, where logging in may help, else
     /// [`ErrorKind::Forbidden`] (403); the message names the rule.
     pub fn check(&self, who: &Principal, op: Operation, topic: &Topic) -> Result<()> {
-        let owner;
-        let topic = match topic.is_reserved().then(|| topic.parent()).flatten() {
-            Some(parent) => {
-                owner = parent;
-                &owner
-            }
-            None => topic,
-        };
+        let topic = &*judged_as(topic);
         if who.has_token() {
             who.check_token(op, topic)?;
             if who.is_capability() {
@@ -370,6 +363,15 @@ fn stamps(path: &Path, rules: &Rules) -> Vec<Option<(SystemTime, u64)>> {
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
+}
+
+/// The topic a right on `topic` is judged on: a reserved topic
+/// (`kn_routes`, `kn_subtopics`) as the topic it belongs to.
+pub(crate) fn judged_as(topic: &Topic) -> std::borrow::Cow<'_, Topic> {
+    match topic.is_reserved().then(|| topic.parent()).flatten() {
+        Some(parent) => std::borrow::Cow::Owned(parent),
+        None => std::borrow::Cow::Borrowed(topic),
+    }
 }
 
 #[cfg(test)]

@@ -149,14 +149,7 @@ impl Principal {
             }
         }
         let Some(narrowed) = &grant.narrowed else { return Ok(()) };
-        let owner;
-        let topic = match topic.is_reserved().then(|| topic.parent()).flatten() {
-            Some(parent) => {
-                owner = parent;
-                &owner
-            }
-            None => topic,
-        };
+        let topic = &*super::judged_as(topic);
         let segments: Vec<&str> = topic.segments().collect();
         if narrowed.iter().any(|(bits, pattern, _)| bits & op.bit() != 0 && pattern.matches(&segments, self.name(), None)) {
             return Ok(());

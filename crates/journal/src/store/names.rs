@@ -100,7 +100,14 @@ impl Store {
     /// else a name a `serve` recorded, else the learned name seen last,
     /// else `http://localhost/kn`.
     pub fn server_url(&self) -> String {
-        self.server_names().swap_remove(0)
+        // Per post along routes (`kn_routed_from`): the first name only,
+        // without listing the others.
+        if let Some(url) = &self.config.server_url {
+            return url.clone();
+        }
+        let names = self.names.read().ok();
+        let first = names.as_deref().and_then(|n| n.iter().min_by_key(|n| order_key(n)).map(|n| n.url.clone()));
+        first.unwrap_or_else(|| "http://localhost/kn".to_string())
     }
 
     /// Every URL this store knows itself by, in [`Store::server_url`]'s
@@ -224,31 +231,17 @@ impl Store {
                     }
                 }
             }
-            // At most `max` learned names: the least recently seen go.
-            let mut learned: Vec<u64> = names.iter().filter(|n| n.kind == NameKind::Learned).map(|n| n.seen).collect();
+            // At most `max` learned names: the least recently seen go
+            // (among equal times the earlier line, added earlier).
+            let mut learned: Vec<usize> = (0..names.len()).filter(|&i| names[i].kind == NameKind::Learned).collect();
             if learned.len() > max {
-                learned.sort_unstable_by(|a, b| b.cmp(a));
-                let keep_from = learned[max - 1];
-                let mut kept = 0;
-                // Newest first, so that ties at the cut keep the newest.
-                // (Later lines were added later: first among equal times.)
-                let mut order: Vec<usize> = (0..names.len()).rev().collect();
-                order.sort_by(|&a, &b| names[b].seen.cmp(&names[a].seen));
-                let mut drop = vec![false; names.len()];
-                for i in order {
-                    if names[i].kind != NameKind::Learned {
-                        continue;
-                    }
-                    if kept < max && names[i].seen >= keep_from {
-                        kept += 1;
-                    } else {
-                        drop[i] = true;
-                    }
-                }
+                learned.sort_by(|&a, &b| names[b].seen.cmp(&names[a].seen).then(b.cmp(&a)));
+                let mut dropped = vec![false; names.len()];
+                learned[max..].iter().for_each(|&i| dropped[i] = true);
                 let mut i = 0;
                 names.retain(|_| {
                     i += 1;
-                    !drop[i - 1]
+                    !dropped[i - 1]
                 });
                 changed = true;
             }
@@ -370,15 +363,22 @@ impl Store {
 
 /// The names in the order [`Store::server_names`] gives them.
 fn ordered(names: &[ServerName]) -> impl Iterator<Item = &ServerName> {
-    let rank = |n: &ServerName| match n.kind {
+    let mut sorted: Vec<&ServerName> = names.iter().collect();
+    // Stable: pinned names keep their file order.
+    sorted.sort_by_key(|n| order_key(n));
+    sorted.into_iter()
+}
+
+/// Where a name stands in [`ordered`]: pinned names first (in file order:
+/// their `seen` is 0), then `serve`'s, then learned ones, the most
+/// recently seen first within each kind.
+fn order_key(name: &ServerName) -> (u8, std::cmp::Reverse<u64>) {
+    let rank = match name.kind {
         NameKind::Pinned => 0,
         NameKind::Server(_) => 1,
         NameKind::Learned => 2,
     };
-    let mut sorted: Vec<&ServerName> = names.iter().collect();
-    // Stable: pinned names keep their file order.
-    sorted.sort_by(|a, b| rank(a).cmp(&rank(b)).then(if rank(a) == 0 { std::cmp::Ordering::Equal } else { b.seen.cmp(&a.seen) }));
-    sorted.into_iter()
+    (rank, std::cmp::Reverse(name.seen))
 }
 
 /// A name that a request by it need not write again.
