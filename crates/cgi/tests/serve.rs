@@ -569,7 +569,10 @@ fn many_tunnels(tunnels: usize, env: &[(&str, &str)]) {
     let before = cpu();
     std::thread::sleep(Duration::from_secs(1));
     println!("{tunnels} idle tunnels used {} ticks of CPU in 1 s (100 ticks = one core)", cpu() - before);
-    assert!(server.threads() < 50);
+    // Idle pool threads linger a while (the runtime keeps a blocking
+    // thread 10 s): the bound is still what the pools may hold.
+    let threads = server.threads();
+    assert!(threads <= most as u64, "{threads} threads for {tunnels} idle tunnels (at most {most})");
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }
 
