@@ -51,7 +51,11 @@ fn serve_one() -> ExitCode {
     };
     if let Some(path) = crate::streams::cgi_path() {
         // Durable Streams, mounted with a second ScriptAlias (DEPLOY.md).
-        let _ = crate::streams::serve_cgi(config, path, &mut out);
+        let settings = match kn_streams::StreamsConfig::from_env() {
+            Ok(s) => s,
+            Err(err) => return fail(&mut out, 500, "Server misconfigured", &err.to_string()),
+        };
+        let _ = crate::streams::serve_cgi(config, settings, path, &mut out);
         return ExitCode::SUCCESS;
     }
     let request = match Request::from_process(&Limits::for_store(&config)) {

@@ -421,7 +421,7 @@ impl Server {
         let limits = Limits::for_store(&store_config);
         let gate = Gate::new(config.auth.clone(), &store_config)?;
         let budget = BodyBudget::new(store_config.body_budget_bytes);
-        let streams_enabled = store_config.streams_enabled;
+        let streams_config = kn_streams::StreamsConfig::from_env()?;
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
         let store = Arc::new(Store::open_with(store_config)?);
@@ -447,7 +447,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
-            streams: streams_enabled.then(|| Arc::new(kn_streams::Streams::watched(store.clone()))),
+            streams: streams_config.enabled.then(|| Arc::new(kn_streams::Streams::watched(store.clone()).with_config(streams_config))),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
         })

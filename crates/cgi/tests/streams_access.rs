@@ -161,4 +161,11 @@ fn as_a_cgi_streams_obey_remote_user_and_the_rules() {
     assert!(out.starts_with("Status: 201 Created\r\n"), "{out}");
     let out = run("GET", "/anna/notes", Some("anna"), &[("KN_STREAMS", "off")]);
     assert!(out.starts_with("Status: 404 Not Found\r\n"), "{out}");
+    // A stream setting that does not parse: 500 naming it, nothing done.
+    for bad in [("KN_STREAMS", "maybe"), ("KN_STREAM_MAX_APPEND_BYTES", "lots")] {
+        let out = run("PUT", "/anna/other", Some("anna"), &[bad]);
+        assert!(out.starts_with("Status: 500 "), "{out}");
+        assert!(out.contains(bad.0), "{out}");
+    }
+    assert!(run("GET", "/anna/other", Some("anna"), &[]).starts_with("Status: 404 "), "a refused PUT created nothing");
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use kn_cgi::streams::{handle, Outcome, StreamRequest};
-use kn_streams::Streams;
+use kn_streams::{Streams, StreamsConfig};
 use kn_journal::{Config, Store};
 
 fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> StreamRequest {
@@ -28,11 +28,12 @@ fn status(streams: &Streams, req: &StreamRequest) -> u16 {
 #[test]
 fn limits_answer_their_statuses() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_fork_depth = 1;
-    config.stream_max_producer_id_bytes = 8;
-    config.stream_max_producers = 1;
-    let streams = Streams::new(Arc::new(Store::open_with(config).unwrap()));
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_fork_depth = 1;
+    settings.max_producer_id_bytes = 8;
+    settings.max_producers = 1;
+    let streams = Streams::new(Arc::new(Store::open_with(config).unwrap())).with_config(settings);
     let plain = ("Content-Type", "text/plain");
 
     let huge = request("PUT", "t", &[plain, ("Stream-TTL", "9223372036854775807")], b"");

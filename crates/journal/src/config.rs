@@ -118,20 +118,8 @@ impl std::str::FromStr for Shared {
 /// | `forward_backoff` | 1 s before the first retry, doubling for each next one (at most 1 hour): 12 retries span about 68 minutes | `KN_FORWARD_BACKOFF_MS` |
 /// | `sse_retry` | 1 s: the `retry:` an `sse` tunnel sends, how long `EventSource` waits before reconnecting (its own default is 3 s) | `KN_SSE_RETRY_MS` |
 /// | `shutdown_grace` | 5 s: on SIGTERM, `serve` ends every tunnel at once (a `503` status event, then the response's end) and exits once its connections are done, or after this long at most | `KN_SHUTDOWN_GRACE` (seconds) |
-/// | `stream_long_poll` | 20 s a Durable Streams long-poll waits before `204` | `KN_STREAM_LONG_POLL_MS` |
-/// | `stream_sse_max_time` | 60 s an SSE response stays open (then the client reconnects) | `KN_STREAM_SSE_MAX_MS` |
-/// | `stream_max_append_bytes` | 8 MiB per stream `PUT`/`POST` body (more: `413`) | `KN_STREAM_MAX_APPEND_BYTES` |
-/// | `stream_max_read_bytes` | 1 MiB of data per catch-up response (more: the rest on the next read, no `Stream-Up-To-Date`) | `KN_STREAM_MAX_READ_BYTES` |
-/// | `stream_max_path_bytes` | 1024 bytes per stream path (more: `400`) | `KN_STREAM_MAX_PATH_BYTES` |
-/// | `stream_max_producers` | 10,000 idempotent producers per stream (more: `400`) | `KN_STREAM_MAX_PRODUCERS` |
-/// | `stream_cache` | 1024 streams whose state a process keeps in memory | `KN_STREAM_CACHE` |
-/// | `stream_cache_bytes` | 256 KiB of each cached stream's latest data kept in memory (so at most `stream_cache` × this: 256 MiB) | `KN_STREAM_CACHE_BYTES` |
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
-/// | `stream_cache_memory` | 256 MiB: the most memory the cached streams of a process hold in all (state, producers, latest data; streams in use excepted) | `KN_STREAM_CACHE_MEMORY` |
-/// | `stream_max_fork_depth` | 100 forks in a chain (a fork of a fork ...; more: `409`) | `KN_STREAM_MAX_FORK_DEPTH` |
-/// | `stream_max_producer_id_bytes` | 256 bytes per `Producer-Id` (more: `400`) | `KN_STREAM_MAX_PRODUCER_ID_BYTES` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
-/// | `streams_enabled` | on: `serve` and pubsub.cgi answer Durable Streams at `/v1/stream/` (off: `404`) | `KN_STREAMS` (`on`/`off`) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
 /// | `auth_threads` | 2 password checks of `serve --htpasswd` running at once, off the event loop | `KN_AUTH_THREADS` |
 /// | `auth_queue` | 64 password checks waiting for a thread (more: `503` with `Retry-After`) | `KN_AUTH_QUEUE` |
@@ -327,56 +315,16 @@ pub struct Config {
     /// server), lets one-shot requests finish, and exits when its
     /// connections are done or this has passed, whichever comes first.
     pub shutdown_grace: Duration,
-    /// How long a Durable Streams long-poll (`live=long-poll`) waits for
-    /// data before answering `204 No Content`.
-    pub stream_long_poll: Duration,
-    /// How long a Durable Streams SSE response (`live=sse`) stays open;
-    /// the client then reconnects from its last offset (PROTOCOL.md of
-    /// Durable Streams, 5.8: about 60 s, for CDN collapsing).
-    pub stream_sse_max_time: Duration,
-    /// Largest body of a stream `PUT` or `POST`, in bytes (more: `413`).
-    pub stream_max_append_bytes: usize,
-    /// Most data one catch-up read returns, in bytes (at least one
-    /// record): the rest comes on the next read.
-    pub stream_max_read_bytes: usize,
-    /// Longest stream path, in bytes (more: `400`).
-    pub stream_max_path_bytes: usize,
-    /// Most idempotent producers one stream tracks; a new one past it is
-    /// refused (`400`: producers are never forgotten, so a retry would fail
-    /// as well) so that producer state cannot grow without bound.
-    pub stream_max_producers: usize,
-    /// Most streams whose state one process keeps in memory between
-    /// requests (the rest is read again from the log when needed).
-    pub stream_cache: usize,
-    /// How much of the latest data of each stream in `stream_cache` a
-    /// process keeps in memory, in bytes, so that catch-up reads near the
-    /// tail read no file (0: none).
-    pub stream_cache_bytes: usize,
     /// Least time between the end of one walk of the store's tree and the
     /// start of the next, for the size figures a long-lived server keeps
     /// ([`UsageCache`](crate::UsageCache), `serve`'s `/metrics`). A scrape
     /// answers the last walk's figures and never waits for one; at most
     /// one walk runs at a time, on a thread of its own.
     pub metrics_refresh: Duration,
-    /// Most memory, in bytes (an estimate: state, producers, read
-    /// positions, latest data), that the streams a process keeps in memory
-    /// hold in all; past it, streams not in use are forgotten (all is in
-    /// the log). Streams in use by a request are never forgotten.
-    pub stream_cache_memory: usize,
-    /// Longest chain of forks: a fork of a stream that is already this
-    /// many forks down from a stream that is no fork is refused (`409`).
-    /// It bounds what one delete may release up a chain.
-    pub stream_max_fork_depth: usize,
-    /// Longest `Producer-Id`, in bytes (more: `400`): with
-    /// `stream_max_producers`, what one stream's producer state holds.
-    pub stream_max_producer_id_bytes: usize,
     /// A blob (`.blobs/<hash>`) that nothing links any more is removed by
     /// the sweep once its last link change is this old (FORMAT.md,
     /// "Blobs"): a writer about to link it has long done so.
     pub blob_grace: Duration,
-    /// Whether the Durable Streams front door (`/v1/stream/`) answers;
-    /// off, every stream request is answered `404` (docs/DURABLE-STREAMS.md).
-    pub streams_enabled: bool,
     /// Longest `user:password` of Basic credentials `serve --htpasswd`
     /// checks, in bytes; longer ones are refused (`400`) before any hash
     /// is computed (Apache's MD5 costs grow with the password's length).
@@ -469,20 +417,8 @@ impl Config {
             forward_backoff: Duration::from_secs(1),
             sse_retry: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(5),
-            stream_long_poll: Duration::from_secs(20),
-            stream_sse_max_time: Duration::from_secs(60),
-            stream_max_append_bytes: 8 << 20,
-            stream_max_read_bytes: 1 << 20,
-            stream_max_path_bytes: 1024,
-            stream_max_producers: 10_000,
-            stream_cache: 1024,
-            stream_cache_bytes: 256 << 10,
             metrics_refresh: Duration::from_secs(60),
-            stream_cache_memory: 256 << 20,
-            stream_max_fork_depth: 100,
-            stream_max_producer_id_bytes: 256,
             blob_grace: Duration::from_secs(3600),
-            streams_enabled: true,
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
             auth_queue: 64,
@@ -511,14 +447,7 @@ impl Config {
 
     /// Applies the `KN_*` variables other than `KN_EVENTS` to `self`.
     pub fn with_env(mut self) -> Result<Config, Error> {
-        fn var<T: std::str::FromStr>(name: &str) -> Result<Option<T>, Error> {
-            match std::env::var(name) {
-                Err(_) => Ok(None),
-                Ok(v) => v.trim().parse::<T>().map(Some).map_err(|_| {
-                    Error::new(ErrorKind::BadRequest, format!("bad value '{v}' for environment variable {name}"))
-                }),
-            }
-        }
+        use env_setting as var;
         if let Some(v) = var("KN_RESERVE_BYTES")? {
             self.reserve_bytes = v;
         }
@@ -658,51 +587,11 @@ impl Config {
         if let Some(v) = var("KN_SHUTDOWN_GRACE")? {
             self.shutdown_grace = Duration::from_secs(v);
         }
-        if let Some(v) = var("KN_STREAM_LONG_POLL_MS")? {
-            self.stream_long_poll = Duration::from_millis(v);
-        }
-        if let Some(v) = var("KN_STREAM_SSE_MAX_MS")? {
-            self.stream_sse_max_time = Duration::from_millis(v);
-        }
-        if let Some(v) = var("KN_STREAM_MAX_APPEND_BYTES")? {
-            self.stream_max_append_bytes = v;
-        }
-        if let Some(v) = var("KN_STREAM_MAX_READ_BYTES")? {
-            self.stream_max_read_bytes = v;
-        }
-        if let Some(v) = var("KN_STREAM_MAX_PATH_BYTES")? {
-            self.stream_max_path_bytes = v;
-        }
-        if let Some(v) = var("KN_STREAM_MAX_PRODUCERS")? {
-            self.stream_max_producers = v;
-        }
-        if let Some(v) = var("KN_STREAM_CACHE")? {
-            self.stream_cache = v;
-        }
-        if let Some(v) = var("KN_STREAM_CACHE_BYTES")? {
-            self.stream_cache_bytes = v;
-        }
         if let Some(v) = var("KN_METRICS_REFRESH_MS")? {
             self.metrics_refresh = Duration::from_millis(v);
         }
-        if let Some(v) = var("KN_STREAM_CACHE_MEMORY")? {
-            self.stream_cache_memory = v;
-        }
-        if let Some(v) = var("KN_STREAM_MAX_FORK_DEPTH")? {
-            self.stream_max_fork_depth = v;
-        }
-        if let Some(v) = var("KN_STREAM_MAX_PRODUCER_ID_BYTES")? {
-            self.stream_max_producer_id_bytes = v;
-        }
         if let Some(v) = var("KN_BLOB_GRACE")? {
             self.blob_grace = Duration::from_secs(v);
-        }
-        if let Ok(v) = std::env::var("KN_STREAMS") {
-            self.streams_enabled = match v.trim() {
-                "on" => true,
-                "off" => false,
-                _ => return Err(Error::new(ErrorKind::BadRequest, format!("bad value '{v}' for environment variable KN_STREAMS: expected 'on' or 'off'"))),
-            };
         }
         if let Some(v) = var("KN_AUTH_MAX_CREDENTIALS_BYTES")? {
             self.auth_max_credentials_bytes = v;
@@ -750,6 +639,25 @@ impl Config {
             self.token_cache = v;
         }
         Ok(self)
+    }
+}
+
+/// The environment variable `name` parsed as a `T` (surrounding blanks
+/// ignored): `None` when it is not set, an error naming it when it does
+/// not parse. Every `KN_*` setting is read with it, here and by the
+/// crates beside the core (`kn_streams::StreamsConfig`).
+///
+/// ```
+/// assert_eq!(kn_journal::env_setting::<u64>("KN_NO_SUCH_SETTING").unwrap(), None);
+/// ```
+pub fn env_setting<T: std::str::FromStr>(name: &str) -> Result<Option<T>, Error> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| Error::new(ErrorKind::BadRequest, format!("bad value '{v}' for environment variable {name}"))),
     }
 }
 

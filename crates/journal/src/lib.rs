@@ -392,7 +392,7 @@ mod usage;
 mod watch;
 
 pub use changes::CHANGES_FILE;
-pub use config::{default_open_topics, Config, Shared, SyncPolicy};
+pub use config::{default_open_topics, env_setting, Config, Shared, SyncPolicy};
 pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
 pub use error::{Error, ErrorKind, Result};
 pub use event::*;

@@ -1,10 +1,10 @@
 //! What a process keeps of the streams it served (`Entry`), and the
-//! bounds on it: at most `Config::stream_cache` streams, holding at most
-//! `Config::stream_cache_memory` bytes in all.
+//! bounds on it: at most `StreamsConfig::cache` streams, holding at most
+//! `StreamsConfig::cache_memory` bytes in all.
 //!
 //! The bytes are an estimate made each time a request lets go of a
 //! stream ([`Held`]'s drop): the state (producers above all: up to
-//! `stream_max_producers` ids of up to `stream_max_producer_id_bytes`
+//! `StreamsConfig::max_producers` ids of up to `StreamsConfig::max_producer_id_bytes`
 //! each), read positions, the latest data, the last body served and the
 //! last record. Past the bound, every stream that no request holds is
 //! forgotten (nothing is lost: all is in the log), as when the count is
@@ -39,7 +39,7 @@ pub(super) struct Entry {
     /// Where the bound topic was read up to.
     pub(super) topic_cursor: Option<LogCursor>,
     /// The latest data records, `(seq, payload)`, at most
-    /// `Config::stream_cache_bytes` of payload: catch-up reads of the
+    /// `StreamsConfig::cache_bytes` of payload: catch-up reads of the
     /// tail need no file read.
     pub(super) recent: std::collections::VecDeque<(u64, Arc<[u8]>)>,
     pub(super) recent_bytes: usize,
@@ -150,7 +150,7 @@ impl Drop for Held<'_> {
         } else {
             self.streams.cached_bytes.fetch_sub(before - now, Ordering::Relaxed);
         }
-        if self.streams.cached_bytes.load(Ordering::Relaxed) > self.streams.config().stream_cache_memory {
+        if self.streams.cached_bytes.load(Ordering::Relaxed) > self.streams.streams_config().cache_memory {
             // Never waited for (this may run on a server's event loop):
             // when the map is busy, the next request trims it.
             if let Ok(mut entries) = self.streams.entries.try_lock() {
@@ -195,18 +195,18 @@ impl Entry {
 
 impl Streams {
     /// The cached stream of `path` (made, empty, if there is none): kept
-    /// in the cache unless it holds `stream_cache` streams in use.
+    /// in the cache unless it holds `StreamsConfig::cache` streams in use.
     pub(super) fn entry(&self, path: &str) -> Arc<Cell> {
         let mut entries = lock(&self.entries);
         if let Some(e) = entries.get(path) {
             return e.clone();
         }
-        if entries.len() >= self.config().stream_cache.max(1) || self.cached_bytes.load(Ordering::Relaxed) > self.config().stream_cache_memory {
+        if entries.len() >= self.streams_config().cache.max(1) || self.cached_bytes.load(Ordering::Relaxed) > self.streams_config().cache_memory {
             self.forget_idle(&mut entries);
         }
         let cell = Arc::new(Cell::default());
         *lock(&cell.entry) = Entry { dir: self.stream_dir(path), ..Entry::default() };
-        if entries.len() < self.config().stream_cache.max(1) {
+        if entries.len() < self.streams_config().cache.max(1) {
             cell.cached.store(true, Ordering::Relaxed);
             entries.insert(path.to_owned(), cell.clone());
         }
@@ -238,7 +238,7 @@ impl Streams {
     }
 
     /// How many bytes (an estimate) the streams this process keeps in
-    /// memory hold: at most `Config::stream_cache_memory` plus what the
+    /// memory hold: at most `StreamsConfig::cache_memory` plus what the
     /// requests running now hold.
     pub fn cache_bytes(&self) -> usize {
         self.cached_bytes.load(Ordering::Relaxed)

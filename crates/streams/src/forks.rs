@@ -1,5 +1,5 @@
 //! Forks (Durable Streams, "Forking"): what a fork copies of its source,
-//! how deep a chain of forks may grow (`Config::stream_max_fork_depth`),
+//! how deep a chain of forks may grow (`StreamsConfig::max_fork_depth`),
 //! and the fork counters that keep a deleted source until its last fork
 //! goes (docs/DURABLE-STREAMS.md, "Forks").
 //!
@@ -68,7 +68,7 @@ impl Streams {
     /// them: every record up to the fork point, data as `inherit`,
     /// anything else as `pad`, so that checkpoints stay equal. Refused
     /// (`Conflict`, 409) when the fork would be deeper than
-    /// `Config::stream_max_fork_depth`.
+    /// `StreamsConfig::max_fork_depth`.
     pub(super) fn fork_source(&self, from: &str, req: &Create) -> StreamResult<ForkSource> {
         let from_path = source_path(from);
         self.check_path(from_path)?;
@@ -81,7 +81,7 @@ impl Streams {
             r => r?,
         }
         let depth = entry.state.fork_depth();
-        let max = self.config().stream_max_fork_depth;
+        let max = self.streams_config().max_fork_depth;
         if depth >= max as u64 {
             return Err(StreamError::new(
                 StreamErrorKind::Conflict,

@@ -48,6 +48,7 @@ use kn_journal::Store;
 mod bridge;
 mod figures;
 mod cache;
+mod config;
 mod expiry;
 mod forks;
 mod json;
@@ -60,6 +61,7 @@ mod watch;
 mod read;
 mod write;
 
+pub use config::StreamsConfig;
 pub use figures::StreamFigures;
 pub use expiry::{register as sweep_expired_streams, ExpirySweep};
 pub use json::{essence, is_json};
@@ -118,6 +120,8 @@ pub struct Streams {
     writing: kn_journal::Config,
     /// Keep cached streams watched (see [`Streams::watched`]).
     watched: bool,
+    /// The front door's own settings (limits, caches, live reads).
+    settings: StreamsConfig,
     /// Records read from logs to bring states up to date.
     replayed: AtomicU64,
     /// Live reads of this process waiting now ([`StreamWatch`]es): with
@@ -149,13 +153,33 @@ impl Streams {
         Streams::unregistered(store)
     }
 
+    /// These streams with `settings` in place of the defaults (which
+    /// [`Streams::new`] and [`Streams::watched`] start with);
+    /// `serve` and pubsub.cgi give [`StreamsConfig::from_env`].
+    ///
+    /// ```
+    /// use kn_streams::{Streams, StreamsConfig};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = std::sync::Arc::new(kn_journal::Store::open(dir.path()).unwrap());
+    /// let streams = Streams::new(store).with_config(StreamsConfig { max_path_bytes: 64, ..StreamsConfig::default() });
+    /// assert_eq!(streams.streams_config().max_path_bytes, 64);
+    /// ```
+    pub fn with_config(self, settings: StreamsConfig) -> Streams {
+        Streams { settings, ..self }
+    }
+
+    /// The settings these streams answer with.
+    pub fn streams_config(&self) -> &StreamsConfig {
+        &self.settings
+    }
+
     /// [`Streams::new`] without registering the sweep's pass.
     fn unregistered(store: Arc<Store>) -> Streams {
         let dir = store.config().root.join(STREAMS_DIR);
         let mut writing = store.config().clone();
         writing.journal_max_age = Duration::MAX;
         writing.journal_max_bytes = u64::MAX;
-        Streams { store, dir, entries: Mutex::default(), cached_bytes: AtomicUsize::new(0), gauge: SpaceGauge::default(), writing, watched: false, replayed: AtomicU64::new(0), live: Arc::default(), counted: Default::default() }
+        Streams { store, dir, entries: Mutex::default(), cached_bytes: AtomicUsize::new(0), gauge: SpaceGauge::default(), writing, watched: false, settings: StreamsConfig::default(), replayed: AtomicU64::new(0), live: Arc::default(), counted: Default::default() }
     }
 
     /// The streams of `store` for a long-lived process (`serve`): the
@@ -192,7 +216,7 @@ impl Streams {
     }
 
     fn check_path(&self, path: &str) -> StreamResult<()> {
-        let max = self.config().stream_max_path_bytes;
+        let max = self.streams_config().max_path_bytes;
         if path.is_empty() {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "a stream path cannot be empty"));
         }
@@ -337,7 +361,7 @@ impl Streams {
                 let tail = entry.state.tail;
                 entry.state.apply(r);
                 if entry.state.tail != tail {
-                    entry.remember(r.seq, r.event.payload(), self.config().stream_cache_bytes);
+                    entry.remember(r.seq, r.event.payload(), self.streams_config().cache_bytes);
                 }
                 entry.since.0 += 1;
                 entry.since.1 += r.event.payload().len() as u64;
@@ -481,7 +505,7 @@ impl Streams {
         let tail = entry.state.tail;
         entry.state.apply(&record);
         if entry.state.tail != tail {
-            entry.remember(seq, record.event.payload(), self.config().stream_cache_bytes);
+            entry.remember(seq, record.event.payload(), self.streams_config().cache_bytes);
         }
         entry.since.0 += 1;
         entry.since.1 += record.event.payload().len() as u64;

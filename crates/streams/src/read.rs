@@ -20,7 +20,7 @@ impl Streams {
     }
 
     /// Reads from `start` (catch-up), at most
-    /// `Config::stream_max_read_bytes` (at least one record); resets a
+    /// `StreamsConfig::max_read_bytes` (at least one record); resets a
     /// sliding TTL.
     pub fn read(&self, path: &str, start: Start) -> StreamResult<Chunk> {
         self.check_path(path)?;
@@ -52,7 +52,7 @@ impl Streams {
         };
         drop(entry);
         let dir = self.stream_dir(path);
-        let max = self.config().stream_max_read_bytes;
+        let max = self.streams_config().max_read_bytes;
         let (mut joined, mut next) = (Joined::new(info.is_json(), 0), from);
         'read: loop {
             let records = log::read_new(&dir, &mut cursor)?;
@@ -76,14 +76,14 @@ impl Streams {
     }
 
     /// The data after `from` (at or after `entry.forgotten`: all of it in
-    /// memory), at most `Config::stream_max_read_bytes` (at least one
+    /// memory), at most `StreamsConfig::max_read_bytes` (at least one
     /// record).
     fn memory_chunk(&self, entry: &mut Entry, from: u64, info: Info) -> Chunk {
         if let Some(s) = entry.served.as_ref().filter(|s| s.from == from && s.tail == info.tail) {
             let (records, next, data) = (s.records, s.next, s.body.clone());
             return Chunk { up_to_date: next >= info.tail, info, start: from, next, records, data };
         }
-        let max = self.config().stream_max_read_bytes;
+        let max = self.streams_config().max_read_bytes;
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
         let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
         // Sized once (the payloads and their commas), however many fit.

@@ -26,10 +26,10 @@ pub enum StreamErrorKind {
     StaleEpoch,
     /// Producer sequence gap (409, with expected and received).
     SequenceGap,
-    /// Body larger than `Config::stream_max_append_bytes` (413).
+    /// Body larger than `StreamsConfig::max_append_bytes` (413).
     TooLarge,
     /// A limit that a later retry may pass (429). None is now: a stream's
-    /// producers never go, so `Config::stream_max_producers` refuses a new
+    /// producers never go, so `StreamsConfig::max_producers` refuses a new
     /// one with `BadRequest` (a 429 would invite retries forever).
     Limit,
     /// Storage failure (500, or 507 when the disk is full).

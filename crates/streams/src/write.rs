@@ -31,8 +31,8 @@ impl Streams {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, format!("Stream-Expires-At '{at}' is not an RFC 3339 timestamp")));
             }
         }
-        if req.body.len() > self.config().stream_max_append_bytes {
-            return Err(too_large(req.body.len(), self.config().stream_max_append_bytes));
+        if req.body.len() > self.streams_config().max_append_bytes {
+            return Err(too_large(req.body.len(), self.streams_config().max_append_bytes));
         }
         let cell = self.entry(path);
         let mut entry = self.hold(&cell);
@@ -192,7 +192,7 @@ impl Streams {
     /// state in the same record.
     pub fn append(&self, path: &str, req: &Append<'_>) -> StreamResult<Appended> {
         self.check_path(path)?;
-        let max = self.config().stream_max_append_bytes;
+        let max = self.streams_config().max_append_bytes;
         if req.body.len() > max {
             return Err(too_large(req.body.len(), max));
         }
@@ -200,7 +200,7 @@ impl Streams {
             return Err(StreamError::new(StreamErrorKind::BadRequest, "an append needs a body (or Stream-Closed: true)"));
         }
         if let Some(p) = &req.producer {
-            let max = self.config().stream_max_producer_id_bytes;
+            let max = self.streams_config().max_producer_id_bytes;
             if p.id.len() > max {
                 return Err(StreamError::new(StreamErrorKind::BadRequest, format!("a Producer-Id of {} bytes is longer than the limit of {max} (KN_STREAM_MAX_PRODUCER_ID_BYTES)", p.id.len())));
             }
@@ -248,8 +248,8 @@ impl Streams {
         if self.config().sync == kn_journal::SyncPolicy::Always || self.config().shared == kn_journal::Shared::On || !self.watched {
             return None;
         }
-        let long_id = req.producer.as_ref().is_some_and(|p| p.id.len() > self.config().stream_max_producer_id_bytes);
-        if req.body.is_empty() || req.body.len() > self.config().stream_max_append_bytes || long_id {
+        let long_id = req.producer.as_ref().is_some_and(|p| p.id.len() > self.streams_config().max_producer_id_bytes);
+        if req.body.is_empty() || req.body.len() > self.streams_config().max_append_bytes || long_id {
             return None;
         }
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
@@ -331,8 +331,8 @@ impl Streams {
                     e.gap = Some((0, p.seq));
                     return Err(e);
                 }
-                None if s.producers.len() >= self.config().stream_max_producers => {
-                    return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream '{path}' has the most producers allowed ({}, KN_STREAM_MAX_PRODUCERS): a new Producer-Id is refused", self.config().stream_max_producers)));
+                None if s.producers.len() >= self.streams_config().max_producers => {
+                    return Err(StreamError::new(StreamErrorKind::BadRequest, format!("stream '{path}' has the most producers allowed ({}, KN_STREAM_MAX_PRODUCERS): a new Producer-Id is refused", self.streams_config().max_producers)));
                 }
                 _ => {}
             }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kn_streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
+use kn_streams::{StreamsConfig, Append, Create, Producer, Start, StreamErrorKind, Streams};
 use kn_journal::{Config, Event, Selection, Store, Topic};
 
 fn streams_with(config: Config) -> Streams {
@@ -145,9 +145,10 @@ fn offsets_are_checkpoints_and_forks_share_them() {
 #[test]
 fn append_size_limit_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_append_bytes = 10;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_append_bytes = 10;
+    let streams = streams_with(config).with_config(settings);
     streams.create("s", &Create::new("text/plain")).unwrap();
     assert!(streams.append("s", &Append::data(Some("text/plain"), &[b'a'; 10])).is_ok());
     let err = streams.append("s", &Append::data(Some("text/plain"), &[b'a'; 11])).unwrap_err();
@@ -159,9 +160,10 @@ fn append_size_limit_boundary() {
 #[test]
 fn path_length_limit_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_path_bytes = 8;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_path_bytes = 8;
+    let streams = streams_with(config).with_config(settings);
     assert!(streams.create("12345678", &Create::new("text/plain")).is_ok());
     assert_eq!(streams.create("123456789", &Create::new("text/plain")).unwrap_err().kind(), StreamErrorKind::BadRequest);
 }
@@ -169,9 +171,10 @@ fn path_length_limit_boundary() {
 #[test]
 fn producer_count_limit_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_producers = 2;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_producers = 2;
+    let streams = streams_with(config).with_config(settings);
     streams.create("s", &Create::new("text/plain")).unwrap();
     let by = |id: &str| Append { producer: Some(Producer { id: id.into(), epoch: 0, seq: 0 }), ..Append::data(Some("text/plain"), b"x") };
     streams.append("s", &by("a")).unwrap();
@@ -185,9 +188,10 @@ fn producer_count_limit_boundary() {
 #[test]
 fn read_size_limit_splits_catch_up_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_read_bytes = 4;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_read_bytes = 4;
+    let streams = streams_with(config).with_config(settings);
     streams.create("s", &Create::new("text/plain")).unwrap();
     for piece in [&b"ab"[..], b"cd", b"ef"] {
         streams.append("s", &Append::data(Some("text/plain"), piece)).unwrap();
@@ -215,10 +219,11 @@ fn streams_are_not_topics() {
 #[test]
 fn reads_agree_inside_and_beyond_the_memory_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
+    let config = Config::new(dir.path());
     // Room for two 2-byte appends in memory: older data comes from the file.
-    config.stream_cache_bytes = 4;
-    let streams = streams_with(config);
+    let mut settings = StreamsConfig::default();
+    settings.cache_bytes = 4;
+    let streams = streams_with(config).with_config(settings);
     streams.create("s", &Create::new("text/plain")).unwrap();
     let mut offsets = vec![0];
     for piece in [&b"ab"[..], b"cd", b"ef", b"gh"] {

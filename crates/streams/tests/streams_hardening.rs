@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kn_streams::{Append, Create, Producer, Start, StreamErrorKind, Streams};
+use kn_streams::{StreamsConfig, Append, Create, Producer, Start, StreamErrorKind, Streams};
 use kn_journal::{Config, Event, Store, Topic};
 
 fn streams_with(config: Config) -> Streams {
@@ -36,9 +36,10 @@ fn blobs(root: &Path) -> Vec<String> {
 fn a_chain_of_ten_thousand_forks_is_deleted_on_a_128_kib_stack() {
     const DEPTH: usize = 10_000;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_fork_depth = DEPTH;
-    let streams = Arc::new(streams_with(config));
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_fork_depth = DEPTH;
+    let streams = Arc::new(streams_with(config).with_config(settings));
     streams.create("c/0", &Create::new("text/plain")).unwrap();
     for i in 1..=DEPTH {
         streams.create(&format!("c/{i}"), &fork_of(&format!("c/{}", i - 1))).unwrap();
@@ -65,9 +66,10 @@ fn a_chain_of_ten_thousand_forks_is_deleted_on_a_128_kib_stack() {
 #[test]
 fn fork_depth_limit_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_fork_depth = 3;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_fork_depth = 3;
+    let streams = streams_with(config).with_config(settings);
     streams.create("d/0", &Create::new("text/plain")).unwrap();
     for i in 1..=3 {
         streams.create(&format!("d/{i}"), &fork_of(&format!("d/{}", i - 1))).unwrap();
@@ -83,9 +85,10 @@ fn fork_depth_limit_boundary() {
 #[test]
 fn producer_id_length_limit_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_max_producer_id_bytes = 16;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.max_producer_id_bytes = 16;
+    let streams = streams_with(config).with_config(settings);
     streams.create("p", &Create::new("text/plain")).unwrap();
     let by = |id: String| Append { producer: Some(Producer { id, epoch: 0, seq: 0 }), ..Append::data(Some("text/plain"), b"x") };
     assert!(streams.append("p", &by("a".repeat(16))).unwrap().stored);
@@ -221,10 +224,11 @@ fn an_expired_fork_is_counted_out_of_its_deleted_source() {
 fn the_stream_cache_stays_under_its_byte_bound() {
     const BOUND: usize = 256 << 10;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.stream_cache_memory = BOUND;
-    config.stream_max_producer_id_bytes = 1024;
-    let streams = streams_with(config);
+    let config = Config::new(dir.path());
+    let mut settings = StreamsConfig::default();
+    settings.cache_memory = BOUND;
+    settings.max_producer_id_bytes = 1024;
+    let streams = streams_with(config).with_config(settings);
     let mut largest = 0;
     for s in 0..100 {
         let path = format!("m/{s}");

@@ -29,7 +29,7 @@ pub(crate) use via_serve::respond;
 pub const PREFIX: &str = "/v1/stream/";
 
 /// The answer to every stream request while the endpoint is off
-/// (`Config::streams_enabled`, `KN_STREAMS=off`): `404`.
+/// (`StreamsConfig::enabled`, `KN_STREAMS=off`): `404`.
 pub const OFF: &str = "Durable Streams are turned off on this server (KN_STREAMS=off)";
 
 /// The response headers browsers may read (CORS).
@@ -81,7 +81,7 @@ fn header_name(name: &str) -> Option<HeaderName> {
     }
 }
 
-/// How much of a body over `Config::stream_max_append_bytes` is read and
+/// How much of a body over `StreamsConfig::max_append_bytes` is read and
 /// dropped before answering `413` (beyond it the connection is closed).
 const DRAIN_BYTES: u64 = 64 << 20;
 
@@ -526,7 +526,7 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
     };
     let live = req.param("live");
     let cursor = req.param("cursor");
-    let config = streams.store().config();
+    let config = streams.streams_config();
     match live.as_deref() {
         None => {}
         Some("long-poll") => {
@@ -546,7 +546,7 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
                 path: req.path.clone(),
                 from: chunk.next,
                 cursor,
-                deadline: Instant::now() + config.stream_long_poll,
+                deadline: Instant::now() + config.long_poll,
             }));
         }
         Some("sse") => {
@@ -575,7 +575,7 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
                 cursor,
                 base64,
                 head,
-                deadline: Instant::now() + config.stream_sse_max_time,
+                deadline: Instant::now() + config.sse_max_time,
                 started: false,
             }));
         }

@@ -20,9 +20,9 @@ pub fn cgi_path() -> Option<String> {
 }
 
 /// Serves one stream request as a CGI program, writing to `out`.
-pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::File) -> std::io::Result<()> {
+pub fn serve_cgi(config: kn_journal::Config, settings: kn_streams::StreamsConfig, path: String, out: &mut std::fs::File) -> std::io::Result<()> {
     use std::io::{Read, Write};
-    if !config.streams_enabled {
+    if !settings.enabled {
         let _ = std::io::copy(&mut std::io::stdin().lock().take(DRAIN_BYTES), &mut std::io::sink());
         return out.write_all(&StreamResponse::text(404, OFF).to_cgi_bytes(false));
     }
@@ -37,7 +37,7 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
     let method = env("REQUEST_METHOD").unwrap_or_default();
     let announced: Option<usize> = env("CONTENT_LENGTH").and_then(|v| v.trim().parse().ok());
     let length = announced.unwrap_or(0);
-    let max = config.stream_max_append_bytes;
+    let max = settings.max_append_bytes;
     let mut body = Vec::with_capacity(length.min(max));
     // CONTENT_LENGTH bytes; without it, a PUT or POST may carry a chunked
     // body that the web server passes on until end of input; other
@@ -61,7 +61,7 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
     let user = env("REMOTE_USER").filter(|u| !u.is_empty());
     let req = StreamRequest { method: method.clone(), path, query: env("QUERY_STRING").unwrap_or_default(), headers, body, url, user };
     let store = kn_journal::Store::open_with(config).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let streams = Streams::new(std::sync::Arc::new(store));
+    let streams = Streams::new(std::sync::Arc::new(store)).with_config(settings);
     let head = method == "HEAD";
     match handle(&streams, &req) {
         Outcome::Done(r) => out.write_all(&r.to_cgi_bytes(head)),
@@ -100,7 +100,7 @@ pub fn serve_cgi(config: kn_journal::Config, path: String, out: &mut std::fs::Fi
                     // a comment (ignored by SSE clients) every second, so
                     // that an abandoned response ends within about a
                     // second instead of holding a process and a server
-                    // worker until `stream_sse_max_time`.
+                    // worker until `StreamsConfig::sse_max_time`.
                     out.write_all(b":\n\n")?;
                     written = Instant::now();
                 }

@@ -27,7 +27,7 @@ pub(crate) async fn respond(
     budget: &crate::serve_body::BodyBudget,
 ) -> hyper::Response<Body> {
     let (parts, mut incoming) = request.into_parts();
-    let max = streams.store().config().stream_max_append_bytes;
+    let max = streams.streams_config().max_append_bytes;
     // A body over the limit is read to its end (up to DRAIN_BYTES more)
     // and dropped before the 413 goes out: a client still sending would
     // otherwise see its connection reset instead of the answer.
