@@ -495,7 +495,7 @@ fn route_expires(site: &Site, from: &str, id: &str) -> Option<String> {
 #[test]
 fn a_route_made_with_a_token_expires_with_it_unless_the_rules_grant_the_user_more() {
     let site = Site::new("bearer_route_expiry");
-    std::fs::write(site.dir.join("access.rules"), "group staff: anna\nallow read,route /what/staff/** @staff\n").unwrap();
+    std::fs::write(site.dir.join("access.rules"), "group staff: anna\nallow read,route,post /what/staff/** @staff\n").unwrap();
     let exp = now() + 600;
     // bob is staff by his token's groups only: the route ends with the token.
     let bob = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "bob", "groups": ["staff"], "exp": exp}));
@@ -503,6 +503,10 @@ fn a_route_made_with_a_token_expires_with_it_unless_the_rules_grant_the_user_mor
     assert_eq!(a.code, 200, "{a:?}");
     let expires: u64 = route_expires(&site, "/what/staff/a", "bob1").expect("a kn_expires").parse().unwrap();
     assert!(expires <= exp + 30, "no later than the token (and its leeway): {expires} > {exp}");
+    // Until then it carries the token's rights: it delivers.
+    let a = site.cgi_with(&anna(json!({})), "do_method=notify&kn_to=/what/staff/a&kn_payload=for-bob", &[]);
+    assert_eq!(a.code, 200, "{a:?}");
+    assert_eq!(site.payloads("/what/staff/b"), ["for-bob"], "delivered along bob's route, judged with his token's group");
     // A later kn_expires asked for is cut to the token's.
     let a = site.cgi_with(&bob, &format!("do_method=route&kn_from=/what/staff/a&kn_to=/what/staff/b&kn_id=bob2&kn_expires={}", exp + 86_400), &[]);
     assert_eq!(a.code, 200, "{a:?}");
@@ -525,4 +529,39 @@ fn a_cgi_tunnel_ends_401_when_its_token_expires() {
     assert!(a.body.contains("Watching topic"), "{a:?}");
     assert!(a.body.contains("status: 401 Unauthorized"), "{a:?}");
     assert!(a.body.contains("bearer token expired"), "{a:?}");
+}
+
+/// `serve`'s `/metrics` scraped as Prometheus does with `authorization:
+/// credentials_file` (docs/DEPLOY.md): a token granting `read` on
+/// `/kn_metrics` gets the page; one that does not, `403`; an unusable
+/// one, `401` with a Bearer challenge; none, the rules' Basic `401`.
+#[test]
+fn metrics_are_scraped_with_a_token_granting_read_on_kn_metrics_and_refused_otherwise() {
+    let site = Site::new("bearer_metrics");
+    std::fs::write(site.dir.join("access.rules"), "allow read /kn_metrics prometheus\nallow all /who/{user}/** users\n").unwrap();
+    let serve = site.serve(&[]);
+    let scrape = |token: &str| request(&serve, "GET", "/metrics", &format!("Authorization: Bearer {token}\r\n"));
+    let prometheus = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() + 600}));
+    let a = scrape(&prometheus);
+    assert_eq!(a.code, 200, "{a:?}");
+    assert!(a.body.contains("kn_token_refusals_total"), "{}", a.body);
+    // A capability for exactly /kn_metrics, whatever the rules say.
+    let capability = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"exp": now() + 600, "kn": {"read": ["/kn_metrics"]}}));
+    assert_eq!(scrape(&capability).code, 200);
+    // Through the kn_token parameter too.
+    assert_eq!(request(&serve, "GET", &format!("/metrics?kn_token={prometheus}"), "").code, 200);
+    // A user the rules do not let, a claim that does not name it: 403.
+    let a = scrape(&anna(json!({})));
+    assert_eq!(a.code, 403, "{a:?}");
+    assert!(a.body.contains("user 'anna' may not read '/kn_metrics'"), "{a:?}");
+    let narrowed = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() + 600, "kn": {"read": ["/who/prometheus/**"]}}));
+    let a = scrape(&narrowed);
+    assert_eq!(a.code, 403, "{a:?}");
+    assert!(a.body.contains("its kn claim does not allow it"), "{a:?}");
+    // Expired: 401 with the Bearer challenge; none: the Basic one.
+    let expired = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() - 60}));
+    assert!(scrape(&expired).refused_as("expired"), "{:?}", scrape(&expired));
+    let a = request(&serve, "GET", "/metrics", "");
+    assert_eq!(a.code, 401, "{a:?}");
+    assert!(a.head.contains("Basic realm"), "{a:?}");
 }
