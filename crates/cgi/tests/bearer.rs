@@ -305,6 +305,36 @@ fn durable_streams_take_the_same_tokens() {
     assert!(a.refused_as("malformed"), "{a:?}");
     // Anonymous, as before: refused by the rules with a Basic challenge.
     assert_eq!(request(&serve, "GET", "/v1/stream/anna/notes?offset=-1", "").code, 401);
+    drop(serve);
+    // The same as a CGI mounted at .../v1/stream (the header as Apache
+    // passes it with CGIPassAuth On).
+    let cgi = |method: &str, path: &str, authorization: &str| -> String {
+        let mut command = Command::new(BIN);
+        command
+            .env_clear()
+            .env("GATEWAY_INTERFACE", "CGI/1.1")
+            .env("SCRIPT_NAME", "/cgi-bin/pubsub.cgi/v1/stream")
+            .env("PATH_INFO", path)
+            .env("REQUEST_METHOD", method)
+            .env("QUERY_STRING", "offset=-1")
+            .env("SERVER_NAME", "127.0.0.1")
+            .env("SERVER_PORT", "80")
+            .env("CONTENT_TYPE", "text/plain")
+            .env("CONTENT_LENGTH", "0")
+            .env("HTTP_AUTHORIZATION", authorization)
+            .env("KN_EVENTS", site.root())
+            .env("KN_ACCESS_RULES", site.dir.join("access.rules"))
+            .env("KN_TOKEN_KEYS", &site.keys)
+            .stdout(Stdio::piped());
+        String::from_utf8_lossy(&run_with_stdin(&mut command, b"", Duration::from_secs(20)).stdout).into_owned()
+    };
+    let bearer = format!("Bearer {token}");
+    let out = cgi("PUT", "/anna/cgi", &bearer);
+    assert!(out.starts_with("Status: 201 Created\r\n"), "{out}");
+    assert!(cgi("GET", "/anna/cgi", &bearer).starts_with("Status: 200"), "a read");
+    assert!(cgi("PUT", "/bob/cgi", &bearer).starts_with("Status: 403 "), "outside the claim");
+    let out = cgi("GET", "/anna/cgi", "Bearer nonsense");
+    assert!(out.starts_with("Status: 401 ") && out.contains("Bearer error=\"invalid_token\""), "{out}");
 }
 
 /// The last `kn_route_checkpoint` in a simple-format text.
@@ -564,4 +594,24 @@ fn metrics_are_scraped_with_a_token_granting_read_on_kn_metrics_and_refused_othe
     let a = request(&serve, "GET", "/metrics", "");
     assert_eq!(a.code, 401, "{a:?}");
     assert!(a.head.contains("Basic realm"), "{a:?}");
+}
+
+#[test]
+fn a_stream_sse_read_closes_when_its_token_expires() {
+    let site = Site::new("bearer_stream_sse_expiry");
+    let serve = site.serve(&[]);
+    let long = anna(json!({}));
+    let put = format!("Authorization: Bearer {long}\r\nContent-Type: text/plain\r\n");
+    assert_eq!(request(&serve, "PUT", "/v1/stream/anna/sse", &put).code, 201);
+    let short = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "anna", "exp": now() + 2}));
+    let started = std::time::Instant::now();
+    let read = format!("GET /v1/stream/anna/sse?offset=-1&live=sse HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {short}\r\n\r\n", serve.addr());
+    let mut stream = Stream::send(&serve.url(), read.as_bytes());
+    assert!(stream.read_to_end(Duration::from_secs(15)), "the SSE response ends: {}", stream.text());
+    assert_eq!(stream.status(), Some(200), "{}", stream.text());
+    assert!(started.elapsed() < Duration::from_secs(12), "at the token's expiry: {:?}", started.elapsed());
+    // The next read with the same token is refused.
+    std::thread::sleep(Duration::from_millis(1100));
+    let a = request(&serve, "GET", "/v1/stream/anna/sse?offset=-1&live=sse", &format!("Authorization: Bearer {short}\r\n"));
+    assert!(a.refused_as("expired"), "{a:?}");
 }
