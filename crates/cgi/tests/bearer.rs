@@ -3,8 +3,10 @@
 //! error="invalid_token"`, the reason), key rotation by `kid`, a token
 //! narrowing a broad rule, a capability without `sub`, as a CGI process
 //! and under `serve` (header, `kn_token` parameter, cookie; refusals in
-//! /metrics), Durable Streams under the same tokens, and a tunnel ended by
-//! its token's expiry and resumed with a new token, nothing lost.
+//! /metrics), Durable Streams under the same tokens (live reads ended at
+//! expiry), a tunnel ended by its token's expiry and resumed with a new
+//! token, nothing lost, routes carrying their token's rights until it
+//! expires, and `/metrics` scraped with a token.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
