@@ -10,8 +10,10 @@
 //!   cookie, a topic anonymous may not read (pubsub.cgi under Apache);
 //! * the JavaScript client, given a short-lived token and a callback to
 //!   renew it, keeps receiving across the token's expiry (its tunnel ends
-//!   `401`, it asks for a new token and resumes from its checkpoint):
-//!   every event arrives, exactly once.
+//!   `401`, it asks for a new token and resumes from its checkpoint; its
+//!   route from a topic only the token's group may read is asked for
+//!   again with the new token before the old one runs out): every event
+//!   arrives, exactly once.
 //!
 //! Like `tests/browser.rs`, each skips with a printed reason when Apache,
 //! chromium or chromedriver is missing, except under `CI=true`.
@@ -209,7 +211,9 @@ kn.subscribe('/what/private/feed', function (e) {{ got.push(e.kn_payload); }});
 const SITE_RULES: &str = "\
 allow all             /who/{user}/**     users
 allow read            /what/private/**   users
+allow read            /what/staff/**     @staff
 allow post            /what/private/**   *
+allow post            /what/staff/**     *
 ";
 
 #[test]
@@ -260,9 +264,12 @@ fn the_javascript_client_renews_an_expiring_token_and_loses_no_event_across_the_
     let _ = std::fs::set_permissions(&rules, std::os::unix::fs::PermissionsExt::from_mode(0o644));
     let store = dir.store("kn_events");
     const TTL: u64 = 5;
-    let short = mint(&store, &["--user", "anna", "--ttl", &TTL.to_string()]);
+    // anna is staff by her tokens only: her route from /what/staff/live
+    // expires with each token (docs/ACCESS.md, "Lifetime") and the client
+    // asks for it again with the new one.
+    let short = mint(&store, &["--user", "anna", "--groups", "staff", "--ttl", &TTL.to_string()]);
     let minted = Instant::now();
-    let fresh: Vec<String> = (0..2).map(|_| mint(&store, &["--user", "anna", "--ttl", "1h"])).collect();
+    let fresh: Vec<String> = (0..2).map(|_| mint(&store, &["--user", "anna", "--groups", "staff", "--ttl", "1h"])).collect();
     support::make_writable_by_server(&store);
     let pages = pages(&dir);
     let apache = Apache::start(&support::pubsub_cgi(), &store, &apache_conf(&rules, &pages));
@@ -287,6 +294,7 @@ window.kn_refreshToken = function () {{
 window.got = []; window.states = [];
 kn.onConnection = function (state, detail) {{ states.push(state + ' ' + (detail || '')); }};
 kn.subscribe('/what/private/live', function (e) {{ got.push(e.kn_id); }});
+kn.subscribe('/what/staff/live', function (e) {{ got.push('staff-' + e.kn_id); }});
 </script>",
             fresh = serde_json::to_string(&fresh).expect("json")
         ),
@@ -299,12 +307,15 @@ kn.subscribe('/what/private/live', function (e) {{ got.push(e.kn_id); }});
         // The route is in place once an event posted now arrives.
         let mut sent = Vec::new();
         let post = |id: &str| {
-            let r = support::post_form(&apache.url(), &[("kn_to", "/what/private/live"), ("kn_id", id), ("kn_payload", id), ("kn_response_format", "simple")]);
-            assert_eq!(r.status, 200, "{}", r.text());
+            for topic in ["/what/private/live", "/what/staff/live"] {
+                let r = support::post_form(&apache.url(), &[("kn_to", topic), ("kn_id", id), ("kn_payload", id), ("kn_response_format", "simple")]);
+                assert_eq!(r.status, 200, "{}", r.text());
+            }
         };
         post("first");
         sent.push("first".to_string());
-        let first = wait_js(&browser, Duration::from_secs(15), "return got.indexOf('first') >= 0;").await;
+        sent.push("staff-first".to_string());
+        let first = wait_js(&browser, Duration::from_secs(15), "return got.indexOf('first') >= 0 && got.indexOf('staff-first') >= 0;").await;
         assert_eq!(first, json!(true), "{}", js(&browser, "return JSON.stringify({got: got, states: states});").await);
         // Events every 200 ms until well past the first token's expiry.
         let until = minted + Duration::from_secs(TTL + 3);
@@ -312,6 +323,7 @@ kn.subscribe('/what/private/live', function (e) {{ got.push(e.kn_id); }});
         while Instant::now() < until {
             let id = format!("e{i}");
             post(&id);
+            sent.push(format!("staff-{id}"));
             sent.push(id);
             i += 1;
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -142,7 +142,11 @@
     if (!name || !t || !sameOrigin() || t.length > 3800) return false;
     var path = new URL(server, location.href).pathname || "/";
     var secure = location.protocol === "https:" ? "; Secure" : "";
-    document.cookie = name + "=" + t + "; Path=" + path + "; SameSite=Strict" + secure;
+    // Gone when the token expires: an expired token in a cookie would
+    // have every request of this browser to the server refused 401.
+    var exp = claimsOf(t).exp;
+    var age = typeof exp === "number" ? "; Max-Age=" + Math.max(0, Math.floor(exp - Date.now() / 1000)) : "";
+    document.cookie = name + "=" + t + "; Path=" + path + "; SameSite=Strict" + age + secure;
     return true;
   }
 

@@ -617,3 +617,22 @@ fn a_stream_sse_read_closes_when_its_token_expires() {
     let a = request(&serve, "GET", "/v1/stream/anna/sse?offset=-1&live=sse", &format!("Authorization: Bearer {short}\r\n"));
     assert!(a.refused_as("expired"), "{a:?}");
 }
+
+/// A page of another origin reads the answers to its requests bringing
+/// `kn_token` (an `EventSource`, a form POST): `Access-Control-Allow-Origin:
+/// *`, refusals included; every other answer is unchanged.
+#[test]
+fn answers_to_requests_bringing_kn_token_allow_any_origin_and_no_others_change() {
+    let site = Site::new("bearer_cors");
+    let token = anna(json!({}));
+    let allows = |a: &Answer| a.head.lines().any(|l| l == "Access-Control-Allow-Origin: *");
+    let a = site.cgi(&format!("{POST}&kn_token={token}"), &[]);
+    assert!(a.code == 200 && allows(&a), "{a:?}");
+    let a = site.cgi(&format!("kn_from=/who/anna/notes&kn_expires=%2B0&kn_token={token}"), &[]);
+    assert!(a.code == 200 && allows(&a), "a tunnel: {a:?}");
+    let a = site.cgi(&format!("{POST}&kn_token=nonsense"), &[]);
+    assert!(a.refused_as("malformed") && allows(&a), "{a:?}");
+    for a in [site.cgi_with(&token, POST, &[]), site.cgi(POST, &[]), site.cgi("kn_from=/what/public/x&kn_expires=%2B0", &[])] {
+        assert!(!a.head.to_ascii_lowercase().contains("access-control"), "{a:?}");
+    }
+}
