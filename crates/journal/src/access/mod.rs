@@ -189,11 +189,14 @@ impl Principal {
     /// ([`KN_ROUTE_GRANT`]): its deliveries are judged with that, until
     /// the route's `kn_expires`.
     pub fn creator_of(route: &Event) -> Principal {
-        let now = std::time::UNIX_EPOCH.elapsed().map_or(0.0, |d| d.as_secs_f64());
-        let expires = route.expires_at(now).ok().flatten().map(|at| at as u64);
-        if let (Some(record), Some(expires)) = (route.get(KN_ROUTE_GRANT), expires) {
-            let name = route.get(KN_ROUTE_CREATOR).map(|n| String::from_utf8_lossy(n).into_owned());
-            return Principal::from_grant_record(name.as_deref(), record, expires);
+        if let Some(record) = route.get(KN_ROUTE_GRANT) {
+            let now = std::time::UNIX_EPOCH.elapsed().map_or(0.0, |d| d.as_secs_f64());
+            // Without a kn_expires (never so when the store wrote it), the
+            // grant is ignored: the route is its plain creator's.
+            if let Some(expires) = route.expires_at(now).ok().flatten().map(|at| at as u64) {
+                let name = route.get(KN_ROUTE_CREATOR).map(|n| String::from_utf8_lossy(n).into_owned());
+                return Principal::from_grant_record(name.as_deref(), record, expires);
+            }
         }
         match (route.get(KN_ROUTE_CREATOR), route.get(KN_ROUTE_SESSION)) {
             (Some(name), _) => Principal::user(&String::from_utf8_lossy(name)),
