@@ -129,9 +129,9 @@ type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
 /// `reply`, readable by a page of any origin when the request brings its
 /// bearer token in the `kn_token` parameter (an `EventSource` or a form
 /// POST of another origin, docs/ACCESS.md 1b): `Access-Control-Allow-Origin:
-/// *`. Such a request carries no cookie and no login (a credentialed one
-/// would need the origin named, which `*` never allows), so a page reads
-/// only what its token may; every other answer is unchanged.
+/// *`. With `*` a browser sends no cookie and no login along with a
+/// request of another origin, so such a page reads only what its token
+/// may; every other answer is unchanged (old clients' bytes included).
 fn cross_origin(request: &Request, mut reply: Reply) -> Reply {
     if request.param(crate::bearer::TOKEN_PARAM).is_some() {
         let head = match &mut reply {
