@@ -65,7 +65,7 @@ pub const KN_ROUTE_SESSION: &str = "kn_route_session";
 
 /// The element of a route made with a bearer token whose rights the
 /// rules alone do not give its user: what the token granted (its groups
-/// and `kn` claim, [`Principal::grant_record`]). Deliveries are judged
+/// and `kn` claim, in the format of crates/journal/FORMAT.md). Deliveries are judged
 /// with it until the route's `kn_expires` (no later than the token's
 /// `exp`). Written by the store only, like [`KN_ROUTE_CREATOR`]: a request
 /// sending one has it dropped, and a route without `kn_expires` has it
