@@ -160,3 +160,23 @@ fn a_grant_the_request_or_a_record_claims_by_itself_gains_nothing() {
     assert!(report.poisoned[0].reason.contains("user 'carl' may not read"), "{:?}", report.poisoned);
     assert!(payloads(&store, &topic("/who/carl/inbox")).is_empty());
 }
+
+#[test]
+fn a_capabilitys_route_delivers_exactly_what_its_claim_names_until_it_expires() {
+    let f = Fixture::new("allow read /what/public/** *\n");
+    let store = f.store();
+    let drop = topic("/what/drop");
+    let cap = token(&format!(r#"{{"exp":{},"kn":{{"read":["/what/drop"],"route":["/what/inbox"]}}}}"#, now() + 600));
+    // The rules give anonymous nothing of these; the claim does.
+    store.as_user(&cap).route(&drop, b"/what/inbox", Event::from_pairs([("kn_id", "r1")])).unwrap();
+    let route = route_of(&store, &drop, "r1");
+    assert_eq!(route.get(KN_ROUTE_CREATOR), None);
+    assert_eq!(route.get(KN_ROUTE_GRANT), Some(&b"kn read:/what/drop route:/what/inbox"[..]));
+    assert!(route.get("kn_expires").is_some());
+    let report = store.notify(&drop, event("e1", "dropped")).unwrap();
+    assert!(report.poisoned.is_empty(), "{:?}", report.poisoned);
+    assert_eq!(payloads(&store, &topic("/what/inbox")), ["dropped"]);
+    // Not a route its claim does not name.
+    let err = store.as_user(&cap).route(&drop, b"/what/elsewhere", Event::from_pairs([("kn_id", "r2")])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden);
+}
