@@ -39,6 +39,24 @@
 //       user; for an anonymous visitor after do_method=session).
 //   kn.retryFor: how long (ms) a request is retried; default 60000.
 //
+// Bearer tokens (docs/ACCESS.md 1b, docs/BROWSER.md): set before loading
+// the client, or later with kn.setToken(token):
+//   window.kn_token = "<a JWT>";
+//   window.kn_refreshToken = function () { return fetch("/my/token").then(r => r.text()); };
+//   window.kn_tokenCookie = "kn_token";   // the server's KN_TOKEN_COOKIE
+// Each transport carries it the way it can: a POST to the same origin in
+// `Authorization: Bearer`, to another origin in its kn_token form field
+// (a simple request: no preflight); the EventSource (which sends no
+// header) of the same origin in the cookie, which the client writes
+// (kn.tokenCookie = "" to use the query instead), of another origin in
+// the kn_token query parameter. The page's journal is named after the
+// token's sub. When the tunnel ends with a 401 status event (its token
+// expired), a request is answered 401, or the token's exp has passed,
+// the client calls kn_refreshToken (it returns the new token, a Promise
+// of it, or nothing when it renewed an HttpOnly cookie itself) and
+// reconnects from its last checkpoint: nothing is lost. A request
+// answered 401 is sent again, identical, once, with the new token.
+//
 // Reconnecting: when the connection drops (server restart, network), the
 // client reconnects by itself, resuming exactly after the last event it
 // received (last_event_id = that event's kn_route_checkpoint); events are
@@ -51,6 +69,10 @@
 
   var server = window.kn_server || "/kn";
   var userid = window.kn_userid || "anonymous";
+  // A bearer token the page hands us: its sub is the user the server
+  // judges (a token wins over the web server's login).
+  var tokenSub = claimsOf(window.kn_token).sub;
+  if (tokenSub) userid = String(tokenSub);
   var session = randomId(12);
   // The user's own name when it is a valid topic segment, so that access
   // rules granting /who/{user}/** match (docs/ACCESS.md); else the bytes a
@@ -61,6 +83,7 @@
   var byUri = {};           // kn_uri -> subscription
   var source = null, open = false, everOpen = false, lostAt = 0, retryTimer = null, backoff = 250;
   var lastCheckpoint = -1, seen = [], seenSet = {}, counter = 0;
+  var needRefresh = false, refreshing = null, failedBeforeOpen = 0;
   var kn;
 
   function setJournal(path) {
@@ -83,6 +106,101 @@
       setJournal(id ? "/who/anonymous/s/" + id + "/" + session + "/kn_journal" : "/who/anonymous/s/" + session + "/kn_journal");
       return journal;
     });
+  }
+
+  // ----- bearer tokens ------------------------------------------------------
+
+  // The claims of a JWT (unverified: only to read sub and exp), or {}.
+  function claimsOf(token) {
+    try {
+      var part = String(token || "").split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      while (part.length % 4) part += "=";
+      var claims = JSON.parse(decodeURIComponent(escape(atob(part))));
+      return claims && typeof claims === "object" ? claims : {};
+    } catch (x) {
+      return {};
+    }
+  }
+
+  function token() {
+    return kn && kn.token ? String(kn.token) : "";
+  }
+
+  // True when the server is of this page's origin (the Authorization
+  // header and cookies need no CORS preflight there).
+  function sameOrigin() {
+    try {
+      return new URL(server, location.href).origin === location.origin;
+    } catch (x) {
+      return true;
+    }
+  }
+
+  // The cookie an EventSource of the same origin brings the token in.
+  function writeCookie() {
+    var name = kn.tokenCookie, t = token();
+    if (!name || !t || !sameOrigin() || t.length > 3800) return false;
+    var path = new URL(server, location.href).pathname || "/";
+    var secure = location.protocol === "https:" ? "; Secure" : "";
+    // Gone when the token expires: an expired token in a cookie would
+    // have every request of this browser to the server refused 401.
+    var exp = claimsOf(t).exp;
+    var age = typeof exp === "number" ? "; Max-Age=" + Math.max(0, Math.floor(exp - Date.now() / 1000)) : "";
+    document.cookie = name + "=" + t + "; Path=" + path + "; SameSite=Strict" + age + secure;
+    return true;
+  }
+
+  // True when the token's exp (if it says) has passed.
+  function tokenExpired() {
+    var exp = claimsOf(token()).exp;
+    return typeof exp === "number" && exp * 1000 <= Date.now();
+  }
+
+  function setToken(t) {
+    kn.token = t || "";
+    writeCookie();
+    scheduleRefresh();
+  }
+
+  // A token with an exp is renewed before it runs out (a quarter of its
+  // life, at most 30 s, before), and the routes made with the old one are
+  // asked for again: a route whose right came from the token expires with
+  // it (docs/ACCESS.md), the new request carries the new expiry.
+  var refreshTimer = null;
+  function scheduleRefresh() {
+    clearTimeout(refreshTimer);
+    var exp = claimsOf(token()).exp;
+    if (typeof exp !== "number" || typeof kn.refreshToken !== "function") return;
+    var left = exp * 1000 - Date.now();
+    refreshTimer = setTimeout(function () {
+      refresh().then(function (ok) {
+        if (!ok) return;
+        Object.keys(subscriptions).forEach(function (id) {
+          if (subscriptions[id].sent) sendRoute(subscriptions[id]);
+        });
+      });
+    }, Math.max(500, left - Math.min(30000, left / 4)));
+  }
+
+  // Asks the page for a new token, once at a time. Resolves when done
+  // (whether or not it gave one: an HttpOnly cookie may have been renewed).
+  function refresh() {
+    var f = kn.refreshToken;
+    if (typeof f !== "function") return Promise.resolve(false);
+    if (refreshing) return refreshing;
+    refreshing = Promise.resolve().then(function () { return f(); }).then(function (t) {
+      if (typeof t === "string" && t) setToken(t);
+      needRefresh = false;
+      return true;
+    }, function (err) {
+      var why = "refreshing the bearer token failed: " + (err && err.message || err);
+      if (open) { if (window.console) console.warn("kn: " + why); } else setState("reconnecting", why);
+      return false;
+    }).then(function (ok) {
+      refreshing = null;
+      return ok;
+    });
+    return refreshing;
   }
 
   function randomId(n) {
@@ -162,18 +280,27 @@
   function request(params, callbacks, all) {
     callbacks = callbacks || {};
     params.kn_response_format = "simple";
-    var body = form(params);
-    var deadline = Date.now() + (kn.retryFor || 60000), delay = 100;
+    var deadline = Date.now() + (kn.retryFor || 60000), delay = 100, refreshed = false;
     function attempt() {
       var ctl = typeof AbortController !== "undefined" ? new AbortController() : null;
       var timer = ctl && setTimeout(function () { ctl.abort(); }, 15000);
+      var headers = {"Content-Type": "application/x-www-form-urlencoded"}, body = form(params), t = token();
+      if (t && sameOrigin()) headers.Authorization = "Bearer " + t;
+      else if (t) body += "&kn_token=" + encodeURIComponent(t);
       return fetch(server, {
         method: "POST",
-        headers: {"Content-Type": "application/x-www-form-urlencoded"},
+        headers: headers,
         body: body,
         cache: "no-store",
         signal: ctl ? ctl.signal : undefined
       }).then(function (r) {
+        if (r.status === 401 && !refreshed && (t || tokenExpired()) && typeof kn.refreshToken === "function") {
+          // The token expired (or was refused): once, a new one, and the
+          // same request again (its kn_id makes a re-send harmless).
+          refreshed = true;
+          if (timer) clearTimeout(timer);
+          return refresh().then(attempt);
+        }
         return r.arrayBuffer().then(function (buf) {
           if (timer) clearTimeout(timer);
           var statuses = parseSimple(buf);
@@ -299,6 +426,9 @@
     // as Last-Event-ID on its own reconnects, which the server prefers.
     if (seen.length) q += ";last_event_id=" + encodeURIComponent(seen[seen.length - 1]);
     else if (everOpen) q += ";do_max_age=infinity";
+    // An EventSource sends no header: the cookie (same origin), else the
+    // query parameter.
+    if (token() && !writeCookie()) q += ";kn_token=" + encodeURIComponent(token());
     return server + journal + "?" + q;
   }
 
@@ -324,6 +454,7 @@
       var wasLost = lostAt;
       open = true;
       everOpen = true;
+      failedBeforeOpen = 0;
       backoff = 250;
       lostAt = 0;
       setState("open");
@@ -335,6 +466,11 @@
         bind(sub);
         if (!sub.sent || (wasLost && Date.now() - wasLost > 90000)) sendRoute(sub);
       });
+    } else if (code === 401) {
+      // Its bearer token expired (or the user lost the right): a new
+      // token before the reconnect, which resumes from the checkpoint.
+      needRefresh = true;
+      setState("reconnecting", e.status + " " + (e.kn_payload || ""));
     } else if (code === 205) {
       // The resume point is gone: say so; what is retained follows.
       setState("gap", e.kn_payload);
@@ -343,14 +479,33 @@
     }
   }
 
-  function connect() {
+  // refreshed: a new token was just asked for (do not ask again first).
+  function connect(refreshed) {
     if (source) return;
     if (!journal) {
-      ready.then(connect);
+      ready.then(function () { connect(); });
       return;
     }
     if (typeof EventSource === "undefined") {
       setState("reconnecting", "this browser has no EventSource");
+      return;
+    }
+    // An EventSource cannot tell a 401 answer from a network error: a
+    // token known to have expired, a 401 status event, or two failures
+    // before the tunnel opened ask for a new token first.
+    var wanted = refreshing || (typeof kn.refreshToken === "function" && (needRefresh || tokenExpired() || failedBeforeOpen >= 2));
+    if (wanted && !refreshed) {
+      failedBeforeOpen = 0;
+      refresh().then(function (ok) {
+        if (source) return;
+        if (ok) {
+          connect(true);
+        } else {
+          clearTimeout(retryTimer);
+          retryTimer = setTimeout(function () { connect(); }, backoff);
+          backoff = Math.min(backoff * 2, 2000);
+        }
+      });
       return;
     }
     setState(everOpen ? "reconnecting" : "connecting");
@@ -362,10 +517,11 @@
       if (source) source.close();
       source = null;
       if (open || !lostAt) lostAt = lostAt || Date.now();
+      if (!open) failedBeforeOpen++;
       open = false;
       setState("reconnecting");
       clearTimeout(retryTimer);
-      retryTimer = setTimeout(connect, backoff);
+      retryTimer = setTimeout(function () { connect(); }, backoff);
       backoff = Math.min(backoff * 2, 2000);
     };
   }
@@ -379,6 +535,10 @@
     displayname: window.kn_displayname || "Anonymous User",
     connected: false,
     retryFor: 60000,
+    token: window.kn_token || "",
+    refreshToken: window.kn_refreshToken || null,
+    tokenCookie: window.kn_tokenCookie === undefined ? "kn_token" : window.kn_tokenCookie,
+    setToken: function (t) { setToken(t); },
     onConnection: null,
     onEvent: null,
     publish: publish,
@@ -386,9 +546,10 @@
     subscribe: subscribe,
     unsubscribe: unsubscribe,
     request: function (params, callbacks) { return request(withId(params), callbacks); },
-    connect: connect,
+    connect: function () { connect(); },
     freshId: freshId,
     parseSimple: parseSimple
   };
   kn.ready = ready = startSession();
+  scheduleRefresh();
 })();

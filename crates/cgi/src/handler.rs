@@ -126,6 +126,23 @@ impl Failure {
 
 type Outcome = Result<(u16, &'static str, Vec<u8>), Failure>;
 
+/// `reply`, readable by a page of any origin when the request brings its
+/// bearer token in the `kn_token` parameter (an `EventSource` or a form
+/// POST of another origin, docs/ACCESS.md 1b): `Access-Control-Allow-Origin:
+/// *`. With `*` a browser sends no cookie and no login along with a
+/// request of another origin, so such a page reads only what its token
+/// may; every other answer is unchanged (old clients' bytes included).
+fn cross_origin(request: &Request, mut reply: Reply) -> Reply {
+    if request.param(crate::bearer::TOKEN_PARAM).is_some() {
+        let head = match &mut reply {
+            Reply::Done(response) => &mut response.head,
+            Reply::Tunnel(tunnel) => &mut tunnel.head,
+        };
+        head.headers.push(("Access-Control-Allow-Origin".to_string(), "*".to_string()));
+    }
+    reply
+}
+
 /// What `Retry-After` says when every replay slot is taken, in seconds.
 pub const REPLAY_RETRY_AFTER_SECS: u32 = 60;
 
@@ -165,7 +182,7 @@ impl Handler {
     pub fn handle_deferring(&self, request: &Request) -> (Reply, AfterReply) {
         AFTER_REPLY.take();
         HELD.take();
-        let reply = self.handle_now(request);
+        let reply = cross_origin(request, self.handle_now(request));
         let (topics, deferred) = AFTER_REPLY.take();
         (reply, AfterReply { store: self.store.clone(), topics, deferred, held: HELD.take() })
     }
@@ -194,7 +211,7 @@ impl Handler {
         let who = crate::session::principal_nowait(&self.store, request)?;
         let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
         let page = Page::new(request.server_url());
-        Some(self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))]))
+        Some(cross_origin(request, self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))])))
     }
 
     fn handle_now(&self, request: &Request) -> Reply {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, StatusCode};
-use kn_journal::access::{Operation, Principal};
+use kn_journal::access::Operation;
 use kn_streams::Streams;
 use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONTENT_TYPE};
 
@@ -147,17 +147,27 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
         return reply;
     }
     let headers: Vec<(String, Vec<u8>)> = request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+    let param = request.uri().query().and_then(|q| {
+        q.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == crate::bearer::TOKEN_PARAM).map(|(_, v)| crate::streams::percent_decode(v))
+    });
     let Scrape { store, streams, auth, pool, serve } = scrape;
     // The rules (a `stat` of their file at most once a second), the user's
     // password and the counters' file lock: blocking work, on the request
     // pool, of a cost that does not grow with the store.
     let checked = pool.spawn_blocking(move || {
-        allowed(&store, &auth, &headers, peer)?;
+        allowed(&store, &auth, &headers, param, peer)?;
         store.counters().map_err(|e| Refusal::Failed(e.to_string()))
     });
     let counters = match checked.await {
         Ok(Ok(counters)) => counters,
         Ok(Err(Refusal::Unauthorized(why))) => return challenge(format!("401 Unauthorized: {why}\n")),
+        Ok(Err(Refusal::Token(refused))) => {
+            let mut reply = plain(StatusCode::UNAUTHORIZED, format!("401 Unauthorized: {}\n", refused.message));
+            if let Ok(value) = HeaderValue::from_str(&refused.challenge()) {
+                reply.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, value);
+            }
+            return reply;
+        }
         Ok(Err(Refusal::Forbidden(why))) => return plain(StatusCode::FORBIDDEN, format!("403 Forbidden: {why}\n")),
         Ok(Err(Refusal::Failed(why))) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {why}\n")),
         Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n".into()),
@@ -174,23 +184,29 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
 enum Refusal {
     /// `401`: anonymous, or bad credentials; logging in may help.
     Unauthorized(String),
-    /// `403`: the user may not.
+    /// `403`: the user (or the token) may not.
     Forbidden(String),
+    /// `401` with a Bearer challenge: a token presented and refused.
+    Token(crate::bearer::Refused),
     /// `500`: the rules or the counters cannot be read.
     Failed(String),
 }
 
 /// Whether the request may scrape: always without access rules; else the
-/// user (identified as for `/kn`) needs `read` on [`METRICS_TOPIC`].
-fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], peer: SocketAddr) -> Result<(), Refusal> {
+/// user (identified as for `/kn`: a bearer token, in the `Authorization`
+/// header as Prometheus' `authorization` sends it, the cookie or
+/// `kn_token`; else the login) needs `read` on [`METRICS_TOPIC`].
+fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], param: Option<String>, peer: SocketAddr) -> Result<(), Refusal> {
     let rules = match store.access_rules() {
         Ok(None) => return Ok(()),
         Ok(Some(rules)) => rules,
         Err(e) => return Err(Refusal::Failed(e.to_string())),
     };
+    let header = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice());
+    let bearer = crate::stream_access::Bearer { authorization: header("authorization"), cookies: header("cookie"), param };
     let who = match auth.identify(headers, peer.ip()) {
-        Identity::Anonymous => Principal::anonymous(),
-        Identity::User(name) => Principal::user(&name),
+        Identity::Anonymous => crate::stream_access::principal(store, &bearer, None).map_err(Refusal::Token)?,
+        Identity::User(name) => crate::stream_access::principal(store, &bearer, Some(&name)).map_err(Refusal::Token)?,
         Identity::BadCredentials => return Err(Refusal::Unauthorized("the user name or password is not valid".into())),
     };
     let topic = Topic::parse(METRICS_TOPIC).map_err(|e| Refusal::Failed(e.to_string()))?;

@@ -3,8 +3,10 @@
 //! error="invalid_token"`, the reason), key rotation by `kid`, a token
 //! narrowing a broad rule, a capability without `sub`, as a CGI process
 //! and under `serve` (header, `kn_token` parameter, cookie; refusals in
-//! /metrics), Durable Streams under the same tokens, and a tunnel ended by
-//! its token's expiry and resumed with a new token, nothing lost.
+//! /metrics), Durable Streams under the same tokens (live reads ended at
+//! expiry), a tunnel ended by its token's expiry and resumed with a new
+//! token, nothing lost, routes carrying their token's rights until it
+//! expires, and `/metrics` scraped with a token.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -305,6 +307,36 @@ fn durable_streams_take_the_same_tokens() {
     assert!(a.refused_as("malformed"), "{a:?}");
     // Anonymous, as before: refused by the rules with a Basic challenge.
     assert_eq!(request(&serve, "GET", "/v1/stream/anna/notes?offset=-1", "").code, 401);
+    drop(serve);
+    // The same as a CGI mounted at .../v1/stream (the header as Apache
+    // passes it with CGIPassAuth On).
+    let cgi = |method: &str, path: &str, authorization: &str| -> String {
+        let mut command = Command::new(BIN);
+        command
+            .env_clear()
+            .env("GATEWAY_INTERFACE", "CGI/1.1")
+            .env("SCRIPT_NAME", "/cgi-bin/pubsub.cgi/v1/stream")
+            .env("PATH_INFO", path)
+            .env("REQUEST_METHOD", method)
+            .env("QUERY_STRING", "offset=-1")
+            .env("SERVER_NAME", "127.0.0.1")
+            .env("SERVER_PORT", "80")
+            .env("CONTENT_TYPE", "text/plain")
+            .env("CONTENT_LENGTH", "0")
+            .env("HTTP_AUTHORIZATION", authorization)
+            .env("KN_EVENTS", site.root())
+            .env("KN_ACCESS_RULES", site.dir.join("access.rules"))
+            .env("KN_TOKEN_KEYS", &site.keys)
+            .stdout(Stdio::piped());
+        String::from_utf8_lossy(&run_with_stdin(&mut command, b"", Duration::from_secs(20)).stdout).into_owned()
+    };
+    let bearer = format!("Bearer {token}");
+    let out = cgi("PUT", "/anna/cgi", &bearer);
+    assert!(out.starts_with("Status: 201 Created\r\n"), "{out}");
+    assert!(cgi("GET", "/anna/cgi", &bearer).starts_with("Status: 200"), "a read");
+    assert!(cgi("PUT", "/bob/cgi", &bearer).starts_with("Status: 403 "), "outside the claim");
+    let out = cgi("GET", "/anna/cgi", "Bearer nonsense");
+    assert!(out.starts_with("Status: 401 ") && out.contains("Bearer error=\"invalid_token\""), "{out}");
 }
 
 /// The last `kn_route_checkpoint` in a simple-format text.
@@ -495,7 +527,7 @@ fn route_expires(site: &Site, from: &str, id: &str) -> Option<String> {
 #[test]
 fn a_route_made_with_a_token_expires_with_it_unless_the_rules_grant_the_user_more() {
     let site = Site::new("bearer_route_expiry");
-    std::fs::write(site.dir.join("access.rules"), "group staff: anna\nallow read,route /what/staff/** @staff\n").unwrap();
+    std::fs::write(site.dir.join("access.rules"), "group staff: anna\nallow read,route,post /what/staff/** @staff\n").unwrap();
     let exp = now() + 600;
     // bob is staff by his token's groups only: the route ends with the token.
     let bob = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "bob", "groups": ["staff"], "exp": exp}));
@@ -503,6 +535,10 @@ fn a_route_made_with_a_token_expires_with_it_unless_the_rules_grant_the_user_mor
     assert_eq!(a.code, 200, "{a:?}");
     let expires: u64 = route_expires(&site, "/what/staff/a", "bob1").expect("a kn_expires").parse().unwrap();
     assert!(expires <= exp + 30, "no later than the token (and its leeway): {expires} > {exp}");
+    // Until then it carries the token's rights: it delivers.
+    let a = site.cgi_with(&anna(json!({})), "do_method=notify&kn_to=/what/staff/a&kn_payload=for-bob", &[]);
+    assert_eq!(a.code, 200, "{a:?}");
+    assert_eq!(site.payloads("/what/staff/b"), ["for-bob"], "delivered along bob's route, judged with his token's group");
     // A later kn_expires asked for is cut to the token's.
     let a = site.cgi_with(&bob, &format!("do_method=route&kn_from=/what/staff/a&kn_to=/what/staff/b&kn_id=bob2&kn_expires={}", exp + 86_400), &[]);
     assert_eq!(a.code, 200, "{a:?}");
@@ -525,4 +561,78 @@ fn a_cgi_tunnel_ends_401_when_its_token_expires() {
     assert!(a.body.contains("Watching topic"), "{a:?}");
     assert!(a.body.contains("status: 401 Unauthorized"), "{a:?}");
     assert!(a.body.contains("bearer token expired"), "{a:?}");
+}
+
+/// `serve`'s `/metrics` scraped as Prometheus does with `authorization:
+/// credentials_file` (docs/DEPLOY.md): a token granting `read` on
+/// `/kn_metrics` gets the page; one that does not, `403`; an unusable
+/// one, `401` with a Bearer challenge; none, the rules' Basic `401`.
+#[test]
+fn metrics_are_scraped_with_a_token_granting_read_on_kn_metrics_and_refused_otherwise() {
+    let site = Site::new("bearer_metrics");
+    std::fs::write(site.dir.join("access.rules"), "allow read /kn_metrics prometheus\nallow all /who/{user}/** users\n").unwrap();
+    let serve = site.serve(&[]);
+    let scrape = |token: &str| request(&serve, "GET", "/metrics", &format!("Authorization: Bearer {token}\r\n"));
+    let prometheus = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() + 600}));
+    let a = scrape(&prometheus);
+    assert_eq!(a.code, 200, "{a:?}");
+    assert!(a.body.contains("kn_token_refusals_total"), "{}", a.body);
+    // A capability for exactly /kn_metrics, whatever the rules say.
+    let capability = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"exp": now() + 600, "kn": {"read": ["/kn_metrics"]}}));
+    assert_eq!(scrape(&capability).code, 200);
+    // Through the kn_token parameter too.
+    assert_eq!(request(&serve, "GET", &format!("/metrics?kn_token={prometheus}"), "").code, 200);
+    // A user the rules do not let, a claim that does not name it: 403.
+    let a = scrape(&anna(json!({})));
+    assert_eq!(a.code, 403, "{a:?}");
+    assert!(a.body.contains("user 'anna' may not read '/kn_metrics'"), "{a:?}");
+    let narrowed = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() + 600, "kn": {"read": ["/who/prometheus/**"]}}));
+    let a = scrape(&narrowed);
+    assert_eq!(a.code, 403, "{a:?}");
+    assert!(a.body.contains("its kn claim does not allow it"), "{a:?}");
+    // Expired: 401 with the Bearer challenge; none: the Basic one.
+    let expired = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "prometheus", "exp": now() - 60}));
+    assert!(scrape(&expired).refused_as("expired"), "{:?}", scrape(&expired));
+    let a = request(&serve, "GET", "/metrics", "");
+    assert_eq!(a.code, 401, "{a:?}");
+    assert!(a.head.contains("Basic realm"), "{a:?}");
+}
+
+#[test]
+fn a_stream_sse_read_closes_when_its_token_expires() {
+    let site = Site::new("bearer_stream_sse_expiry");
+    let serve = site.serve(&[]);
+    let long = anna(json!({}));
+    let put = format!("Authorization: Bearer {long}\r\nContent-Type: text/plain\r\n");
+    assert_eq!(request(&serve, "PUT", "/v1/stream/anna/sse", &put).code, 201);
+    let short = hs(Some("a"), Algorithm::HS256, SECRET_A, json!({"sub": "anna", "exp": now() + 2}));
+    let started = std::time::Instant::now();
+    let read = format!("GET /v1/stream/anna/sse?offset=-1&live=sse HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {short}\r\n\r\n", serve.addr());
+    let mut stream = Stream::send(&serve.url(), read.as_bytes());
+    assert!(stream.read_to_end(Duration::from_secs(15)), "the SSE response ends: {}", stream.text());
+    assert_eq!(stream.status(), Some(200), "{}", stream.text());
+    assert!(started.elapsed() < Duration::from_secs(12), "at the token's expiry: {:?}", started.elapsed());
+    // The next read with the same token is refused.
+    std::thread::sleep(Duration::from_millis(1100));
+    let a = request(&serve, "GET", "/v1/stream/anna/sse?offset=-1&live=sse", &format!("Authorization: Bearer {short}\r\n"));
+    assert!(a.refused_as("expired"), "{a:?}");
+}
+
+/// A page of another origin reads the answers to its requests bringing
+/// `kn_token` (an `EventSource`, a form POST): `Access-Control-Allow-Origin:
+/// *`, refusals included; every other answer is unchanged.
+#[test]
+fn answers_to_requests_bringing_kn_token_allow_any_origin_and_no_others_change() {
+    let site = Site::new("bearer_cors");
+    let token = anna(json!({}));
+    let allows = |a: &Answer| a.head.lines().any(|l| l == "Access-Control-Allow-Origin: *");
+    let a = site.cgi(&format!("{POST}&kn_token={token}"), &[]);
+    assert!(a.code == 200 && allows(&a), "{a:?}");
+    let a = site.cgi(&format!("kn_from=/who/anna/notes&kn_expires=%2B0&kn_token={token}"), &[]);
+    assert!(a.code == 200 && allows(&a), "a tunnel: {a:?}");
+    let a = site.cgi(&format!("{POST}&kn_token=nonsense"), &[]);
+    assert!(a.refused_as("malformed") && allows(&a), "{a:?}");
+    for a in [site.cgi_with(&token, POST, &[]), site.cgi(POST, &[]), site.cgi("kn_from=/what/public/x&kn_expires=%2B0", &[])] {
+        assert!(!a.head.to_ascii_lowercase().contains("access-control"), "{a:?}");
+    }
 }

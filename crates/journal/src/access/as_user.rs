@@ -145,14 +145,14 @@ impl AsUser<'_> {
             if let Some(topic) = &local {
                 self.who.check_token(Operation::Route, topic)?;
             }
-            self.expire_with_token(None, from, local.as_ref(), &mut params);
+            self.bind_to_token(None, from, local.as_ref(), &mut params);
             return Ok(params);
         };
         rules.check(self.who, Operation::Read, from)?;
         if let Some(topic) = &local {
             rules.check(self.who, Operation::Route, topic)?;
         }
-        self.expire_with_token(Some(&rules), from, local.as_ref(), &mut params);
+        self.bind_to_token(Some(&rules), from, local.as_ref(), &mut params);
         if let Some(id) = params.id().filter(|id| !id.is_empty()) {
             if let Some(existing) = self.store.route_of(from, id)? {
                 self.may_remove(&rules, &existing)?;
@@ -181,10 +181,12 @@ impl AsUser<'_> {
         self.store.delete_route_of(from, id, expires, &creator)
     }
 
-    /// A route made with a bearer token expires with it (its
-    /// `kn_expires` no later than the token's `exp`), unless the rules
-    /// alone let the token's user make it.
-    fn expire_with_token(&self, rules: Option<&Rules>, from: &Topic, to: Option<&Topic>, params: &mut Event) {
+    /// A route made with a bearer token carries the token's rights and
+    /// expires with it (its `kn_expires` no later than the token's `exp`,
+    /// what the token grants in [`KN_ROUTE_GRANT`](super::KN_ROUTE_GRANT)),
+    /// unless the rules alone let the token's user make it: then it is
+    /// the user's, as if made without the token.
+    fn bind_to_token(&self, rules: Option<&Rules>, from: &Topic, to: Option<&Topic>, params: &mut Event) {
         let Some(exp) = self.who.token_expires() else { return };
         if let (Some(name), false) = (self.who.name(), self.who.is_capability()) {
             let plain = Principal::user(name);
@@ -201,6 +203,9 @@ impl AsUser<'_> {
             _ => {
                 params.set(crate::event::KN_EXPIRES, exp.to_string().as_str());
             }
+        }
+        if let Some(record) = self.who.grant_record() {
+            params.set(super::KN_ROUTE_GRANT, record.as_str());
         }
     }
 

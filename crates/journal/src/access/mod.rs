@@ -63,6 +63,15 @@ pub const KN_ROUTE_CREATOR: &str = "kn_route_creator";
 /// server: written by the server only, like [`KN_ROUTE_CREATOR`].
 pub const KN_ROUTE_SESSION: &str = "kn_route_session";
 
+/// The element of a route made with a bearer token whose rights the
+/// rules alone do not give its user: what the token granted (its groups
+/// and `kn` claim, in the format of crates/journal/FORMAT.md). Deliveries are judged
+/// with it until the route's `kn_expires` (no later than the token's
+/// `exp`). Written by the store only, like [`KN_ROUTE_CREATOR`]: a request
+/// sending one has it dropped, and a route without `kn_expires` has it
+/// ignored.
+pub const KN_ROUTE_GRANT: &str = "kn_route_grant";
+
 /// What a request does to a topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
@@ -176,7 +185,19 @@ impl Principal {
 
     /// The creator a route event names ([`KN_ROUTE_CREATOR`], else
     /// [`KN_ROUTE_SESSION`]).
+    /// A route made with a token records what the token granted
+    /// ([`KN_ROUTE_GRANT`]): its deliveries are judged with that, until
+    /// the route's `kn_expires`.
     pub fn creator_of(route: &Event) -> Principal {
+        if let Some(record) = route.get(KN_ROUTE_GRANT) {
+            let now = std::time::UNIX_EPOCH.elapsed().map_or(0.0, |d| d.as_secs_f64());
+            // Without a kn_expires (never so when the store wrote it), the
+            // grant is ignored: the route is its plain creator's.
+            if let Some(expires) = route.expires_at(now).ok().flatten().map(|at| at as u64) {
+                let name = route.get(KN_ROUTE_CREATOR).map(|n| String::from_utf8_lossy(n).into_owned());
+                return Principal::from_grant_record(name.as_deref(), record, expires);
+            }
+        }
         match (route.get(KN_ROUTE_CREATOR), route.get(KN_ROUTE_SESSION)) {
             (Some(name), _) => Principal::user(&String::from_utf8_lossy(name)),
             (None, Some(id)) => Principal::anonymous_session(&String::from_utf8_lossy(id)),
@@ -189,6 +210,7 @@ impl Principal {
     pub(crate) fn record_as_creator(&self, route: &mut Event) {
         route.remove(KN_ROUTE_CREATOR);
         route.remove(KN_ROUTE_SESSION);
+        route.remove(KN_ROUTE_GRANT);
         if let Some(name) = self.name() {
             route.set(KN_ROUTE_CREATOR, name);
         } else if let Some(id) = self.session() {

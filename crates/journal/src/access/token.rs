@@ -132,6 +132,48 @@ impl Principal {
         self.token.as_ref().is_some_and(|t| t.capability)
     }
 
+    /// What this principal's token grants, as a route made with it
+    /// records it ([`KN_ROUTE_GRANT`](super::KN_ROUTE_GRANT)): its groups
+    /// (`@name`), `kn` when a claim narrows it, and the claim's patterns
+    /// (`operation:pattern`), separated by spaces, `%` and spaces escaped.
+    /// `None` without a token. At most as long as the token itself.
+    pub(crate) fn grant_record(&self) -> Option<String> {
+        let grant = self.token.as_ref()?;
+        let escape = |s: &str| s.replace('%', "%25").replace(' ', "%20");
+        let mut items: Vec<String> = grant.groups.iter().map(|g| format!("@{}", escape(g))).collect();
+        if let Some(narrowed) = &grant.narrowed {
+            items.push("kn".to_string());
+            for (_, _, text) in narrowed {
+                let (op, pattern) = text.split_once(' ').unwrap_or((text.as_str(), ""));
+                items.push(format!("{}:{}", escape(op), escape(pattern)));
+            }
+        }
+        Some(items.join(" "))
+    }
+
+    /// The principal a route's deliveries are judged as when the route was
+    /// made with a token ([`Principal::grant_record`]): its creator
+    /// (`None`: a capability) with the recorded groups and claim, until
+    /// `expires` (the route's `kn_expires`, no later than the token's).
+    /// A record that cannot be read grants nothing at all.
+    pub(crate) fn from_grant_record(creator: Option<&str>, record: &[u8], expires: u64) -> Principal {
+        let unescape = |s: &str| s.replace("%20", " ").replace("%25", "%");
+        let mut claims = TokenClaims { sub: creator.map(str::to_string), exp: Some(expires), ..TokenClaims::default() };
+        let Ok(text) = std::str::from_utf8(record) else { return Principal::nobody() };
+        for item in text.split(' ').filter(|i| !i.is_empty()) {
+            if let Some(group) = item.strip_prefix('@') {
+                claims.groups.push(unescape(group));
+            } else if item == "kn" {
+                claims.kn.get_or_insert_with(BTreeMap::new);
+            } else if let Some((op, pattern)) = item.split_once(':') {
+                claims.kn.get_or_insert_with(BTreeMap::new).entry(unescape(op)).or_default().push(unescape(pattern));
+            } else {
+                return Principal::nobody();
+            }
+        }
+        Principal::from_token(&claims).unwrap_or_else(|_| Principal::nobody())
+    }
+
     /// The groups the token adds.
     pub(crate) fn token_groups(&self) -> &[String] {
         self.token.as_ref().map_or(&[][..], |t| t.groups.as_slice())
@@ -240,6 +282,37 @@ mod tests {
         assert!(Principal::from_token(&claims(&json)).is_err());
         let json = format!(r#"{{"sub":"a","kn":{{"read":[{}]}}}}"#, many[..MAX_TOKEN_PATTERNS].join(","));
         assert!(Principal::from_token(&claims(&json)).is_ok());
+    }
+
+    #[test]
+    fn a_grant_record_gives_back_the_tokens_groups_and_claim_until_it_expires() {
+        let rules = Rules::parse("allow read,route /what/staff/** @staff\n", "r".as_ref()).unwrap();
+        let later = now() + 600;
+        let bob = Principal::from_token(&claims(r#"{"sub":"bob","groups":["staff","night shift"],"kn":{"read":["/what/staff/a/**"],"route":["/what/staff/**"]}}"#)).unwrap();
+        let record = bob.grant_record().unwrap();
+        assert_eq!(record, "@staff @night%20shift kn read:/what/staff/a/** route:/what/staff/**");
+        let judged = Principal::from_grant_record(Some("bob"), record.as_bytes(), later);
+        assert_eq!(judged, Principal::user("bob"));
+        assert!(rules.check(&judged, Operation::Read, &topic("/what/staff/a/x")).is_ok());
+        // The claim still narrows what the groups give.
+        assert!(rules.check(&judged, Operation::Read, &topic("/what/staff/b")).is_err());
+        assert!(rules.check(&Principal::user("bob"), Operation::Read, &topic("/what/staff/a/x")).is_err());
+        // Past the route's expiry, nothing.
+        let gone = Principal::from_grant_record(Some("bob"), record.as_bytes(), now() - 1);
+        assert_eq!(rules.check(&gone, Operation::Read, &topic("/what/staff/a/x")).unwrap_err().kind(), ErrorKind::Unauthorized);
+        // A capability's record: exactly its claim; a token without a claim: its groups.
+        let cap = Principal::from_token(&claims(r#"{"kn":{"read":["/what/drop"]}}"#)).unwrap();
+        let cap = Principal::from_grant_record(None, cap.grant_record().unwrap().as_bytes(), later);
+        assert!(cap.is_capability() && rules.check(&cap, Operation::Read, &topic("/what/drop")).is_ok());
+        let plain = Principal::from_token(&claims(r#"{"sub":"bob","groups":["staff"]}"#)).unwrap();
+        assert_eq!(plain.grant_record().unwrap(), "@staff");
+        let plain = Principal::from_grant_record(Some("bob"), b"@staff", later);
+        assert!(rules.check(&plain, Operation::Read, &topic("/what/staff/b")).is_ok());
+        // A record that cannot be read grants nothing.
+        for bad in [&b"nonsense"[..], b"write:/x", b"read:x", b"\xff"] {
+            let who = Principal::from_grant_record(Some("bob"), bad, later);
+            assert!(rules.check(&who, Operation::Read, &topic("/what/staff/a/x")).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
