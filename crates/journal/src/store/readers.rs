@@ -70,7 +70,16 @@ impl Store {
         for _ in 0..MARK_ATTEMPTS {
             match log::open_shared(&path, false) {
                 Ok(file) => {
-                    // Waits while a removal holds it (see `Readers::None`).
+                    // The first live reader of a journal starts its
+                    // presence (presence.rs): `.readers`'s mtime says
+                    // since when. Tried, never waited for: held, the lock
+                    // means another reader (or a removal, which this
+                    // reader then waits for below).
+                    if topic.is_journal() && matches!(crate::shared::try_lock(&file, LockKind::Exclusive, &self.config), Ok(true)) {
+                        let _ = file.set_modified(std::time::SystemTime::now());
+                    }
+                    // Waits while a removal holds it (see `Readers::None`);
+                    // turns the lock tried above into a shared one.
                     crate::shared::lock(&file, LockKind::Shared, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
                     if same_file(&file, &path) {
                         let file = Arc::new(file);

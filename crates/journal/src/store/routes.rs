@@ -248,6 +248,10 @@ impl Store {
                 format!("empty route destination from '{from}': use delete_route to delete a route"),
             ));
         }
+        if from.is_presence() {
+            // Populated as it is now (presence.rs).
+            let _ = self.presence_pass(from);
+        }
         let destination = self.route_destination(to)?;
         let selection = Selection::from_params(&params)?;
         if let Some(filter) = params.get("kn_content_filter") {
