@@ -76,8 +76,8 @@ fn a_read_gives_the_connected_journals_and_a_tunnel_gets_joins_and_leaves() {
     );
     assert!(
         read.iter().all(|e| text(e, KN_PRESENCE) == "join"
-            && text(e, b"kn_presence_route") != ""
-            && text(e, KN_PRESENCE_SINCE) != ""),
+            && !text(e, b"kn_presence_route").is_empty()
+            && !text(e, KN_PRESENCE_SINCE).is_empty()),
         "{read:?}"
     );
 
