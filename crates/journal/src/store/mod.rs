@@ -42,7 +42,7 @@ pub use admin::TopicStat;
 pub use held::HeldStatuses;
 pub use lifecycle::{VerifyProblem, VerifyReport, PROBE_PREFIX};
 pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
-pub use presence::{presence_id, PresenceChanges, KN_PRESENCE, KN_PRESENCE_JOURNAL, KN_PRESENCE_LEFT, KN_PRESENCE_ROUTE, KN_PRESENCE_SINCE, LEAVE_KEPT_SECS};
+pub use presence::{presence_id, PresenceChanges, LEAVE_KEPT_SECS};
 pub use report::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
 pub use routes::{Route, RouteReport, KN_POISONED_BEFORE};

@@ -25,7 +25,7 @@ use std::time::UNIX_EPOCH;
 
 use crate::access::Principal;
 use crate::error::{Error, Result};
-use crate::event::{format_time, Event, KN_EXPIRES, KN_ID, KN_PAYLOAD};
+use crate::event::{format_time, Event, KN_EXPIRES, KN_ID, KN_PAYLOAD, KN_PRESENCE, KN_PRESENCE_JOURNAL, KN_PRESENCE_LEFT, KN_PRESENCE_ROUTE, KN_PRESENCE_SINCE};
 use crate::ids::now;
 use crate::shared::LockKind;
 use crate::topic::Topic;
@@ -37,17 +37,6 @@ use super::{Destination, Store};
 /// presence passes and whose content lists the journals found absent:
 /// one line each, `<seconds since the epoch> <journal>`.
 const STATE_FILE: &str = ".presence";
-
-/// The element saying what a presence event is: `join` or `leave`.
-pub const KN_PRESENCE: &[u8] = b"kn_presence";
-/// The journal a presence event is about (also its `kn_payload`).
-pub const KN_PRESENCE_JOURNAL: &[u8] = b"kn_presence_journal";
-/// Since when the journal has been connected (seconds since the epoch).
-pub const KN_PRESENCE_SINCE: &[u8] = b"kn_presence_since";
-/// On a `leave`: when the journal was first found without a tunnel.
-pub const KN_PRESENCE_LEFT: &[u8] = b"kn_presence_left";
-/// The id of the route that makes the journal a subscriber of the topic.
-pub const KN_PRESENCE_ROUTE: &[u8] = b"kn_presence_route";
 
 /// How long a `leave` stays in the topic (its `kn_expires`): a reader
 /// that reconnects within it resumes past it; afterwards a read gives

@@ -153,7 +153,7 @@ impl Store {
         let t = now();
         // A read of `kn_presence` gives who is connected now: its `leave`s
         // go only to a reader resuming after a checkpoint (presence.rs).
-        let left = |r: &Record| topic.is_presence() && selection.since_checkpoint.is_none() && r.event.get(super::presence::KN_PRESENCE) == Some(b"leave");
+        let left = |r: &Record| topic.is_presence() && selection.since_checkpoint.is_none() && r.event.get(crate::event::KN_PRESENCE) == Some(b"leave");
         let live = |r: &Record| (include_expired || !r.event.is_expired(t)) && !left(r);
         let (after, mut resume) = match &selection.since_checkpoint {
             Some(cp) => self.resume_point(&dir, cp, end)?,
