@@ -165,3 +165,25 @@ fn clients_may_not_post_to_kn_presence() {
         "{err}"
     );
 }
+
+#[test]
+fn a_static_route_from_kn_presence_gets_joins_and_leaves_through_the_sweep() {
+    let dir = scratch("presence-routed");
+    let store = Store::open_with(fast(dir.path(), Duration::ZERO)).unwrap();
+    let chat = t("/chat");
+    store.route(&chat, b"/who/anna/kn_journal", ev(&[("kn_id", "a")])).unwrap();
+    // A watcher subscribes as the JavaScript client does: a route from
+    // kn_presence into its own journal, read by its tunnel.
+    let mut watcher = store.tunnel(&t("/who/w/kn_journal"), &Selection::default()).unwrap().tunnel;
+    store.route(&chat.presence(), b"/who/w/kn_journal", ev(&[("kn_id", "p")])).unwrap();
+    let anna = store.tunnel(&t("/who/anna/kn_journal"), &Selection::default()).unwrap().tunnel;
+    // No tunnel on kn_presence: the sweep's slice passes (serve runs one
+    // every sweep_interval).
+    store.sweep(16).unwrap();
+    let join = next_presence(&store, &mut watcher, "join", Duration::from_secs(5)).expect("a join through the route");
+    assert_eq!(text(&join, KN_PRESENCE_JOURNAL), "/who/anna/kn_journal");
+    drop(anna);
+    store.sweep(16).unwrap();
+    let leave = next_presence(&store, &mut watcher, "leave", Duration::from_secs(5)).expect("a leave through the route");
+    assert_eq!(text(&leave, KN_PRESENCE_JOURNAL), "/who/anna/kn_journal");
+}

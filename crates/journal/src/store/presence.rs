@@ -18,7 +18,7 @@
 //! the ordinary tunnel machinery.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write as _};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -42,6 +42,10 @@ const STATE_FILE: &str = ".presence";
 /// that reconnects within it resumes past it; afterwards a read gives
 /// only the journals connected.
 pub const LEAVE_KEPT_SECS: u64 = 300;
+
+/// In the store root: the `kn_presence` topics that static routes read,
+/// one per line, for [`Store::pass_routed_presence`].
+const ROUTED_FILE: &str = ".presence-routed";
 
 /// What one presence pass posted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -91,13 +95,7 @@ impl Store {
             self.run_forwarding(jobs.into(), &mut report)?;
         }
         let path = dir.join(STATE_FILE);
-        let mut state = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+        let mut state = match crate::log::open_shared(&path, false) {
             Ok(file) => file,
             // The topic was removed meanwhile: nobody reads it.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(changes),
@@ -149,6 +147,58 @@ impl Store {
         }
         if absent != before {
             write_absent(state, &absent).map_err(|e| Error::io("cannot write", path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Notes that a static route reads `presence` (a `kn_presence`
+    /// topic), so that [`Store::pass_routed_presence`] keeps it up to date
+    /// with no tunnel on it. One line appended the first time.
+    pub(super) fn note_routed_presence(&self, presence: &Topic) -> Result<()> {
+        let path = self.config.root.join(ROUTED_FILE);
+        let mut file = crate::log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        if text.lines().any(|line| line == presence.as_str()) {
+            return Ok(());
+        }
+        file.write_all(format!("{presence}\n").as_bytes()).map_err(|e| Error::io("cannot append to", &path, e))
+    }
+
+    /// A presence pass on each `kn_presence` topic that static routes
+    /// read ([`Store::note_routed_presence`]); one no active route reads
+    /// any more is forgotten. Run by the sweep's slices (`serve` every
+    /// `sweep_interval`; pubsub.cgi after a response, when a slice is
+    /// due), under the sweep's lock: one process at a time. Without such
+    /// topics, one failed `open`.
+    pub(super) fn pass_routed_presence(&self) -> Result<()> {
+        let path = self.config.root.join(ROUTED_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+        let t = now();
+        let mut kept = Vec::new();
+        for line in text.lines() {
+            let Ok(presence) = Topic::parse(line) else { continue };
+            if !presence.is_presence() || kept.contains(&presence) {
+                continue;
+            }
+            if self.routes(&presence).map(|routes| routes.iter().any(|r| r.is_active(t))).unwrap_or(true) {
+                let _ = self.presence_pass(&presence);
+                kept.push(presence);
+            }
+        }
+        if kept.len() != text.lines().count() {
+            // Rewritten whole: a route noted meanwhile is noted again by
+            // its next population (rare: only when a line is dropped).
+            let body: String = kept.iter().map(|p| format!("{p}\n")).collect();
+            let temp = self.config.root.join(format!("{ROUTED_FILE}.{}", std::process::id()));
+            let written = crate::log::open_shared(&temp, false).and_then(|f| {
+                f.set_len(0)?;
+                std::os::unix::fs::FileExt::write_all_at(&f, body.as_bytes(), 0)
+            });
+            written.and_then(|()| std::fs::rename(&temp, &path)).map_err(|e| {
+                let _ = std::fs::remove_file(&temp);
+                Error::io("cannot write", &path, e)
+            })?;
         }
         Ok(())
     }

@@ -249,8 +249,10 @@ impl Store {
             ));
         }
         if from.is_presence() {
-            // Populated as it is now (presence.rs).
+            // Populated as it is now, and kept up to date by the sweep's
+            // slices (presence.rs).
             let _ = self.presence_pass(from);
+            self.note_routed_presence(from)?;
         }
         let destination = self.route_destination(to)?;
         let selection = Selection::from_params(&params)?;

@@ -171,6 +171,8 @@ impl Store {
             Ok(false) => return Ok(SweepReport::default()),
             Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
+        // Best effort: a failed pass is tried again at the next slice.
+        let _ = self.pass_routed_presence();
         self.slice(&file, &path, budget)
     }
 
