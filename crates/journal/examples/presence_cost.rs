@@ -64,6 +64,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.next(&store)?;
         }
     }
+    // What one pass costs whoever runs it (a tunnel on kn_presence, once
+    // every KN_PRESENCE_PASS_MS), with nothing to post.
+    let passes = 20;
+    let started = Instant::now();
+    for _ in 0..passes {
+        store.presence_pass(&topic.presence())?;
+    }
+    println!("one presence pass over {subscribers} subscribers, nothing changed: {:.2} ms", started.elapsed().as_secs_f64() * 1000.0 / passes as f64);
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
