@@ -187,3 +187,45 @@ fn a_static_route_from_kn_presence_gets_joins_and_leaves_through_the_sweep() {
     let leave = next_presence(&store, &mut watcher, "leave", Duration::from_secs(5)).expect("a leave through the route");
     assert_eq!(text(&leave, KN_PRESENCE_JOURNAL), "/who/anna/kn_journal");
 }
+
+/// The settings' boundaries, read from the environment in a child
+/// process (the environment is the process's): a debounce of 0 is a leave
+/// at the first pass that misses the journal; a pass interval below
+/// 10 ms is 10 ms; a malformed value is an error naming the variable.
+#[test]
+fn presence_settings_are_read_from_the_environment_with_their_bounds() {
+    if let Ok(expect) = std::env::var("KN_PRESENCE_CHILD") {
+        let c = Config::from_env().unwrap();
+        let got = format!("{} {}", c.presence_debounce.as_millis(), c.presence_pass.as_millis());
+        assert_eq!(got, expect);
+        println!("KN_PRESENCE_CHILD_OK");
+        return;
+    }
+    let run = |debounce: &str, pass: &str, expect: &str| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args(["--exact", "presence_settings_are_read_from_the_environment_with_their_bounds", "--nocapture"]);
+        command.env("KN_PRESENCE_CHILD", expect).env("KN_PRESENCE_DEBOUNCE_MS", debounce).env("KN_PRESENCE_PASS_MS", pass);
+        let out = command.output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    for (debounce, pass, expect) in [("0", "9", "0 10"), ("1", "10", "1 10"), ("5000", "11", "5000 11")] {
+        let (ok, out) = run(debounce, pass, expect);
+        assert!(ok && out.contains("KN_PRESENCE_CHILD_OK"), "{debounce} {pass}: {out}");
+    }
+    let (ok, out) = run("five seconds", "10", "");
+    assert!(!ok && out.contains("KN_PRESENCE_DEBOUNCE_MS"), "{out}");
+}
+
+#[test]
+fn a_debounce_of_zero_leaves_at_the_first_pass_without_the_tunnel() {
+    let dir = scratch("presence-zero");
+    let store = Store::open_with(fast(dir.path(), Duration::ZERO)).unwrap();
+    let chat = t("/chat");
+    store.route(&chat, b"/who/anna/kn_journal", ev(&[("kn_id", "a")])).unwrap();
+    let anna = store.tunnel(&t("/who/anna/kn_journal"), &Selection::default()).unwrap().tunnel;
+    assert_eq!(store.presence_pass(&chat.presence()).unwrap().joined.len(), 1);
+    drop(anna);
+    let changes = store.presence_pass(&chat.presence()).unwrap();
+    assert!(changes.ran);
+    assert_eq!(changes.left, [t("/who/anna/kn_journal")], "{changes:?}");
+}
