@@ -86,7 +86,7 @@ impl std::str::FromStr for Shared {
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
 /// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
-/// | `presence_debounce` | 5 s: a journal's tunnel gone this long leaves its topics' `kn_presence` (a reconnect within it is no leave); a tunnel that died without closing leaves within this plus `presence_pass` (docs/PRESENCE.md) | `KN_PRESENCE_DEBOUNCE_MS` |
+/// | `presence_debounce` | 5 s: a journal's tunnel gone this long leaves its topics' `kn_presence` (a reconnect within it is no leave); a tunnel that died without closing leaves within this plus twice `presence_pass` (docs/PRESENCE.md) | `KN_PRESENCE_DEBOUNCE_MS` |
 /// | `presence_pass` | 1 s: how often a tunnel on a `kn_presence` topic looks at who is connected (the join latency) | `KN_PRESENCE_PASS_MS` (at least 10) |
 /// | `server_url` | the first pinned name in `.names`, else `serve`'s, else the last learned, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `max_names` | 32 names learned from requests' `Host` (the least recently seen pushed out; pinned and `serve`'s names not counted) | `KN_MAX_NAMES` |

@@ -79,6 +79,18 @@ impl Store {
     /// that has had no live tunnel for `presence_debounce`. Returns at
     /// once, posting nothing, when another pass (of any process) runs.
     pub fn presence_pass(&self, presence: &Topic) -> Result<PresenceChanges> {
+        self.presence_pass_with(presence, false)
+    }
+
+    /// [`Store::presence_pass`] for the periodic passes (a tunnel's, the
+    /// sweep's): none when any process finished one less than half a
+    /// `presence_pass` ago, so that many readers of one topic share about
+    /// two passes a period instead of each making its own.
+    pub(super) fn presence_pass_if_due(&self, presence: &Topic) -> Result<PresenceChanges> {
+        self.presence_pass_with(presence, true)
+    }
+
+    fn presence_pass_with(&self, presence: &Topic, only_if_due: bool) -> Result<PresenceChanges> {
         let mut changes = PresenceChanges::default();
         let Some(owner) = presence.parent().filter(|_| presence.is_presence()) else {
             return Ok(changes);
@@ -106,8 +118,16 @@ impl Store {
             Ok(false) => return Ok(changes),
             Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
+        // The state file's mtime: when the last pass ended (set below).
+        let last = state.metadata().and_then(|m| m.modified()).ok();
+        let recent = last.and_then(|t| t.elapsed().ok()).is_some_and(|age| age < self.config.presence_pass / 2);
+        if only_if_due && recent {
+            crate::shared::unlock(&state, &self.config);
+            return Ok(changes);
+        }
         changes.ran = true;
         let result = self.presence_pass_locked(presence, &owner, &mut state, &path, &mut changes);
+        touch_now(&state);
         crate::shared::unlock(&state, &self.config);
         result.map(|()| changes)
     }
@@ -182,7 +202,7 @@ impl Store {
                 continue;
             }
             if self.routes(&presence).map(|routes| routes.iter().any(|r| r.is_active(t))).unwrap_or(true) {
-                let _ = self.presence_pass(&presence);
+                let _ = self.presence_pass_if_due(&presence);
                 kept.push(presence);
             }
         }
@@ -293,6 +313,14 @@ fn leave_event(journal: &Topic, join: &Event, left: f64, t: f64) -> Event {
     }
     Principal::creator_of(join).record_as_creator(&mut e);
     e
+}
+
+/// Sets `file`'s times to now (any writer of the file may).
+fn touch_now(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: futimens reads no memory when given a null pointer; the
+    // descriptor is open for the call's duration.
+    let _ = unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
 }
 
 /// When the journal's current run of tunnels began: the first tunnel

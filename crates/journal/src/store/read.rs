@@ -339,7 +339,7 @@ impl Tunnel {
         if let Some(last) = self.presence.filter(|last| last.elapsed() >= store.config().presence_pass) {
             // A failed pass (an unreadable route list, a full disk) is
             // tried again at the next: the tunnel goes on meanwhile.
-            let _ = store.presence_pass(&self.topic);
+            let _ = store.presence_pass_if_due(&self.topic);
             self.presence = Some(last.max(Instant::now()));
         }
         if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY.min(store.config().heartbeat_stale / 5) {
