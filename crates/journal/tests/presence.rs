@@ -178,7 +178,8 @@ fn a_static_route_from_kn_presence_gets_joins_and_leaves_through_the_sweep() {
     store.route(&chat.presence(), b"/who/w/kn_journal", ev(&[("kn_id", "p")])).unwrap();
     let anna = store.tunnel(&t("/who/anna/kn_journal"), &Selection::default()).unwrap().tunnel;
     // No tunnel on kn_presence: the sweep's slice passes (serve runs one
-    // every sweep_interval).
+    // every sweep_interval), a little after the route's own pass.
+    std::thread::sleep(Duration::from_millis(30));
     store.sweep(16).unwrap();
     let join = next_presence(&store, &mut watcher, "join", Duration::from_secs(5)).expect("a join through the route");
     assert_eq!(text(&join, KN_PRESENCE_JOURNAL), "/who/anna/kn_journal");
