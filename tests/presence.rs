@@ -352,3 +352,22 @@ fn presence_shows_a_subscriber_only_to_those_who_may_see_its_route() {
     assert_eq!(post.stream.status(), Some(400), "{}", post.stream.text());
     drop(tunnels);
 }
+
+/// As the JavaScript client subscribes (`kn.subscribe` on `kn_presence`:
+/// a route into the page's journal, read by the page's tunnel), with no
+/// tunnel on `kn_presence` anywhere: serve's sweep passes the topic every
+/// `KN_SWEEP_INTERVAL_MS`, and the joins and leaves travel the route.
+#[test]
+fn presence_through_a_static_route_into_a_watchers_journal_via_serve() {
+    let dir = Dir::new("presence_routed");
+    let store = dir.store("kn_events");
+    let serve = serve(&store, DEBOUNCE_MS, &[("KN_SWEEP_INTERVAL_MS", "200")]);
+    route(&serve, "/chat", "/who/s/kn_journal", "rs");
+    let mut page = Watch::tunnel(&serve, "/who/page/kn_journal", "");
+    route(&serve, "/chat/kn_presence", "/who/page/kn_journal", "presence");
+    let subscriber = Watch::tunnel(&serve, "/who/s/kn_journal", "");
+    let join = page.presence("join", "/who/s/kn_journal", PATIENCE).expect("a join through the route");
+    assert!(join.get("kn_route_location").is_some_and(|l| l.ends_with("/chat/kn_presence/kn_routes/presence")), "{join:?}");
+    subscriber.close();
+    page.presence("leave", "/who/s/kn_journal", PATIENCE).expect("a leave through the route");
+}
