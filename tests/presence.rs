@@ -8,6 +8,7 @@
 //! The API-level tests: crates/journal/tests/presence.rs.
 
 mod e2e;
+mod presence_watch;
 mod support;
 
 use std::os::unix::process::CommandExt as _;
@@ -15,26 +16,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::{parse_frames, KnEvent, KnServer, PATIENCE};
-use support::http::Stream;
+use e2e::{KnServer, PATIENCE};
+use presence_watch::Watch;
 use support::{Apache, Dir, Serve};
 
 /// The presence settings of every server here: a leave one second after
 /// the last tunnel closed, a look every 100 ms.
 const DEBOUNCE_MS: u64 = 1000;
 const PASS_MS: u64 = 100;
-
-impl KnServer for Serve {
-    fn url(&self) -> String {
-        Serve::url(self)
-    }
-    fn log(&self) -> String {
-        String::new()
-    }
-    fn dir_path(&self) -> &Path {
-        Path::new("/nonexistent")
-    }
-}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -64,84 +53,6 @@ fn apache(dir: &Dir) -> Option<Apache> {
     let store = dir.store("kn_events");
     let env = format!("SetEnv KN_PRESENCE_DEBOUNCE_MS {DEBOUNCE_MS}\nSetEnv KN_PRESENCE_PASS_MS {PASS_MS}\n");
     Some(Apache::start(&support::pubsub_cgi(), &store, &env))
-}
-
-/// A `simple` tunnel, with optional Basic credentials, read as it streams.
-struct Watch {
-    stream: Stream,
-    pos: usize,
-    events: Vec<(Instant, KnEvent)>,
-    next: usize,
-}
-
-impl Watch {
-    fn open(url: &str, query: &str, user: Option<(&str, &str)>) -> Watch {
-        use base64::Engine as _;
-        let rest = url.strip_prefix("http://").unwrap();
-        let (addr, path) = rest.split_once('/').unwrap();
-        let auth = user
-            .map(|(u, p)| format!("Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))))
-            .unwrap_or_default();
-        let request = format!("GET /{path}?{query}&kn_response_format=simple HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n");
-        Watch { stream: Stream::send(url, request.as_bytes()), pos: 0, events: Vec::new(), next: 0 }
-    }
-
-    /// A tunnel on `topic` (no credentials).
-    fn tunnel(server: &impl KnServer, topic: &str, extra: &str) -> Watch {
-        let mut w = Watch::open(&server.url(), &format!("do_method=route&kn_from={topic}&kn_status_from=w{extra}"), None);
-        let status = w.next_event(PATIENCE).unwrap_or_else(|| panic!("no status on the tunnel on {topic}: {}\n{}", w.stream.text(), server.log()));
-        assert_eq!(status.status(), "200 Watching topic", "{status:?}");
-        w
-    }
-
-    fn next_event(&mut self, limit: Duration) -> Option<KnEvent> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.next < self.events.len() {
-                self.next += 1;
-                return Some(self.events[self.next - 1].1.clone());
-            }
-            let body = self.stream.body().to_vec();
-            let new = parse_frames(&body, &mut self.pos);
-            if !new.is_empty() {
-                let now = Instant::now();
-                self.events.extend(new.into_iter().map(|e| (now, e)));
-                continue;
-            }
-            let now = Instant::now();
-            if now >= deadline || self.stream.eof() {
-                return None;
-            }
-            self.stream.read_once((deadline - now).min(Duration::from_millis(100)));
-        }
-    }
-
-    /// Waits for the presence event `what` (`join`, `leave`) of `journal`.
-    fn presence(&mut self, what: &str, journal: &str, limit: Duration) -> Option<KnEvent> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let e = self.next_event(deadline.saturating_duration_since(Instant::now()))?;
-            if e.get("kn_presence").as_deref() == Some(what) && e.get("kn_presence_journal").as_deref() == Some(journal) {
-                return Some(e);
-            }
-        }
-    }
-
-    /// Every presence event received within `limit`: (kind, journal).
-    fn presence_for(&mut self, limit: Duration) -> Vec<(String, String)> {
-        let deadline = Instant::now() + limit;
-        let mut seen = Vec::new();
-        while let Some(e) = self.next_event(deadline.saturating_duration_since(Instant::now())) {
-            if let (Some(kind), Some(journal)) = (e.get("kn_presence"), e.get("kn_presence_journal")) {
-                seen.push((kind, journal));
-            }
-        }
-        seen
-    }
-
-    fn close(self) {
-        self.stream.close();
-    }
 }
 
 fn route(server: &impl KnServer, from: &str, to: &str, id: &str) {
