@@ -289,6 +289,24 @@ fn topic_browser_shows_a_topic_created_by_another_client() {
         let selected = js(&page, "return document.getElementById('selected').textContent;").await;
         assert_eq!(selected, json!("/created_elsewhere"));
 
+        // Who is connected (docs/PRESENCE.md): the page itself (its route
+        // into its journal, its EventSource), then another client's
+        // journal routed from the topic while its tunnel is open.
+        let me = wait_js(&page, Duration::from_secs(10), "return document.querySelectorAll('#presence li').length;").await;
+        assert!(me.as_u64().unwrap_or(0) >= 1, "the page's own journal is listed as connected: {me}");
+        let url = site.apache.url();
+        let r = support::post_form(
+            &url,
+            &[("do_method", "route"), ("kn_from", "/created_elsewhere"), ("kn_to", "/who/elsewhere/kn_journal"), ("kn_response_format", "simple")],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let tunnel = support::http::Stream::get(&format!("{url}/who/elsewhere/kn_journal?kn_response_format=simple"));
+        let listed = "return !!document.querySelector('#presence li[data-journal=\"/who/elsewhere/kn_journal\"]');";
+        assert_eq!(wait_js(&page, Duration::from_secs(10), listed).await, json!(true), "another client's journal is listed while its tunnel is open");
+        tunnel.close();
+        let gone = "return !document.querySelector('#presence li[data-journal=\"/who/elsewhere/kn_journal\"]');";
+        assert_eq!(wait_js(&page, Duration::from_secs(20), gone).await, json!(true), "and goes once its tunnel closed (after the debounce)");
+
         // The two-way kn: form handler (lib2form) posts a form as an event
         // and tells the form how it went.
         js(

@@ -1,20 +1,24 @@
 // Topic browser: the tree is read from each topic's kn_subtopics (one
 // subscription per expanded node, so new topics appear live); the chosen
 // topic's events (last 20, then live) and its routes (T/kn_routes: payload
-// = destination, an empty payload = a deleted route).
+// = destination, an empty payload = a deleted route), and who is connected
+// (a tunnel on T/kn_presence: a join, then a leave, per subscriber journal;
+// docs/PRESENCE.md).
 (function () {
   "use strict";
   var nodes = {};            // path -> {li, ul, expanded, sub}
-  var current = {path: null, events: null, routes: null};
+  var current = {path: null, events: null, routes: null, presence: null};
   var eventsBox = document.getElementById("events");
   var routesBox = document.getElementById("routes");
   var noRoutes = document.getElementById("noroutes");
+  var presenceBox = document.getElementById("presence");
+  var noPresence = document.getElementById("nopresence");
   var el = knPage.el;
 
   knPage.showConnection();
 
   function child(path, name) { return (path === "/" ? "" : path) + "/" + name; }
-  function hidden(name) { return name === "kn_routes" || name === "kn_subtopics" || name === ""; }
+  function hidden(name) { return name === "kn_routes" || name === "kn_subtopics" || name === "kn_presence" || name === ""; }
 
   function makeNode(path, name, parentUl) {
     var li = el("li", {"data-topic": path});
@@ -80,6 +84,43 @@
     noRoutes.style.display = routesBox.children.length ? "none" : "";
   }
 
+  // One presence event: a join adds (or updates) the journal's line, a
+  // leave removes it. Other events (the tunnel's status) are not presence.
+  function showPresence(e) {
+    if (!e.kn_presence || !e.kn_presence_journal) return;
+    var journal = e.kn_presence_journal;
+    var li = presenceBox.querySelector('li[data-journal="' + CSS.escape(journal) + '"]');
+    if (e.kn_presence === "leave") { if (li) li.remove(); }
+    else {
+      if (!li) { li = el("li", {"data-journal": journal}); presenceBox.appendChild(li); }
+      var who = e.kn_route_creator || (e.kn_route_session ? "anonymous" : "");
+      var since = e.kn_presence_since ? new Date(Number(e.kn_presence_since) * 1000).toLocaleTimeString() : "";
+      li.textContent = journal + (who ? "  ·  " + who : "") + (since ? "  ·  since " + since : "");
+      li.title = "route id " + (e.kn_presence_route || "");
+    }
+    noPresence.style.display = presenceBox.children.length ? "none" : "";
+  }
+
+  // A tunnel on the topic's kn_presence of its own (not a route into the
+  // page's journal): a tunnel is what keeps the joins and leaves coming.
+  function watchPresence(path) {
+    if (current.presence) current.presence.close();
+    presenceBox.innerHTML = "";
+    noPresence.style.display = "";
+    if (typeof EventSource === "undefined") return;
+    var server = window.kn_server || "/kn";
+    var source = new EventSource(server + child(path, "kn_presence") +
+      "?do_method=route&kn_response_format=sse&do_max_age=infinity");
+    source.onmessage = function (m) {
+      var e;
+      try { e = JSON.parse(m.data); } catch (x) { return; }
+      showPresence(e);
+    };
+    // EventSource reconnects by itself with Last-Event-ID: the server
+    // resumes after it, with every join and leave since (docs/PRESENCE.md).
+    current.presence = source;
+  }
+
   function select(path) {
     if (current.path === path) return;
     if (current.events) kn.unsubscribe(current.events);
@@ -96,6 +137,7 @@
       onError: function (s) { eventsBox.innerHTML = ""; eventsBox.appendChild(el("p", {"class": "error"}, s.status + ": " + s.kn_payload)); }
     });
     current.routes = kn.subscribe(child(path, "kn_routes"), showRoute, {do_max_age: "infinity"});
+    watchPresence(path);
   }
 
   document.getElementById("post").addEventListener("submit", function (ev) {

@@ -34,6 +34,11 @@ Environment:
     KN_REPLAY_MAX_TIME  seconds one replay may run (default 3600)
     KN_TUNNEL_MAX_TIME  seconds a tunnel stays open at most (default 0: no
                         limit); its journal stays, the client reconnects
+    KN_PRESENCE_DEBOUNCE_MS, KN_PRESENCE_PASS_MS
+                        <topic>/kn_presence: how long a journal's tunnel must
+                        be gone to leave (default 5000: a reconnect within
+                        it is no leave), and how often a presence reader
+                        looks (default 1000); see docs/PRESENCE.md
     KN_FORWARD_INLINE   most routes a notify forwards along before its
                         answer (default 32); a topic with more is answered
                         once stored and forwarded right after, many events

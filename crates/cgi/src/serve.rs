@@ -714,8 +714,9 @@ async fn follow(
     let (keep_alive, every) = tunnel.keep_alive();
     // With change notification, a wakeup comes with every append; a lost
     // one (an inotify queue overflow) is caught by the re-read at the next
-    // keep-alive. Without it, re-read every poll interval.
-    let poll = if tunnel.is_notified() { every } else { tunnel.poll_interval() };
+    // keep-alive. Without it, re-read every poll interval, as a
+    // `kn_presence` tunnel does to look at who is connected.
+    let poll = if tunnel.is_notified() && !tunnel.must_poll() { every } else { tunnel.poll_interval() };
     let deadline = tunnel.deadline().map(Instant::from_std);
     let mut last_write = Instant::now();
     // Reads that may be large go to `reader`'s threads (crate::serve_tunnel).

@@ -94,6 +94,13 @@ impl TunnelReply {
         self.tunnel.poll_interval()
     }
 
+    /// True when the tunnel must be read every
+    /// [`TunnelReply::poll_interval`] whatever its wakeups (a
+    /// `kn_presence` tunnel: docs/PRESENCE.md).
+    pub fn must_poll(&self) -> bool {
+        self.tunnel.must_poll()
+    }
+
     /// True when wakeups come from change notification; false when the
     /// tunnel must poll every [`TunnelReply::poll_interval`].
     pub fn is_notified(&self) -> bool {

@@ -86,6 +86,8 @@ impl std::str::FromStr for Shared {
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
 /// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
+/// | `presence_debounce` | 5 s: a journal's tunnel gone this long leaves its topics' `kn_presence` (a reconnect within it is no leave); a tunnel that died without closing leaves within this plus twice `presence_pass` (docs/PRESENCE.md) | `KN_PRESENCE_DEBOUNCE_MS` |
+/// | `presence_pass` | 1 s: how often a tunnel on a `kn_presence` topic looks at who is connected (the join latency) | `KN_PRESENCE_PASS_MS` (at least 10) |
 /// | `server_url` | the first pinned name in `.names`, else `serve`'s, else the last learned, else `http://localhost/kn` | `KN_SERVER_URL` |
 /// | `max_names` | 32 names learned from requests' `Host` (the least recently seen pushed out; pinned and `serve`'s names not counted) | `KN_MAX_NAMES` |
 /// | `outbound` | `deny` | `KN_OUTBOUND` (`allow`, `deny` or URL prefixes) |
@@ -180,6 +182,13 @@ pub struct Config {
     /// (at most every [`HEARTBEAT_EVERY`](crate::HEARTBEAT_EVERY)). Shorter
     /// only to compress time in tests and benchmarks.
     pub heartbeat_stale: Duration,
+    /// How long a journal's tunnels must be gone before a `kn_presence`
+    /// reader records it as left (docs/PRESENCE.md): a reconnect within
+    /// it is no leave.
+    pub presence_debounce: Duration,
+    /// How often a tunnel on a `kn_presence` topic compares who is
+    /// connected with what the topic says (docs/PRESENCE.md).
+    pub presence_pass: Duration,
     /// This server's own URL (`http://host/kn`); `None` means "from `.names`".
     pub server_url: Option<String>,
     /// Most names learned from requests (the URLs they reached the server
@@ -381,6 +390,8 @@ impl Config {
             expired_grace: Duration::from_secs(3600),
             poll_interval: Duration::from_millis(250),
             heartbeat_stale: Duration::from_secs(100),
+            presence_debounce: Duration::from_secs(5),
+            presence_pass: Duration::from_secs(1),
             shared: Shared::Auto,
             changes_poll: Duration::from_millis(5),
             changes_bytes: 1 << 20,
@@ -553,6 +564,12 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_SELECTED")? {
             self.max_selected = v;
+        }
+        if let Some(v) = var::<u64>("KN_PRESENCE_DEBOUNCE_MS")? {
+            self.presence_debounce = Duration::from_millis(v);
+        }
+        if let Some(v) = var::<u64>("KN_PRESENCE_PASS_MS")? {
+            self.presence_pass = Duration::from_millis(v.max(10));
         }
         if let Some(v) = var::<u64>("KN_HEARTBEAT_STALE_MS")? {
             self.heartbeat_stale = Duration::from_millis(v.max(1));

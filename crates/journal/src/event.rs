@@ -24,6 +24,18 @@ pub const KN_ROUTED_FROM: &[u8] = b"kn_routed_from";
 /// `status`: only on status events.
 pub const STATUS: &[u8] = b"status";
 
+// The elements of a `kn_presence` event (docs/PRESENCE.md).
+/// The element saying what a presence event is: `join` or `leave`.
+pub const KN_PRESENCE: &[u8] = b"kn_presence";
+/// The journal a presence event is about (also its `kn_payload`).
+pub const KN_PRESENCE_JOURNAL: &[u8] = b"kn_presence_journal";
+/// Since when the journal has been connected (seconds since the epoch).
+pub const KN_PRESENCE_SINCE: &[u8] = b"kn_presence_since";
+/// On a `leave`: when the journal was first found without a tunnel.
+pub const KN_PRESENCE_LEFT: &[u8] = b"kn_presence_left";
+/// The id of the route that makes the journal a subscriber of the topic.
+pub const KN_PRESENCE_ROUTE: &[u8] = b"kn_presence_route";
+
 /// A PubSub event: unique element names mapped to values, both arbitrary
 /// byte strings (NUL, newlines and invalid UTF-8 included).
 ///

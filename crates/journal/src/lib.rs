@@ -406,4 +406,4 @@ pub use remote::*;
 pub use stats::{Counter, Counters, STATS_FILE};
 pub use store::*;
 pub use usage::{Cached, Usage, UsageCache};
-pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, PRESENCE_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};

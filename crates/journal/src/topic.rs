@@ -11,6 +11,9 @@ pub const JOURNAL_SEGMENT: &str = "kn_journal";
 pub const ROUTES_SEGMENT: &str = "kn_routes";
 /// The reserved child topic that announces a topic's new children.
 pub const SUBTOPICS_SEGMENT: &str = "kn_subtopics";
+/// The reserved child topic that tells who is connected to a topic now
+/// (docs/PRESENCE.md).
+pub const PRESENCE_SEGMENT: &str = "kn_presence";
 
 /// Most segments a topic name may have. Creating a topic announces it in
 /// the `kn_subtopics` of each ancestor, so a post's cost grows with the
@@ -138,10 +141,20 @@ impl Topic {
         self.last_segment() == Some(JOURNAL_SEGMENT)
     }
 
-    /// True for a `kn_routes` or `kn_subtopics` topic, which clients may not
-    /// notify.
+    /// True for a `kn_routes`, `kn_subtopics` or `kn_presence` topic,
+    /// which clients may not notify.
     pub fn is_reserved(&self) -> bool {
-        matches!(self.last_segment(), Some(ROUTES_SEGMENT) | Some(SUBTOPICS_SEGMENT))
+        matches!(self.last_segment(), Some(ROUTES_SEGMENT) | Some(SUBTOPICS_SEGMENT) | Some(PRESENCE_SEGMENT))
+    }
+
+    /// True for a `kn_presence` topic (docs/PRESENCE.md).
+    pub fn is_presence(&self) -> bool {
+        self.last_segment() == Some(PRESENCE_SEGMENT)
+    }
+
+    /// `self/kn_presence`.
+    pub fn presence(&self) -> Topic {
+        self.reserved_child(PRESENCE_SEGMENT)
     }
 
     /// `self/kn_routes`.

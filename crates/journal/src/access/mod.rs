@@ -388,7 +388,7 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 }
 
 /// The topic a right on `topic` is judged on: a reserved topic
-/// (`kn_routes`, `kn_subtopics`) as the topic it belongs to.
+/// (`kn_routes`, `kn_subtopics`, `kn_presence`) as the topic it belongs to.
 pub(crate) fn judged_as(topic: &Topic) -> std::borrow::Cow<'_, Topic> {
     match topic.is_reserved().then(|| topic.parent()).flatten() {
         Some(parent) => std::borrow::Cow::Owned(parent),

@@ -1,6 +1,6 @@
 //! What a reader is shown, after the request that opened the reading was
 //! allowed: the events of an introspection topic (`kn_subtopics`,
-//! `kn_routes`) the reader may know of, and whether an open tunnel's
+//! `kn_routes`, `kn_presence`) the reader may know of, and whether an open tunnel's
 //! reader may still read its topic (docs/ACCESS.md, "What is checked").
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::store::Store;
-use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+use crate::topic::{Topic, PRESENCE_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
 use super::{Operation, Principal, Rules};
 
@@ -17,7 +17,8 @@ impl Rules {
     /// introspection topics hide events: a `kn_subtopics` announcement is
     /// shown to those who may read the subtopic it announces; a route of
     /// `kn_routes` to its creator and to those who may `route` to or
-    /// `delete` routes of its source. Anything else is shown.
+    /// `delete` routes of its source, and so is a `kn_presence` event
+    /// (which carries its route's creator). Anything else is shown.
     pub fn may_see(&self, who: &Principal, topic: &Topic, event: &Event) -> bool {
         let Some(owner) = topic.parent() else { return true };
         match topic.last_segment() {
@@ -25,7 +26,9 @@ impl Rules {
                 let announced = std::str::from_utf8(event.payload()).ok().and_then(|segment| owner.child(segment).ok());
                 announced.is_some_and(|subtopic| self.check(who, Operation::Read, &subtopic).is_ok())
             }
-            Some(ROUTES_SEGMENT) => {
+            // A presence event names a route's journal and creator: shown
+            // to those who may see that route (docs/PRESENCE.md).
+            Some(ROUTES_SEGMENT) | Some(PRESENCE_SEGMENT) => {
                 (who.is_identified() && Principal::creator_of(event) == *who)
                     || self.check(who, Operation::Route, &owner).is_ok()
                     || self.check(who, Operation::Delete, &owner).is_ok()

@@ -45,6 +45,9 @@ impl Store {
     }
 
     fn check_notify(&self, topic: &Topic) -> Result<()> {
+        if topic.is_presence() {
+            return Err(Error::new(ErrorKind::ReservedTopic, format!("can't post to '{topic}': kn_presence topics are written by the server only")));
+        }
         if topic.is_reserved() {
             return Err(Error::new(
                 ErrorKind::ReservedTopic,

@@ -127,6 +127,10 @@ impl Store {
     /// `kn_route_checkpoint`. On an ordinary topic only the current event of
     /// each `kn_id` counts, ordered by when it was last stored.
     pub fn events(&self, topic: &Topic, selection: &Selection) -> Result<Selected> {
+        if topic.is_presence() {
+            // Read as it is now (presence.rs).
+            let _ = self.presence_pass(topic);
+        }
         self.select(topic, selection, false)
     }
 
@@ -147,7 +151,10 @@ impl Store {
         let dir = self.checked_dir(topic)?;
         let ordinary = !topic.is_journal();
         let t = now();
-        let live = |r: &Record| include_expired || !r.event.is_expired(t);
+        // A read of `kn_presence` gives who is connected now: its `leave`s
+        // go only to a reader resuming after a checkpoint (presence.rs).
+        let left = |r: &Record| topic.is_presence() && selection.since_checkpoint.is_none() && r.event.get(crate::event::KN_PRESENCE) == Some(b"leave");
+        let live = |r: &Record| (include_expired || !r.event.is_expired(t)) && !left(r);
         let (after, mut resume) = match &selection.since_checkpoint {
             Some(cp) => self.resume_point(&dir, cp, end)?,
             None if selection.is_empty() => return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked }),
@@ -231,6 +238,12 @@ impl Store {
         }
         // Held while the tunnel lives: the sweep leaves the topic alone.
         let reading = self.mark_reader(topic, &mut report)?;
+        // A presence topic is brought up to date before it is read, then
+        // by the tunnel every `presence_pass` (presence.rs).
+        let presence = topic.is_presence().then(|| {
+            let _ = self.presence_pass(topic);
+            Instant::now()
+        });
         let dir = self.dir(topic);
         let subscription = self.hub().subscribe(&dir);
         let cursor = log::cursor_at_end(&dir)?;
@@ -246,7 +259,11 @@ impl Store {
             no_segment_after: None,
             kept: None,
             last_beat: Instant::now(),
-            poll: self.config.poll_interval,
+            poll: match presence {
+                Some(_) => self.config.poll_interval.min(self.config.presence_pass),
+                None => self.config.poll_interval,
+            },
+            presence,
             _reading: reading,
             reader: None,
         };
@@ -279,6 +296,9 @@ pub struct Tunnel {
     kept: Option<log::KeptSegment>,
     last_beat: Instant,
     poll: Duration,
+    /// On a `kn_presence` topic: when this tunnel last ran a presence
+    /// pass (presence.rs).
+    presence: Option<Instant>,
     /// Keeps the topic from the sweep while the tunnel lives.
     _reading: super::readers::ReaderMark,
     /// Who reads, when the tunnel was opened through `Store::as_user`:
@@ -316,6 +336,12 @@ impl Tunnel {
     }
 
     fn read_next(&mut self, store: &Store) -> Result<Vec<Event>> {
+        if let Some(last) = self.presence.filter(|last| last.elapsed() >= store.config().presence_pass) {
+            // A failed pass (an unreadable route list, a full disk) is
+            // tried again at the next: the tunnel goes on meanwhile.
+            let _ = store.presence_pass_if_due(&self.topic);
+            self.presence = Some(last.max(Instant::now()));
+        }
         if self.topic.is_journal() && self.last_beat.elapsed() >= HEARTBEAT_EVERY.min(store.config().heartbeat_stale / 5) {
             store.heartbeat(&self.topic)?;
             self.last_beat = Instant::now();
@@ -382,6 +408,13 @@ impl Tunnel {
     /// re-reading anyway (the polling fallback).
     pub fn poll_interval(&self) -> Duration {
         self.poll
+    }
+
+    /// True when this tunnel must be read every
+    /// [`Tunnel::poll_interval`] even with change notification: a
+    /// `kn_presence` tunnel looks at who is connected then.
+    pub fn must_poll(&self) -> bool {
+        self.presence.is_some()
     }
 
     /// False when this tunnel relies on polling alone.

@@ -70,7 +70,16 @@ impl Store {
         for _ in 0..MARK_ATTEMPTS {
             match log::open_shared(&path, false) {
                 Ok(file) => {
-                    // Waits while a removal holds it (see `Readers::None`).
+                    // The first live reader of a journal starts its
+                    // presence (presence.rs): `.readers`'s mtime says
+                    // since when. Tried, never waited for: held, the lock
+                    // means another reader (or a removal, which this
+                    // reader then waits for below).
+                    if topic.is_journal() && matches!(crate::shared::try_lock(&file, LockKind::Exclusive, &self.config), Ok(true)) {
+                        touch(&file);
+                    }
+                    // Waits while a removal holds it (see `Readers::None`);
+                    // turns the lock tried above into a shared one.
                     crate::shared::lock(&file, LockKind::Shared, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
                     if same_file(&file, &path) {
                         let file = Arc::new(file);
@@ -148,6 +157,16 @@ impl Store {
         let written = log::cursor_at_end(dir)?.last_seq();
         log::record_removed(&self.config, dir, counted.max(written))
     }
+}
+
+/// Sets `file`'s times to now: allowed to any user who may write it
+/// (`0664`: the store's group), not only to its owner, as a chosen time
+/// would be. Best effort: a presence's "since" is not worth failing for.
+fn touch(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: futimens reads no memory when given a null pointer; the
+    // descriptor is open for the call's duration.
+    let _ = unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
 }
 
 /// True when `path` names the file open as `file` (same device and inode).

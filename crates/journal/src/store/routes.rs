@@ -248,6 +248,12 @@ impl Store {
                 format!("empty route destination from '{from}': use delete_route to delete a route"),
             ));
         }
+        if from.is_presence() {
+            // Populated as it is now, and kept up to date by the sweep's
+            // slices (presence.rs).
+            let _ = self.presence_pass(from);
+            self.note_routed_presence(from)?;
+        }
         let destination = self.route_destination(to)?;
         let selection = Selection::from_params(&params)?;
         if let Some(filter) = params.get("kn_content_filter") {

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::{Error, Result};
 use crate::log;
 use crate::stats::Counter;
-use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+use crate::topic::{Topic, PRESENCE_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
 use super::readers::Readers;
 use super::sweep_routes::read_sources;
@@ -171,6 +171,8 @@ impl Store {
             Ok(false) => return Ok(SweepReport::default()),
             Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
+        // Best effort: a failed pass is tried again at the next slice.
+        let _ = self.pass_routed_presence();
         self.slice(&file, &path, budget)
     }
 
@@ -544,7 +546,7 @@ impl Store {
                 run.report.bytes_reclaimed += self.delete_leftover(&entry.path());
                 continue;
             }
-            if name.starts_with('.') || name == ROUTES_SEGMENT || name == SUBTOPICS_SEGMENT {
+            if name.starts_with('.') || name == ROUTES_SEGMENT || name == SUBTOPICS_SEGMENT || name == PRESENCE_SEGMENT {
                 continue;
             }
             if let Ok(child) = topic.child(name) {
@@ -619,7 +621,7 @@ impl Store {
         }
         let Some(lock) = lock_topic(&dir, &self.config)? else { return Ok(false) };
         let mut inner = Vec::new();
-        for reserved in [ROUTES_SEGMENT, SUBTOPICS_SEGMENT] {
+        for reserved in [ROUTES_SEGMENT, SUBTOPICS_SEGMENT, PRESENCE_SEGMENT] {
             if let Some(l) = lock_topic(&dir.join(reserved), &self.config)? {
                 inner.push((reserved, l));
             }
@@ -629,8 +631,8 @@ impl Store {
         if has_child_dirs(&dir) || !quiet(&dir, grace) || !self.is_empty_topic(topic)? {
             return Ok(false);
         }
-        // A tunnel on the topic, its `kn_routes` or its `kn_subtopics`
-        // keeps it; none: held to the end (readers.rs).
+        // A tunnel on the topic, its `kn_routes`, `kn_subtopics` or
+        // `kn_presence` keeps it; none: held to the end (readers.rs).
         let mut unread = Vec::new();
         for d in std::iter::once(dir.clone()).chain(inner.iter().map(|(name, _)| dir.join(name))) {
             match self.readers_of(&d)? {
@@ -643,7 +645,7 @@ impl Store {
         self.record_last_seq(&dir)?;
         run.report.bytes_reclaimed += self.set_aside(&dir, lock, &inner)?;
         run.report.topics_pruned += 1;
-        for t in [topic.clone(), topic.routes(), topic.subtopics()] {
+        for t in [topic.clone(), topic.routes(), topic.subtopics(), topic.presence()] {
             self.forget_kept(&t);
         }
         Ok(true)

@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::*;
 use crate::ids::now;
 use crate::log::{self, Writer};
-use crate::topic::{Topic, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+use crate::topic::{Topic, PRESENCE_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
 
 use super::read::Selection;
 use super::report::PostReport;
@@ -254,7 +254,7 @@ pub(super) fn has_child_dirs(dir: &Path) -> bool {
     entries.flatten().any(|e| {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        e.file_type().is_ok_and(|k| k.is_dir()) && !name.starts_with('.') && name != ROUTES_SEGMENT && name != SUBTOPICS_SEGMENT
+        e.file_type().is_ok_and(|k| k.is_dir()) && !name.starts_with('.') && name != ROUTES_SEGMENT && name != SUBTOPICS_SEGMENT && name != PRESENCE_SEGMENT
     })
 }
 

@@ -109,11 +109,11 @@ pub fn event_from_json(value: &serde_json::Value) -> Option<Event> {
 }
 
 /// The topics of the store, sorted; without `all`, the reserved
-/// `kn_routes` and `kn_subtopics` topics (and what lies below them) are
-/// left out.
+/// `kn_routes`, `kn_subtopics` and `kn_presence` topics (and what lies
+/// below them) are left out.
 pub fn topics(store: &Store, all: bool) -> Result<Vec<Topic>, SensorError> {
     let topics = store.topics().map_err(|e| SensorError::from_journal(e, "cannot list topics"))?;
-    Ok(topics.into_iter().filter(|t| all || !t.segments().any(|s| s == kn_journal::ROUTES_SEGMENT || s == kn_journal::SUBTOPICS_SEGMENT)).collect())
+    Ok(topics.into_iter().filter(|t| all || !t.segments().any(|s| s == kn_journal::ROUTES_SEGMENT || s == kn_journal::SUBTOPICS_SEGMENT || s == kn_journal::PRESENCE_SEGMENT)).collect())
 }
 
 /// One line describing a route: id, destination (`-` when inactive:
