@@ -130,6 +130,8 @@ impl std::str::FromStr for Shared {
 /// | `stream_cache_memory` | 256 MiB: the most memory the cached streams of a process hold in all (state, producers, latest data; streams in use excepted) | `KN_STREAM_CACHE_MEMORY` |
 /// | `stream_max_fork_depth` | 100 forks in a chain (a fork of a fork ...; more: `409`) | `KN_STREAM_MAX_FORK_DEPTH` |
 /// | `stream_max_producer_id_bytes` | 256 bytes per `Producer-Id` (more: `400`) | `KN_STREAM_MAX_PRODUCER_ID_BYTES` |
+/// | `max_unread_after` | 30 days: the largest `kn_unread_after` of a route (more: `400`) | `KN_MAX_UNREAD_AFTER` (seconds) |
+/// | `receipts_flush` | 1 s: least time between two writes of a tunnel's sent position (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 /// | `streams_enabled` | on: `serve` and pubsub.cgi answer Durable Streams at `/v1/stream/` (off: `404`) | `KN_STREAMS` (`on`/`off`) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
@@ -417,6 +419,15 @@ pub struct Config {
     pub auth_backoff_clients: usize,
     /// Bytes of request bodies `serve` holds at once across all requests.
     pub body_budget_bytes: u64,
+    /// The largest `kn_unread_after` a route may ask for (more: `400`):
+    /// how long an escalation's state must be kept at most
+    /// (docs/PRESENCE.md, "Receipts").
+    pub max_unread_after: Duration,
+    /// Least time between two writes of a tunnel's sent position to its
+    /// journal's `.receipts` (the last one is written when the tunnel
+    /// ends): the cost a tunnel adds to the disk is bounded by it,
+    /// whatever its rate of events.
+    pub receipts_flush: Duration,
 }
 
 impl Config {
@@ -482,6 +493,8 @@ impl Config {
             stream_max_fork_depth: 100,
             stream_max_producer_id_bytes: 256,
             blob_grace: Duration::from_secs(3600),
+            max_unread_after: Duration::from_secs(30 * 24 * 3600),
+            receipts_flush: Duration::from_secs(1),
             streams_enabled: true,
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
@@ -696,6 +709,12 @@ impl Config {
         }
         if let Some(v) = var("KN_BLOB_GRACE")? {
             self.blob_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_MAX_UNREAD_AFTER")? {
+            self.max_unread_after = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_RECEIPTS_FLUSH_MS")? {
+            self.receipts_flush = Duration::from_millis(v);
         }
         if let Ok(v) = std::env::var("KN_STREAMS") {
             self.streams_enabled = match v.trim() {

@@ -238,6 +238,7 @@ impl Store {
         // at or before the cursor, which is the end to resume against.
         let mut initial = self.select_at_most(topic, selection, false, self.config.max_selected, Some(cursor.last_seq()))?;
         initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
+        let sent = self.sent_tracker(topic, &dir, initial.events.first().map(checkpoint_of), cursor.last_seq());
         let tunnel = Tunnel {
             topic: topic.clone(),
             dir,
@@ -249,6 +250,7 @@ impl Store {
             poll: self.config.poll_interval,
             _reading: reading,
             reader: None,
+            sent,
         };
         Ok(TunnelStart { tunnel, created: report, initial })
     }
@@ -284,6 +286,8 @@ pub struct Tunnel {
     /// Who reads, when the tunnel was opened through `Store::as_user`:
     /// each delivery checks the access rules again (access/visible.rs).
     pub(crate) reader: Option<crate::access::Reader>,
+    /// On a journal: what this tunnel sent, for receipts (receipts.rs).
+    sent: Option<super::receipts::SentTracker>,
 }
 
 /// Tunnels refresh their journal's heartbeat at least this often (and every
@@ -311,6 +315,10 @@ impl Tunnel {
         let mut events = self.read_next(store)?;
         if let Some(reader) = &mut self.reader {
             reader.admit(store, &self.topic, &mut events)?;
+        }
+        // Returned to be written to the client at once: sent (receipts).
+        if let Some(sent) = &mut self.sent {
+            sent.sent_up_to(self.cursor.last_seq());
         }
         Ok(events)
     }

@@ -348,6 +348,8 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
         Command::Gc { grace } => {
             // Status events a killed route request held for a population.
             let _ = store.complete_held_statuses();
+            // Escalations of unread events that are due (docs/PRESENCE.md).
+            let _ = store.complete_unread_escalations();
             let report = store
                 .sweep_all(grace.map(Duration::from_secs))
                 .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
