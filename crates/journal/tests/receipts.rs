@@ -318,3 +318,34 @@ fn an_escalation_waits_its_time_and_a_deleted_route_forgets_it() {
         "a deleted route's registration is gone: {left:?}"
     );
 }
+
+#[test]
+fn receipts_need_read_and_show_a_subscriber_only_to_who_may_see_the_route() {
+    use kn_journal::access::Principal;
+    let dir = scratch("kn-receipts");
+    let rules = dir.path().join("access.rules");
+    std::fs::write(&rules, "allow all /who/{user}/** users\nallow post,read /what/public/** users\nallow route,delete /what/public/** carol\n").unwrap();
+    let mut c = config(&dir.path().join("kn_events"));
+    c.access_rules = Some(rules);
+    let store = Store::open_with(c).unwrap();
+    let (anna, bob, carol, eve) = (Principal::user("anna"), Principal::user("bob"), Principal::user("carol"), Principal::anonymous());
+    let news = t("/what/public/news");
+    let aj = t("/who/anna/kn_journal");
+    drop(store.as_user(&anna).tunnel(&aj, &Selection::none()).unwrap());
+    store.as_user(&anna).route(&news, aj.as_str().as_bytes(), ev(&[("kn_id", "ra")])).unwrap();
+    store.as_user(&bob).notify(&news, ev(&[("kn_id", "e1")])).unwrap();
+
+    let seen = |who: &Principal| store.as_user(who).receipts(&news, b"e1").unwrap().unwrap().journals;
+    assert!(seen(&anna)[0].visible, "the route's creator sees it");
+    assert!(seen(&carol)[0].visible, "who may route to or delete routes of the topic sees it");
+    let hidden = &seen(&bob)[0];
+    assert!(!hidden.visible && hidden.holds.is_some(), "bob reads the topic: the state, not the subscriber");
+    assert_eq!(store.as_user(&eve).receipts(&news, b"e1").unwrap_err().kind(), ErrorKind::Unauthorized);
+    // An acknowledgement needs read on the journal.
+    assert_eq!(store.as_user(&bob).confirm(&aj, b"1").unwrap_err().kind(), ErrorKind::Forbidden);
+    assert_eq!(store.as_user(&anna).confirm(&aj, b"1").unwrap(), Some(1));
+    assert!(seen(&bob)[0].confirmed);
+    // Escalations are posted as the creator's: bob may not post to anna's topics.
+    let err = store.as_user(&bob).route(&news, t("/who/bob/kn_journal").as_str().as_bytes(), ev(&[("kn_unread_after", "5"), ("kn_unread_to", "/who/anna/alerts")]));
+    assert_eq!(err.unwrap_err().kind(), ErrorKind::Forbidden);
+}
