@@ -140,7 +140,9 @@ impl Store {
     /// before the route is posted, so that no delivery escapes it.
     pub(super) fn register_unread(&self, from: &Topic, id: &[u8], journal: &Topic) -> Result<()> {
         let dir = self.config.root.join(UNREAD_DIR);
-        if let Err(e) = fs::create_dir(&dir) {
+        // The store's mode: every process of the store (the web server's
+        // user, the tools') writes there.
+        if let Err(e) = super::create_topic_dir(&dir) {
             if e.kind() != IoKind::AlreadyExists {
                 return Err(Error::io("cannot create", &dir, e));
             }
@@ -231,12 +233,16 @@ impl Store {
                 };
             }
         };
-        let Some(unread) = self.unread_of_route(&route).filter(|_| route.is_active(t)) else {
+        if !route.is_active(t) || !route.event.contains(KN_UNREAD_AFTER) {
             return forget();
-        };
+        }
+        // A URL this process does not know as one of the server's names
+        // (a tool beside a stopped server): left to a process that does.
+        let Some(unread) = self.unread_of_route(&route) else { return Ok(0) };
         let journal = match self.route_target(route.destination()) {
             Ok(Destination::Local(journal)) if journal.is_journal() => journal,
-            _ => return forget(),
+            Ok(Destination::Local(_)) => return forget(),
+            _ => return Ok(0),
         };
         let jdir = self.dir(&journal);
         if !jdir.is_dir() {
