@@ -30,6 +30,7 @@ mod post;
 mod read;
 mod readers;
 mod receipts;
+mod receipts_file;
 mod report;
 mod routes;
 mod unread;

@@ -287,7 +287,7 @@ pub struct Tunnel {
     /// each delivery checks the access rules again (access/visible.rs).
     pub(crate) reader: Option<crate::access::Reader>,
     /// On a journal: what this tunnel sent, for receipts (receipts.rs).
-    sent: Option<super::receipts::SentTracker>,
+    sent: Option<super::receipts_file::SentTracker>,
 }
 
 /// Tunnels refresh their journal's heartbeat at least this often (and every

@@ -26,7 +26,8 @@ use crate::log::{self, LogCursor};
 use crate::shared::LockKind;
 use crate::topic::Topic;
 
-use super::receipts::{is_copy_along, read_receipts};
+use super::receipts::is_copy_along;
+use super::receipts_file::read_receipts;
 use super::routes::Route;
 use super::{Destination, Store};
 
@@ -367,7 +368,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
