@@ -256,7 +256,7 @@ fn serve_escalates_once_across_a_sigkill_a_crash_after_posting_a_restart_and_kn_
     command.args(["serve", "--listen", &addr, "--root"]).arg(&root).env_remove("KN_EVENTS").env_remove("GATEWAY_INTERFACE");
     let again = support::Serve::spawn(command);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while cursors(&root).iter().any(|c| *c == 0) && Instant::now() < deadline {
+    while cursors(&root).contains(&0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(cursors(&root).iter().all(|c| *c > 0), "checked again: {:?}", cursors(&root));

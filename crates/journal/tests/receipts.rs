@@ -349,3 +349,47 @@ fn receipts_need_read_and_show_a_subscriber_only_to_who_may_see_the_route() {
     let err = store.as_user(&bob).route(&news, t("/who/bob/kn_journal").as_str().as_bytes(), ev(&[("kn_unread_after", "5"), ("kn_unread_to", "/who/anna/alerts")]));
     assert_eq!(err.unwrap_err().kind(), ErrorKind::Forbidden);
 }
+
+#[test]
+fn a_tunnel_writes_what_it_sent_at_most_once_per_interval_and_when_it_ends() {
+    let dir = scratch("kn-receipts");
+    let mut c = config(&dir.path().join("kn_events"));
+    c.receipts_flush = Duration::from_secs(3600);
+    let store = Store::open_with(c).unwrap();
+    let news = t("/what/news");
+    let j = journal(1);
+    live(&store, &j);
+    store.route(&news, j.as_str().as_bytes(), ev(&[("kn_id", "r")])).unwrap();
+    let mut tunnel = store.tunnel(&j, &Selection::none()).unwrap().tunnel;
+    store.notify(&news, ev(&[("kn_id", "a")])).unwrap();
+    assert_eq!(tunnel.next(&store).unwrap().len(), 1);
+    store.notify(&news, ev(&[("kn_id", "b")])).unwrap();
+    assert_eq!(tunnel.next(&store).unwrap().len(), 1);
+    let sent = |id: &[u8]| store.receipts(&news, id).unwrap().unwrap().journals[0].sent;
+    assert!(sent(b"a"), "the first delivery is written at once");
+    assert!(!sent(b"b"), "the next one waits for the interval");
+    drop(tunnel);
+    assert!(sent(b"b"), "written when the tunnel ends");
+}
+
+#[test]
+fn a_route_moved_to_another_journal_escalates_from_that_journal_s_end() {
+    let dir = scratch("kn-receipts");
+    let store = Store::open_with(config(&dir.path().join("kn_events"))).unwrap();
+    let news = t("/what/news");
+    let (a, b) = (journal(1), journal(2));
+    live(&store, &a);
+    live(&store, &b);
+    for i in 0..3 {
+        store.notify(&b, ev(&[("kn_payload", &i.to_string())])).unwrap();
+    }
+    let params = ev(&[("kn_id", "r"), ("kn_unread_after", "1"), ("kn_unread_to", "/what/unread")]);
+    store.route(&news, a.as_str().as_bytes(), params.clone()).unwrap();
+    store.route(&news, b.as_str().as_bytes(), params).unwrap();
+    store.notify(&news, ev(&[("kn_id", "x")])).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(store.complete_unread_escalations().unwrap(), 1);
+    let e = &escalations(&store)[0];
+    assert_eq!(e.get("kn_unread_journal"), Some(b.as_str().as_bytes()));
+    assert_eq!(e.get("kn_unread_checkpoint"), Some(&b"4"[..]), "b's own events before the route are not its copies");
+}

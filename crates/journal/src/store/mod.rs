@@ -116,6 +116,9 @@ pub struct Store {
     readers: Mutex<readers::Marks>,
     /// The sweep pass of a layer above the store (`sweep_extra.rs`).
     extra_sweep: OnceLock<sweep_extra::ExtraSweep>,
+    /// `config`, shared with what outlives a borrow of the store (a
+    /// tunnel's `SentTracker`, `receipts_file.rs`): cloned once.
+    shared_config: OnceLock<Arc<Config>>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -244,6 +247,7 @@ impl Store {
             in_flight: Default::default(),
             readers: Default::default(),
             extra_sweep: OnceLock::new(),
+            shared_config: OnceLock::new(),
         })
     }
 

@@ -118,7 +118,7 @@ impl Store {
         let lo = first.unwrap_or(end + 1).min(end + 1);
         Some(SentTracker {
             dir: dir.to_path_buf(),
-            config: Arc::new(self.config.clone()),
+            config: Arc::clone(self.shared_config.get_or_init(|| Arc::new(self.config.clone()))),
             lo,
             hi: end,
             written: (lo > end).then_some(end),

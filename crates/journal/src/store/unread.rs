@@ -150,12 +150,15 @@ impl Store {
         }
         let name = registration_name(from, id);
         let path = dir.join(&name);
-        if !path.exists() {
-            let text = format!("{MAGIC}\n{}\n{}\n", from.as_str(), hex(id));
+        let text = format!("{MAGIC}\n{}\n{}\n{}\n", from.as_str(), hex(id), journal.as_str());
+        let at = dir.join(format!("{name}.at"));
+        // The same route again keeps its cursor; one into another journal
+        // starts at that journal's end.
+        let same = fs::read_to_string(&path).is_ok_and(|old| old == text);
+        if !same {
             write_replacing(&dir, &path, text.as_bytes())?;
         }
-        let at = dir.join(format!("{name}.at"));
-        if !at.exists() {
+        if !same || !at.exists() {
             let jdir = self.dir(journal);
             let end = if jdir.is_dir() {
                 log::cursor_at_end(&jdir)?.last_seq()
@@ -219,6 +222,17 @@ impl Store {
         let Some((source, id)) = parsed else {
             return forget();
         };
+        // Nothing new in the journal since the last check: done, without
+        // reading the route (a deleted one is forgotten at the journal's
+        // next event, or once the journal is gone).
+        let registered = lines.next().and_then(|j| Topic::parse(j).ok());
+        let cursor = fs::read_to_string(&at_path).ok().and_then(|t| t.trim().parse::<u64>().ok());
+        if let (Some(journal), Some(cursor)) = (&registered, cursor) {
+            let jdir = self.dir(journal);
+            if jdir.is_dir() && log::cursor_at_end(&jdir)?.last_seq() <= cursor {
+                return Ok(0);
+            }
+        }
         let t = now();
         let route = match self.route_of(&source, &id)? {
             Some(route) => route,
