@@ -393,3 +393,42 @@ fn a_route_moved_to_another_journal_escalates_from_that_journal_s_end() {
     assert_eq!(e.get("kn_unread_journal"), Some(b.as_str().as_bytes()));
     assert_eq!(e.get("kn_unread_checkpoint"), Some(&b"4"[..]), "b's own events before the route are not its copies");
 }
+
+/// What receipts cost a tunnel: 200 tunnels each reading 50 events one
+/// at a time, with the sent position written at every delivery
+/// (`receipts_flush` 0) against the default (at most once a second),
+/// and the publisher's notify time alongside (it never writes
+/// `.receipts`). Prints figures; run with `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn receipts_cost_per_delivery() {
+    fn run(flush: Duration) -> (Duration, Duration) {
+        let dir = scratch("kn-receipts-bench");
+        let mut c = config(&dir.path().join("kn_events"));
+        c.receipts_flush = flush;
+        let store = Store::open_with(c).unwrap();
+        let news = t("/what/news");
+        let mut tunnels = Vec::new();
+        for i in 0..200 {
+            let j = journal(i);
+            tunnels.push(store.tunnel(&j, &Selection::none()).unwrap().tunnel);
+            store.route(&news, j.as_str().as_bytes(), ev(&[("kn_id", &format!("r{i}"))])).unwrap();
+        }
+        let (mut notifying, mut reading) = (Duration::ZERO, Duration::ZERO);
+        for n in 0..50 {
+            let started = std::time::Instant::now();
+            store.notify(&news, ev(&[("kn_id", &format!("e{n}"))])).unwrap();
+            notifying += started.elapsed();
+            let started = std::time::Instant::now();
+            for tunnel in &mut tunnels {
+                assert_eq!(tunnel.next(&store).unwrap().len(), 1);
+            }
+            reading += started.elapsed();
+        }
+        (notifying, reading)
+    }
+    let (n_default, r_default) = run(Duration::from_secs(1));
+    let (n_every, r_every) = run(Duration::ZERO);
+    println!("10,000 deliveries: tunnels' reads {r_default:?} (default, at most once a second) vs {r_every:?} (every delivery): ratio {:.2}", r_every.as_secs_f64() / r_default.as_secs_f64());
+    println!("publisher's 50 notifies (200 routes each): {n_default:?} vs {n_every:?}: ratio {:.2}", n_every.as_secs_f64() / n_default.as_secs_f64());
+}
