@@ -279,3 +279,30 @@ fn serve_escalates_once_across_a_sigkill_a_crash_after_posting_a_restart_and_kn_
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_dir(root.join(".unread")).unwrap().count(), 10, "5 routes, each with its cursor");
 }
+
+#[test]
+fn apache_a_cgi_tunnel_writes_what_it_sent_at_most_once_per_interval() {
+    if !support::available(support::APACHE) {
+        return;
+    }
+    let dir = Dir::new("receipts_cgi_flush");
+    let store = dir.store("kn_events");
+    let apache = Apache::start(&support::pubsub_cgi(), &store, "SetEnv KN_RECEIPTS_FLUSH_MS 10000\n");
+    let url = apache.url();
+    subscribe(&url, 1, "3600");
+    let mut online = tunnel(&url, &journal(0), "");
+    notify(&url, "/what/news", "a");
+    assert!(online.read_until(b"kn_id: a", Duration::from_secs(10)), "{}", online.text());
+    notify(&url, "/what/news", "b");
+    assert!(online.read_until(b"kn_id: b", Duration::from_secs(10)), "{}", online.text());
+    let sent = |id: &str| value(&receipts(&url, id).1[1], "receipt_sent").to_string();
+    assert_eq!(sent("a"), "true", "the first delivery is written at once");
+    assert_eq!(sent("b"), "false", "the next waits for the interval");
+    // The tunnel's keep-alive after the interval writes it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sent("b") != "true" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(sent("b"), "true");
+    online.close();
+}

@@ -300,6 +300,16 @@ impl Tunnel {
         &self.topic
     }
 
+    /// Writes what this tunnel sent and has not written yet (receipts,
+    /// docs/PRESENCE.md; tried once, never waited for). A tunnel does it at
+    /// the latest when dropped: call it before a process exits without
+    /// dropping it.
+    pub fn flush_receipts(&mut self) {
+        if let Some(sent) = &mut self.sent {
+            sent.flush();
+        }
+    }
+
     /// The checkpoint of the last event returned.
     pub fn checkpoint(&self) -> u64 {
         self.cursor.last_seq()
