@@ -117,6 +117,8 @@ fn serve_one() -> ExitCode {
         let _ = store.sweep(store.config().sweep_budget);
         // Status events a killed request held for a route's population.
         let _ = store.complete_held_statuses();
+        // Escalations of unread events that are due (docs/PRESENCE.md).
+        let _ = store.complete_unread_escalations();
     }
     ExitCode::SUCCESS
 }

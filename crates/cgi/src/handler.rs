@@ -16,6 +16,8 @@ use kn_wire::{js, status_event, Format, Page, Params};
 
 use crate::request::Request;
 pub use crate::tunnel_reply::TunnelReply;
+
+mod receipts;
 use crate::response::{Head, Response, Status};
 
 thread_local! {
@@ -253,6 +255,8 @@ impl Handler {
             "blank" => return Reply::Done(self.blank(request)),
             "help" => return Reply::Done(self.help(request)),
             "test" => return Reply::Done(self.test(&request.names())),
+            "receipts" => return self.receipts(request, format, &page, &user),
+            "ack" => return self.ack(request, format, &page, &user),
             other => {
                 let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{other}'"), status_from);
                 return self.reply_statuses(request, format, &page, vec![status]);
@@ -553,6 +557,14 @@ impl Handler {
         let max_time = self.store.config().tunnel_max_time;
         let closes = if max_time.is_zero() { None } else { Instant::now().checked_add(max_time) };
         let start = user.tunnel(&topic, &selection).map_err(|e| Failure::journal(e, "bad route source topic name"))?;
+        if format == Format::Sse && topic.is_journal() {
+            // Its client has every event up to the one it resumes after
+            // (receipts, docs/PRESENCE.md); a checkpoint this journal
+            // never gave confirms nothing.
+            if let Some(seen) = &selection.since_checkpoint {
+                let _ = self.store.confirm(&topic, seen);
+            }
+        }
         let mut payload = wrote_lines(&start.created.writes);
         payload.extend_from_slice(format!("Watching for events in topic '{topic}'.").as_bytes());
         let status = status_event(200, "Watching topic", payload, params.get("kn_status_from"));

@@ -154,6 +154,14 @@ impl TunnelReply {
     /// (a write fails) or `kn_expires` passes. Wakes on appends by any
     /// process (no polling loop where change notification works).
     pub fn run(&mut self, store: &Store, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let result = self.follow(store, out);
+        // A CGI process exits without dropping the tunnel: what it sent
+        // is written now (receipts, docs/PRESENCE.md).
+        self.tunnel.flush_receipts();
+        result
+    }
+
+    fn follow(&mut self, store: &Store, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let mut bytes = self.head.to_cgi_bytes(None);
         bytes.extend_from_slice(&self.take_first());
         write_flush(out, &bytes)?;

@@ -237,6 +237,45 @@ fn attacks(s: &dyn Server) {
     assert!(events(s, "/who/anna/kn_journal").is_empty());
 }
 
+/// `do_method=receipts` and `do_method=ack` (docs/PRESENCE.md): read on
+/// the topic (the journal), a subscriber shown only to who may see its
+/// route.
+fn receipts(s: &dyn Server) {
+    let ask = |user: Option<&str>, query: &str| s.ask(user, &format!("{query}&{SIMPLE}"));
+    let store = Store::open(s.root().join("kn_events")).unwrap();
+    drop(store.tunnel(&Topic::parse("/who/anna/kn_journal").unwrap(), &Selection::none()).unwrap());
+    let routed = ask(Some("anna"), "do_method=route&kn_from=/what/public/news&kn_to=/who/anna/kn_journal&kn_id=ra");
+    assert_eq!(routed.code, 200, "{}", routed.body);
+    assert_eq!(ask(Some("bob"), "kn_to=/what/public/news&kn_id=e1&do_method=notify").code, 200);
+    let query = "do_method=receipts&kn_from=/what/public/news&kn_id=e1";
+    let own = ask(Some("anna"), query);
+    assert_eq!(own.code, 200, "{}", own.body);
+    assert!(own.body.contains("receipt_journal: /who/anna/kn_journal") && own.body.contains("receipt_holds: true"), "{}", own.body);
+    for who in [Some("bob"), None] {
+        let other = ask(who, query);
+        assert_eq!(other.code, 200, "{who:?}: {}", other.body);
+        assert!(other.body.contains("receipt_holds: true"), "{who:?}: {}", other.body);
+        assert!(!other.body.contains("anna") && !other.body.contains("receipt_route"), "{who:?} sees the subscriber: {}", other.body);
+    }
+    let staff = ask(Some("carol"), "do_method=receipts&kn_from=/what/staff/x&kn_id=e1");
+    assert_eq!(staff.code, 403, "{}", staff.body);
+    let ack = "do_method=ack&kn_from=/who/anna/kn_journal&kn_route_checkpoint=1";
+    assert_eq!(ask(Some("bob"), ack).code, 403);
+    assert_eq!(ask(None, ack).code, 401);
+    assert_eq!(ask(Some("anna"), ack).code, 200);
+    assert!(ask(Some("bob"), query).body.contains("receipt_confirmed: true"));
+}
+
+#[test]
+fn cgi_checks_receipts_and_acknowledgements() {
+    receipts(&Cgi::new("access_cgi_receipts"));
+}
+
+#[test]
+fn serve_checks_receipts_and_acknowledgements() {
+    receipts(&Served::start("access_serve_receipts", &["--trusted-proxy", "127.0.0.1"]));
+}
+
 #[test]
 fn cgi_checks_every_operation_for_the_remote_user() {
     matrix(&Cgi::new("access_cgi_matrix"));

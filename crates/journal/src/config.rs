@@ -121,6 +121,8 @@ impl std::str::FromStr for Shared {
 /// | `sse_retry` | 1 s: the `retry:` an `sse` tunnel sends, how long `EventSource` waits before reconnecting (its own default is 3 s) | `KN_SSE_RETRY_MS` |
 /// | `shutdown_grace` | 5 s: on SIGTERM, `serve` ends every tunnel at once (a `503` status event, then the response's end) and exits once its connections are done, or after this long at most | `KN_SHUTDOWN_GRACE` (seconds) |
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
+/// | `max_unread_after` | 30 days: the largest `kn_unread_after` of a route (more: `400`) | `KN_MAX_UNREAD_AFTER` (seconds) |
+/// | `receipts_flush` | 1 s: least time between two writes of a tunnel's sent position (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
 /// | `auth_threads` | 2 password checks of `serve --htpasswd` running at once, off the event loop | `KN_AUTH_THREADS` |
@@ -374,6 +376,15 @@ pub struct Config {
     pub auth_backoff_clients: usize,
     /// Bytes of request bodies `serve` holds at once across all requests.
     pub body_budget_bytes: u64,
+    /// The largest `kn_unread_after` a route may ask for (more: `400`):
+    /// how long an escalation's state must be kept at most
+    /// (docs/PRESENCE.md, "Receipts").
+    pub max_unread_after: Duration,
+    /// Least time between two writes of a tunnel's sent position to its
+    /// journal's `.receipts` (the last one is written when the tunnel
+    /// ends): the cost a tunnel adds to the disk is bounded by it,
+    /// whatever its rate of events.
+    pub receipts_flush: Duration,
 }
 
 impl Config {
@@ -430,6 +441,8 @@ impl Config {
             shutdown_grace: Duration::from_secs(5),
             metrics_refresh: Duration::from_secs(60),
             blob_grace: Duration::from_secs(3600),
+            max_unread_after: Duration::from_secs(30 * 24 * 3600),
+            receipts_flush: Duration::from_secs(1),
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
             auth_queue: 64,
@@ -609,6 +622,12 @@ impl Config {
         }
         if let Some(v) = var("KN_BLOB_GRACE")? {
             self.blob_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_MAX_UNREAD_AFTER")? {
+            self.max_unread_after = Duration::from_secs(v);
+        }
+        if let Some(v) = var("KN_RECEIPTS_FLUSH_MS")? {
+            self.receipts_flush = Duration::from_millis(v);
         }
         if let Some(v) = var("KN_AUTH_MAX_CREDENTIALS_BYTES")? {
             self.auth_max_credentials_bytes = v;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::store::{Destination, PostReport, Route, RouteReport, Selected, Selection, Store, TunnelStart};
+use crate::store::{Destination, PostReport, Receipts, Route, RouteReport, Selected, Selection, Store, TunnelStart};
 use crate::topic::Topic;
 
 use super::{Operation, Principal, Reader, Rules, SessionKey};
@@ -109,6 +109,28 @@ impl AsUser<'_> {
         Ok(start)
     }
 
+    /// [`Store::receipts`], if this user may read `topic`; a receipt
+    /// whose route this user may not see (as in `kn_routes`:
+    /// [`Rules::may_see`]) is marked not [`visible`](crate::Receipt::visible):
+    /// its journal, route and creator are not to be shown.
+    pub fn receipts(&self, topic: &Topic, id: &[u8]) -> Result<Option<Receipts>> {
+        self.check(Operation::Read, topic)?;
+        let Some(mut receipts) = self.store.receipts(topic, id)? else { return Ok(None) };
+        if let Some(rules) = self.store.access_rules()? {
+            let routes = topic.routes();
+            for receipt in &mut receipts.journals {
+                receipt.visible = rules.may_see(self.who, &routes, &receipt.route.event);
+            }
+        }
+        Ok(Some(receipts))
+    }
+
+    /// [`Store::confirm`], if this user may read `journal`.
+    pub fn confirm(&self, journal: &Topic, checkpoint: &[u8]) -> Result<Option<u64>> {
+        self.check(Operation::Read, journal)?;
+        self.store.confirm(journal, checkpoint)
+    }
+
     /// [`Store::route`], if this user may read `from` and route to `to`
     /// (when it is a topic of this store), and, when the route replaces
     /// someone else's of the same `kn_id`, may delete that one. The route
@@ -151,6 +173,10 @@ impl AsUser<'_> {
         rules.check(self.who, Operation::Read, from)?;
         if let Some(topic) = &local {
             rules.check(self.who, Operation::Route, topic)?;
+        }
+        // Escalations are posted as the route's creator's.
+        if let Some(Ok(Destination::Local(to))) = params.get(crate::store::KN_UNREAD_TO).map(|to| self.store.resolve(to)) {
+            rules.check(self.who, Operation::Post, &to)?;
         }
         self.bind_to_token(Some(&rules), from, local.as_ref(), &mut params);
         if let Some(id) = params.id().filter(|id| !id.is_empty()) {

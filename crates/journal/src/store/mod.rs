@@ -30,8 +30,11 @@ mod post;
 mod presence;
 mod read;
 mod readers;
+mod receipts;
+mod receipts_file;
 mod report;
 mod routes;
+mod unread;
 mod sweep;
 mod sweep_extra;
 mod sweep_index;
@@ -45,6 +48,8 @@ pub use names::{own_host_name, NameKind, ServerName, NAME_TTL_SECS};
 pub use presence::{presence_id, PresenceChanges, LEAVE_KEPT_SECS};
 pub use report::{Poisoned, PostReport, Write, KN_POISONED};
 pub use read::{Resume, Selected, Selection, Tunnel, TunnelStart, HEARTBEAT_EVERY};
+pub use receipts::{Receipt, Receipts};
+pub use unread::{KN_UNREAD_AFTER, KN_UNREAD_ROUTE, KN_UNREAD_TO};
 pub use routes::{Route, RouteReport, KN_POISONED_BEFORE};
 pub use sweep::SweepReport;
 pub use sweep_removal::REMOVING_PREFIX;
@@ -113,6 +118,9 @@ pub struct Store {
     readers: Mutex<readers::Marks>,
     /// The sweep pass of a layer above the store (`sweep_extra.rs`).
     extra_sweep: OnceLock<sweep_extra::ExtraSweep>,
+    /// `config`, shared with what outlives a borrow of the store (a
+    /// tunnel's `SentTracker`, `receipts_file.rs`): cloned once.
+    shared_config: OnceLock<Arc<Config>>,
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -241,6 +249,7 @@ impl Store {
             in_flight: Default::default(),
             readers: Default::default(),
             extra_sweep: OnceLock::new(),
+            shared_config: OnceLock::new(),
         })
     }
 

@@ -151,6 +151,8 @@ impl Store {
     pub fn complete_lagging_forwarding(&self) -> Result<usize> {
         // Status events a killed request held for a population.
         let _ = self.complete_held_statuses();
+        // Escalations of unread events that are due (unread.rs).
+        let _ = self.complete_unread_escalations();
         let mut visited = 0;
         for topic in self.outbox_topics()? {
             visited += 1;

@@ -251,6 +251,7 @@ impl Store {
         // at or before the cursor, which is the end to resume against.
         let mut initial = self.select_at_most(topic, selection, false, self.config.max_selected, Some(cursor.last_seq()))?;
         initial.events.retain(|e| checkpoint_of(e) <= cursor.last_seq());
+        let sent = self.sent_tracker(topic, &dir, initial.events.first().map(checkpoint_of), cursor.last_seq());
         let tunnel = Tunnel {
             topic: topic.clone(),
             dir,
@@ -266,6 +267,7 @@ impl Store {
             presence,
             _reading: reading,
             reader: None,
+            sent,
         };
         Ok(TunnelStart { tunnel, created: report, initial })
     }
@@ -304,6 +306,8 @@ pub struct Tunnel {
     /// Who reads, when the tunnel was opened through `Store::as_user`:
     /// each delivery checks the access rules again (access/visible.rs).
     pub(crate) reader: Option<crate::access::Reader>,
+    /// On a journal: what this tunnel sent, for receipts (receipts.rs).
+    sent: Option<super::receipts_file::SentTracker>,
 }
 
 /// Tunnels refresh their journal's heartbeat at least this often (and every
@@ -314,6 +318,16 @@ impl Tunnel {
     /// The topic followed.
     pub fn topic(&self) -> &Topic {
         &self.topic
+    }
+
+    /// Writes what this tunnel sent and has not written yet (receipts,
+    /// docs/PRESENCE.md; tried once, never waited for). A tunnel does it at
+    /// the latest when dropped: call it before a process exits without
+    /// dropping it.
+    pub fn flush_receipts(&mut self) {
+        if let Some(sent) = &mut self.sent {
+            sent.flush();
+        }
     }
 
     /// The checkpoint of the last event returned.
@@ -331,6 +345,10 @@ impl Tunnel {
         let mut events = self.read_next(store)?;
         if let Some(reader) = &mut self.reader {
             reader.admit(store, &self.topic, &mut events)?;
+        }
+        // Returned to be written to the client at once: sent (receipts).
+        if let Some(sent) = &mut self.sent {
+            sent.sent_up_to(self.cursor.last_seq());
         }
         Ok(events)
     }

@@ -264,8 +264,16 @@ impl Store {
             Ok(Destination::Local(to)) if to.is_journal() => Some(to),
             _ => None,
         };
+        let unread = self.unread_of_params(from, &params, journal.as_ref())?;
         let settled = self.settle_forwarding(from)?;
         let mut event = params;
+        if let (Some(_), Some(journal)) = (&unread, &journal) {
+            // Registered before the route exists: no delivery escapes it.
+            if event.id().is_none_or(|id| id.is_empty()) {
+                event.set(KN_ID, fresh_id());
+            }
+            self.register_unread(from, event.id().unwrap_or(b""), journal)?;
+        }
         event.set(KN_PAYLOAD, destination);
         self.keep_poison_record(from, &mut event)?;
         let mut report = self.post_route_event(from, event)?;

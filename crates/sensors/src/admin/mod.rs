@@ -22,6 +22,7 @@
 //! assert_eq!(out, b"{\"kn_id\":\"e1\",\"kn_payload\":\"hi\"}\n");
 //! ```
 
+pub mod receipts;
 pub mod routes;
 pub mod token;
 

@@ -78,6 +78,18 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// For an event of a topic (by its kn_id), one line per journal routed
+    /// from the topic, tab separated: the journal, holds=CHECKPOINT (or
+    /// no), sent=yes|no (a live tunnel sent it to its client),
+    /// confirmed=yes|no (its client acknowledged it or resumed past it),
+    /// route=ID and creator=NAME (docs/PRESENCE.md, "Receipts"). Exits
+    /// 69 when the topic has no current event with that kn_id.
+    Receipts {
+        /// The topic.
+        topic: String,
+        /// The event's kn_id.
+        kn_id: String,
+    },
     /// Print the last events of a topic; with -f keep printing new events
     /// as they land (like tail -f) until interrupted. Following a journal
     /// keeps its heartbeat fresh, as any tunnel does.
@@ -318,6 +330,13 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Receipts { topic, kn_id } => {
+            for line in admin::receipts::lines(&store, &parse_topic(&topic)?, kn_id.as_bytes())? {
+                writeln!(out, "{line}").map_err(write_error)?;
+            }
+            out.flush().map_err(write_error)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Tail { follow, lines, format, topic } => tail(&store, &mut out, &parse_topic(&topic)?, follow, lines, format),
         Command::Stat { prometheus: true, output, .. } => {
             let page = Exposition::of_store(&store).map_err(|e| SensorError::from_journal(e, "cannot read the store's figures"))?;
@@ -348,6 +367,8 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
         Command::Gc { grace } => {
             // Status events a killed route request held for a population.
             let _ = store.complete_held_statuses();
+            // Escalations of unread events that are due (docs/PRESENCE.md).
+            let _ = store.complete_unread_escalations();
             let report = store
                 .sweep_all(grace.map(Duration::from_secs))
                 .map_err(|e| SensorError::from_journal(e, "cannot sweep the store"))?;
