@@ -184,11 +184,30 @@ impl Store {
     /// journal's lock, creating the journal again (with `create`, which
     /// announces it) if a removal took it meanwhile: the tunnel then reads
     /// a whole journal, never one being deleted.
+    ///
+    /// The lock is taken by opening the journal's writer (creating its log,
+    /// `.head` and first segment, if it has none yet), and the writer's
+    /// files and the heartbeat are kept for the next append, as a post
+    /// keeps them: the first event a route forwards to a just-opened
+    /// tunnel (or to one reconnected after a restart) then opens and
+    /// creates nothing, instead of every journal's first copy paying for
+    /// it while the source's post waits (issue 31, "cold subscribers").
     pub(super) fn revive(&self, journal: &Topic, report: &mut PostReport) -> Result<()> {
         for _ in 0..5 {
-            let dir = self.checked_dir(journal)?;
-            if let Some(_lock) = lock_topic(&dir, &self.config)? {
-                return self.heartbeat(journal);
+            let kept = self.take_kept(journal);
+            match self.writer(journal, kept, &mut || Ok(())) {
+                Ok((writer, mut kept)) => {
+                    let beat = self.beat(journal);
+                    if let Ok(file) = &beat {
+                        // The file itself: one kept before may be unlinked.
+                        kept.1.heartbeat = file.try_clone().ok();
+                    }
+                    self.keep(writer, kept);
+                    return beat.map(drop);
+                }
+                // Removed while waiting for its lock, or before.
+                Err(err) if err.kind() == ErrorKind::Expired => {}
+                Err(err) => return Err(err),
             }
             let jobs = self.ensure_topic(journal, report)?;
             self.run_forwarding(jobs.into(), report)?;
