@@ -198,7 +198,7 @@ impl Store {
             match self.writer(journal, kept, &mut || Ok(())) {
                 Ok((writer, mut kept)) => {
                     let beat = self.beat(journal);
-                    let roomy = beat.as_ref().is_ok_and(|file| descriptors_to_spare(file));
+                    let roomy = beat.as_ref().is_ok_and(descriptors_to_spare);
                     if let (Ok(file), true) = (&beat, roomy) {
                         // The file itself: one kept before may be unlinked.
                         kept.1.heartbeat = file.try_clone().ok();
@@ -268,7 +268,7 @@ fn descriptors_to_spare(file: &File) -> bool {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return false;
     }
-    (file.as_raw_fd().max(0) as u64).saturating_mul(2) < limit.rlim_cur as u64
+    (file.as_raw_fd().max(0) as libc::rlim_t).saturating_mul(2) < limit.rlim_cur
 }
 
 /// Opens and locks the `.lock` of the topic directory `dir`; `None` when
