@@ -9,7 +9,7 @@
 #       - hello-cgi: a Rust CGI that only reads its body as notify must
 #         and answers;
 #       - pubsub.cgi as a CGI under Apache, built as docs/DEPLOY.md installs
-#         it (`cargo build-cgi`: static, position-dependent; goal: >= 1.0 of
+#         it (`cargo build-cgi-musl`: static, musl, position-dependent; goal: >= 1.0 of
 #         the C floor at c=1 and c=8, with a connection per request);
 #     the CGI figures are taken in BENCH_ROUNDS rounds (default 3), the
 #     targets interleaved in each (hello-c, hello-c-static, hello-cgi,
@@ -97,14 +97,16 @@ if ! (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn
     echo "full build failed; trying hello-cgi alone" >&2
     (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn-cgi --bin hello-cgi)
 fi
-# pubsub-cgi as docs/DEPLOY.md installs it (static, musl; see
-# .cargo/config.toml), as pubsub.cgi; `serve` runs from the glibc build
-# just made, as DEPLOY.md advises.
+# pubsub-cgi as docs/DEPLOY.md installs it (`cargo build-cgi-musl`:
+# static, musl; see .cargo/config.toml), as pubsub.cgi; `serve` runs from
+# the glibc build just made, as DEPLOY.md advises. Without the musl
+# target, `cargo build-cgi` (static glibc) as pubsub.cgi.
 musl_bin=$target/x86_64-unknown-linux-musl/release/pubsub-cgi
-if (cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi); then
+if (cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi-musl); then
     cgi_bin=$musl_bin
 else
-    echo "cargo build-cgi failed (rustup target add x86_64-unknown-linux-musl?); using the dynamic pubsub-cgi" >&2
+    echo "cargo build-cgi-musl failed (rustup target add x86_64-unknown-linux-musl?); using cargo build-cgi" >&2
+    (cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi) || echo "cargo build-cgi failed; using the dynamic pubsub-cgi" >&2
     cgi_bin=$target/release/pubsub-cgi
 fi
 hello_bin=$target/release/hello-cgi

@@ -10,7 +10,7 @@
 //! and leaving through `std::process::exit` flushes standard output.
 //! The command line is taken from `argv` here: glibc also hands it to
 //! the standard library (`std::env::args`) on every start, musl does not
-//! (`cargo build-cgi` links with musl).
+//! (`cargo build-cgi-musl` links with musl).
 #![cfg_attr(not(test), no_main)]
 
 #[cfg(not(test))]
