@@ -3,11 +3,18 @@
 # mod_cgid, Debian's defaults), over loopback, with bounded counts:
 #
 #  1. notify requests/s (ab, concurrency 1 and 8) of
-#       - hello-cgi, the floor: a CGI that only reads its body as notify
-#         must and answers;
+#       - hello-c, the floor: bench/hello-c.c, a C hello-world CGI (printf
+#         of a header and a line), compiled here with `cc -O2`, and the
+#         same linked statically (`cc -O2 -static`, hello-c-static);
+#       - hello-cgi: a Rust CGI that only reads its body as notify must
+#         and answers;
 #       - pubsub.cgi as a CGI under Apache, built as docs/DEPLOY.md installs
-#         it (`cargo build-cgi`: static, position-dependent; goal: >= 1.0 of
-#         the floor at c=1, >= 0.9 at c=8, with a connection per request);
+#         it (`cargo build-cgi-musl`: static, musl, position-dependent; goal: >= 1.0 of
+#         the C floor at c=1 and c=8, with a connection per request);
+#     the CGI figures are taken in BENCH_ROUNDS rounds (default 3), the
+#     targets interleaved in each (hello-c, hello-c-static, hello-cgi,
+#     pubsub.cgi, then again), and the median is reported, so that a busy
+#     moment of a shared machine falls on every target alike;
 #       - `pubsub-cgi serve` behind Apache's mod_proxy, configured as in
 #         docs/DEPLOY.md section 9 (goal: >= 2,200 at c=1, >= 6,000 at c=8);
 #       - `pubsub-cgi serve` directly (goal: >= 15,000 at c=8);
@@ -26,8 +33,10 @@
 #     BENCH_N=500 BENCH_SERVE_N=5000 BENCH_LAT_N=100 bench/cgi-bench.sh
 #     BENCH_KEEPALIVE=0 bench/cgi-bench.sh   # no ab -k: a new connection per request everywhere
 #     BENCH_OUT=/tmp/r.txt bench/cgi-bench.sh
-#     BENCH_CGI_ONLY=1 bench/cgi-bench.sh    # only the two CGIs: throughput and CPU per request
+#     BENCH_CGI_ONLY=1 bench/cgi-bench.sh    # only the CGIs: throughput and CPU per request
+#     BENCH_ROUNDS=5 bench/cgi-bench.sh      # 5 interleaved rounds per CGI figure (median)
 #     BENCH_PUBSUB=/tmp/old-pubsub-cgi bench/cgi-bench.sh   # that binary as pubsub.cgi (before/after runs)
+#     BENCH_SERVE=/tmp/old-pubsub-cgi bench/cgi-bench.sh    # that binary as serve (default: the glibc release build)
 #
 # Connections: clients (browsers, proxies) keep them alive, so ab runs with
 # -k (HTTP/1.0 keep-alive) by default; for the targets that are not CGIs a
@@ -37,15 +46,16 @@
 # times faster, so its figures take 20000 requests: with 2000 they would
 # last a fraction of a second and mostly measure ab's start.
 #
-# CPU per request: the two CGIs are also run directly (outside Apache, same
+# CPU per request: the CGIs are also run directly (outside Apache, same
 # environment and body as under it) under `perf stat` (task-clock and page
-# faults, 300 runs each; hardware counters are not available on every VM)
-# and under valgrind's callgrind (user-space instructions, exact and
+# faults, 300 runs each; hardware counters are not available on every VM),
+# under valgrind's callgrind (user-space instructions, exact and
 # repeatable; counted up to pubsub.cgi's clone(), which valgrind does not
-# follow), where those tools are installed.
+# follow) and under `strace -f -c` (system calls, execve included), where
+# those tools are installed.
 #
 # Needs: apache2, apache2-utils (ab), installed here with apt-get when
-# missing and run as root; optional: perf (linux-perf), valgrind. Run as
+# missing and run as root, and cc (the C floor); optional: perf (linux-perf), valgrind. Run as
 # root (Apache workers then run as www-data) or as a user (they run as that
 # user). Honors CARGO_TARGET_DIR. Parts that fail to build or start print
 # "n/a".
@@ -59,6 +69,7 @@ LAT_N=${BENCH_LAT_N:-300}
 LAT_WARMUP=${BENCH_LAT_WARMUP:-20}
 OUT=${BENCH_OUT:-$repo/bench/results-$(date +%Y%m%d-%H%M%S).txt}
 CONCURRENCY=(1 8)
+ROUNDS=${BENCH_ROUNDS:-3}
 BODY='kn_to=/bench/t&kn_payload=hello&kn_response_format=simple'
 APACHE=/usr/sbin/apache2
 MODULES=/usr/lib/apache2/modules
@@ -86,11 +97,21 @@ if ! (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn
     echo "full build failed; trying hello-cgi alone" >&2
     (cd "$repo" && CARGO_TARGET_DIR=$target cargo build --release --quiet -p kn-cgi --bin hello-cgi)
 fi
-# pubsub-cgi as docs/DEPLOY.md installs it (static; see .cargo/config.toml).
-# It replaces the one just built, and also runs `serve` below.
-(cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi) || echo "cargo build-cgi failed; using the dynamic pubsub-cgi" >&2
+# pubsub-cgi as docs/DEPLOY.md installs it (`cargo build-cgi-musl`:
+# static, musl; see .cargo/config.toml), as pubsub.cgi; `serve` runs from
+# the glibc build just made, as DEPLOY.md advises. Without the musl
+# target, `cargo build-cgi` (static glibc) as pubsub.cgi.
+musl_bin=$target/x86_64-unknown-linux-musl/release/pubsub-cgi
+if (cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi-musl); then
+    cgi_bin=$musl_bin
+else
+    echo "cargo build-cgi-musl failed (rustup target add x86_64-unknown-linux-musl?); using cargo build-cgi" >&2
+    (cd "$repo" && CARGO_TARGET_DIR=$target cargo --quiet build-cgi) || echo "cargo build-cgi failed; using the dynamic pubsub-cgi" >&2
+    cgi_bin=$target/release/pubsub-cgi
+fi
 hello_bin=$target/release/hello-cgi
-pubsub_bin=${BENCH_PUBSUB:-$target/release/pubsub-cgi}
+pubsub_bin=${BENCH_PUBSUB:-$cgi_bin}
+serve_bin=${BENCH_SERVE:-$target/release/pubsub-cgi}
 latency_bin=$target/release/examples/tunnel-latency
 [ -x "$hello_bin" ] || { echo "no $hello_bin" >&2; exit 1; }
 
@@ -98,6 +119,14 @@ work=$(mktemp -d /tmp/kn-bench.XXXXXX)
 chmod 755 "$work"
 mkdir -p "$work/cgi-bin" "$work/logs" "$work/events"
 cp "$hello_bin" "$work/cgi-bin/hello-cgi"
+# The C floor, compiled here as an Apache user would.
+have_c=
+if cc -O2 -o "$work/cgi-bin/hello-c" "$repo/bench/hello-c.c" 2>"$work/logs/cc.log"; then
+    have_c=1
+    cc -O2 -static -o "$work/cgi-bin/hello-c-static" "$repo/bench/hello-c.c" 2>>"$work/logs/cc.log" || true
+else
+    echo "cc failed: no C floor" >&2
+fi
 have_pubsub=
 if [ -x "$pubsub_bin" ]; then
     cp "$pubsub_bin" "$work/cgi-bin/pubsub.cgi"
@@ -147,9 +176,9 @@ while [ "$pport" = "$port" ]; do pport=$(free_port); done
 
 # The built-in server: `pubsub-cgi serve`, its public URL the proxy's.
 serve_port=
-if [ -n "$have_pubsub" ] && [ -z "$CGI_ONLY" ]; then
+if [ -x "$serve_bin" ] && [ -z "$CGI_ONLY" ]; then
     p=$(free_port)
-    "$pubsub_bin" serve --listen "127.0.0.1:$p" --root "$work/events-serve" \
+    "$serve_bin" serve --listen "127.0.0.1:$p" --root "$work/events-serve" \
         --public-url "http://127.0.0.1:$pport/kn" >"$work/logs/serve.log" 2>&1 </dev/null &
     serve_pid=$!
     if wait_port "$p" 5; then
@@ -208,6 +237,8 @@ MaxConnectionsPerChild 0
 <VirtualHost 127.0.0.1:$port>
     SetEnv KN_EVENTS $work/events
     ScriptAlias /hello $work/cgi-bin/hello-cgi
+    ScriptAlias /hello-c $work/cgi-bin/hello-c
+    ScriptAlias /hello-c-static $work/cgi-bin/hello-c-static
     $pubsub_conf
 </VirtualHost>
 <VirtualHost 127.0.0.1:$pport>
@@ -248,11 +279,14 @@ ratio() { # value floor
 }
 
 declare -A rate
-targets=(hello pubsub.cgi proxied serve)
-[ -n "$CGI_ONLY" ] && targets=(hello pubsub.cgi)
+cgi_targets=(hello-c hello-c-static hello pubsub.cgi)
+targets=("${cgi_targets[@]}" proxied serve)
+[ -n "$CGI_ONLY" ] && targets=("${cgi_targets[@]}")
 url_of() {
     case "$1" in
         hello) echo "http://127.0.0.1:$port/hello" ;;
+        hello-c) [ -n "$have_c" ] && echo "http://127.0.0.1:$port/hello-c" ;;
+        hello-c-static) [ -x "$work/cgi-bin/hello-c-static" ] && echo "http://127.0.0.1:$port/hello-c-static" ;;
         pubsub.cgi) [ -n "$have_pubsub" ] && echo "http://127.0.0.1:$port/kn" ;;
         serve) [ -n "$serve_port" ] && echo "http://127.0.0.1:$serve_port/kn" ;;
         proxied) [ -n "$serve_port" ] && echo "http://127.0.0.1:$pport/kn" ;;
@@ -261,7 +295,9 @@ url_of() {
 }
 label() {
     case "$1" in
-        hello) echo "hello-cgi (floor)" ;;
+        hello-c) echo "hello-c (C floor, dynamic)" ;;
+        hello-c-static) echo "hello-c-static (C, -static)" ;;
+        hello) echo "hello-cgi (Rust)" ;;
         pubsub.cgi) echo "pubsub.cgi under Apache" ;;
         serve) echo "serve, direct" ;;
         proxied) echo "serve behind mod_proxy" ;;
@@ -270,8 +306,40 @@ label() {
     esac
 }
 
+median() { # values... (n/a and flagged ones skipped)
+    local v xs=()
+    for v in "$@"; do
+        v=$(num "$v")
+        [ -n "$v" ] && xs+=("$v")
+    done
+    [ ${#xs[@]} -eq 0 ] && { echo "n/a"; return; }
+    printf '%s\n' "${xs[@]}" | sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
 started=$(date +%s)
+# The CGIs: interleaved rounds, the median of each.
+declare -A runs
+for c in "${CONCURRENCY[@]}"; do
+    for t in "${cgi_targets[@]}"; do
+        url=$(url_of "$t")
+        [ -n "$url" ] && ab -q "${AB_FLAGS[@]}" -n 50 -c "$c" -p "$work/body" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
+    done
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for t in "${cgi_targets[@]}"; do
+            url=$(url_of "$t")
+            [ -z "$url" ] && continue
+            echo "throughput: $t at c=$c ($N notifies), round $round of $ROUNDS..." >&2
+            r=$(measure "$url" "$c" "$N" "${AB_FLAGS[@]}")
+            runs[$t,$c]="${runs[$t,$c]:-}${runs[$t,$c]:+ }$r"
+        done
+    done
+    for t in "${cgi_targets[@]}"; do
+        # shellcheck disable=SC2086
+        rate[$t,$c]=$(median ${runs[$t,$c]:-n/a})
+    done
+done
 for t in "${targets[@]}"; do
+    case "$t" in hello* | pubsub.cgi) continue ;; esac
     url=$(url_of "$t")
     for c in "${CONCURRENCY[@]}"; do
         if [ -z "$url" ]; then
@@ -331,9 +399,9 @@ cgi_env=(env -i PATH=/usr/bin:/bin GATEWAY_INTERFACE=CGI/1.1 REQUEST_METHOD=POST
     SERVER_NAME=127.0.0.1 SERVER_PORT=$port SERVER_PROTOCOL=HTTP/1.1 SCRIPT_NAME=/kn
     REMOTE_ADDR=127.0.0.1 KN_EVENTS=$work/events-direct)
 declare -A cpu
-for b in hello pubsub.cgi; do
-    bin=$work/cgi-bin/hello-cgi
-    [ "$b" = pubsub.cgi ] && bin=$work/cgi-bin/pubsub.cgi
+for b in "${cgi_targets[@]}"; do
+    bin=$work/cgi-bin/$b
+    [ "$b" = hello ] && bin=$work/cgi-bin/hello-cgi
     [ -x "$bin" ] || continue
     "${cgi_env[@]}" "$bin" <"$work/body" >/dev/null 2>&1 || true # the store's first notify
     if command -v perf >/dev/null 2>&1 &&
@@ -347,6 +415,10 @@ for b in hello pubsub.cgi; do
         "${cgi_env[@]}" valgrind --tool=callgrind --dump-before=clone --callgrind-out-file="$work/callgrind.%p" \
             "$bin" <"$work/body" >/dev/null 2>&1 || true
         cpu[$b,instr]=$(cat "$work"/callgrind.* 2>/dev/null | awk '/^summary:/ {s += $2} END {if (s) print s}')
+    fi
+    if command -v strace >/dev/null 2>&1 &&
+        out=$("${cgi_env[@]}" strace -f -c -o "$work/strace.out" "$bin" <"$work/body" 2>&1 >/dev/null; cat "$work/strace.out"); then
+        cpu[$b,syscalls]=$(awk '$NF == "total" { print $(NF - 2) }' <<<"$out")
     fi
 done
 
@@ -373,25 +445,33 @@ report() {
     echo "knpubsub notify benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$repo" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "Apache $("$APACHE" -v | sed -n 's/^Server version: //p'), mpm_event + mod_cgid; $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); took ${elapsed}s"
     echo
-    echo "Throughput: notify POSTs over loopback, ab, $N requests per CGI figure, $SERVE_N per serve figure; keep-alive: $keep"
+    echo "Throughput: notify POSTs over loopback, ab, $N requests per CGI figure (median of $ROUNDS interleaved rounds), $SERVE_N per serve figure; keep-alive: $keep"
     printf '%-34s' "target"
-    for c in "${CONCURRENCY[@]}"; do printf '%14s %9s' "req/s c=$c" "vs hello"; done
+    for c in "${CONCURRENCY[@]}"; do printf '%14s %9s' "req/s c=$c" "vs C"; done
     echo
     local rows=("${targets[@]}")
     [ -n "$KEEPALIVE" ] && rows+=(proxied-close serve-close)
     for t in "${rows[@]}"; do
         printf '%-34s' "$(label "$t")"
         for c in "${CONCURRENCY[@]}"; do
-            printf '%14s %9s' "${rate[$t,$c]:-n/a}" "$(ratio "${rate[$t,$c]:-n/a}" "${rate[hello,$c]}")"
+            printf '%14s %9s' "${rate[$t,$c]:-n/a}" "$(ratio "${rate[$t,$c]:-n/a}" "${rate[hello-c,$c]:-n/a}")"
         done
         echo
     done
+    if [ "$ROUNDS" -gt 1 ]; then
+        echo "each round (req/s, in the order run):"
+        for t in "${cgi_targets[@]}"; do
+            for c in "${CONCURRENCY[@]}"; do
+                printf '  %-32s c=%-2s %s\n' "$(label "$t")" "$c" "${runs[$t,$c]:-n/a}"
+            done
+        done
+    fi
     echo
     echo "CPU per notify, run directly (not under Apache): perf stat, 300 runs (task-clock, page faults);"
-    echo "callgrind (user-space instructions, up to pubsub.cgi's clone())"
-    printf '%-34s %14s %12s %14s\n' target "task-clock ms" "page faults" instructions
-    for t in hello pubsub.cgi; do
-        printf '%-34s %14s %12s %14s\n' "$(label "$t")" "${cpu[$t,ms]:-n/a}" "${cpu[$t,faults]:-n/a}" "${cpu[$t,instr]:-n/a}"
+    echo "callgrind (user-space instructions, up to pubsub.cgi's clone()); strace -f -c (system calls, execve included)"
+    printf '%-34s %14s %12s %14s %9s\n' target "task-clock ms" "page faults" instructions syscalls
+    for t in "${cgi_targets[@]}"; do
+        printf '%-34s %14s %12s %14s %9s\n' "$(label "$t")" "${cpu[$t,ms]:-n/a}" "${cpu[$t,faults]:-n/a}" "${cpu[$t,instr]:-n/a}" "${cpu[$t,syscalls]:-n/a}"
     done
     echo
     [ -n "$CGI_ONLY" ] && return
@@ -411,9 +491,11 @@ report() {
     echo
     echo "Against the goals (ratio = measured / goal):"
     printf '%-52s %10s %3s %-6s %6s  %s\n' "" measured "" goal ratio ""
-    goal_row "pubsub.cgi / hello-cgi, c=1" "$(ratio "${rate[pubsub.cgi,1]}" "${rate[hello,1]}")" ">=" 1.0
-    goal_row "pubsub.cgi / hello-cgi, c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello,8]}")" ">=" 0.9
-    goal_row "hello-cgi / pubsub.cgi, task-clock per notify" "$(ratio "${cpu[hello,ms]:-n/a}" "${cpu[pubsub.cgi,ms]:-n/a}")" ">=" 1.0
+    goal_row "pubsub.cgi / hello-c (C floor), c=1" "$(ratio "${rate[pubsub.cgi,1]}" "${rate[hello-c,1]:-n/a}")" ">=" 1.0
+    goal_row "pubsub.cgi / hello-c (C floor), c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello-c,8]:-n/a}")" ">=" 1.0
+    goal_row "pubsub.cgi / hello-c-static, c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello-c-static,8]:-n/a}")" ">=" 1.0
+    goal_row "pubsub.cgi / hello-cgi (Rust), c=8" "$(ratio "${rate[pubsub.cgi,8]}" "${rate[hello,8]}")" ">=" 1.0
+    goal_row "hello-c / pubsub.cgi, task-clock per notify" "$(ratio "${cpu[hello-c,ms]:-n/a}" "${cpu[pubsub.cgi,ms]:-n/a}")" ">=" 1.0
     if [ -n "$CGI_ONLY" ]; then
         :
     else

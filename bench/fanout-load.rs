@@ -1,7 +1,8 @@
 //! `fanout-load`: the Server-Sent Events load client of `bench/vs-nchan`.
 //!
 //! ```text
-//! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting E events
+//! fanout-load kn|nchan HOST:PORT fanout N E     # N SSE subscribers, 1 publisher posting 1 + E + 1 events
+//! fanout-load kn HOST:PORT restart N E          # the same across a restart of the server (see below)
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
 //! fanout-load kn|nchan HOST:PORT busy N E C     # N SSE subscribers, C publishers at once posting E events in all
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
@@ -32,8 +33,24 @@
 //! comes raw, not chunked) and count the `data:` lines carrying the marker
 //! `fanev<seq>` of a published event.
 //!
+//! Cold and warm: in `fanout` the first event (not counted in E) is timed
+//! alone, until every subscriber has it: for `kn` it is the first append
+//! to each of the N journals since `serve` created it and its route (no
+//! probe goes before it), the cold cost; the E events after it are the
+//! warm rate, and one more event after them, alone, is timed as the first
+//! was. `restart` opens and attaches the N subscribers, sends one event
+//! through all of them, prints `attached N` and waits for a line on stdin
+//! (the caller restarts the server on the same port and store meanwhile,
+//! then writes the line); then it reconnects every subscriber to its
+//! journal (the routes are on disk) and goes on as `fanout`: the first
+//! event after a restart with N clients reconnected, then the warm ones.
+//!
 //! Output, one line: `fanout subscribers=N events=E deliveries=D secs=S
-//! per_sec=R`, `busy subscribers=N publishers=C events=E secs=S
+//! per_sec=R first_secs=F warm_event_secs=W first_over_warm=X
+//! warm_single_secs=S1 first_over_single=X1` (`restart` instead of
+//! `fanout` after a restart; W is the rate's time per event, where the
+//! drains of consecutive events overlap and share appends; S1 the last
+//! event, alone, timed as the first), `busy subscribers=N publishers=C events=E secs=S
 //! req_per_sec=R deliveries=D` (every subscriber got every event), `latency n=S p50=.. p90=.. p99=.. ms` or, for `hold`,
 //! `ready N` when every subscriber is open.
 
@@ -146,6 +163,12 @@ struct Seen {
 
 /// The sequence number of the probes of [`Run::settle`].
 const PROBE: usize = 999_999_999;
+
+/// The sequence number of the first (cold) event of a fan-out.
+const FIRST: usize = 999_999_998;
+
+/// The sequence number of the last event of a fan-out, published alone.
+const LAST: usize = 999_999_997;
 
 /// One keep-alive HTTP/1.1 connection for requests with short answers.
 struct Client {
@@ -306,9 +329,20 @@ fn marker(line: &[u8]) -> Option<usize> {
     std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
 }
 
-/// Opens `n` subscribers (`CONNECTING` at a time) and attaches each.
+/// Opens `n` subscribers (`CONNECTING` at a time) and attaches each,
+/// then waits until each has seen a probe.
 async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver<Seen>, String> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut rx = connect_subscribers(run, n, true).await?;
+    run.settle(n, &mut rx).await?;
+    Ok(rx)
+}
+
+/// Opens `n` subscribers (`CONNECTING` at a time), attaching each when
+/// `attach` (a reconnection finds its route on disk). For `kn` each is
+/// receiving once this returns: its tunnel has answered and its route
+/// was created before the answer.
+async fn connect_subscribers(run: &Run, n: usize, attach: bool) -> Result<mpsc::UnboundedReceiver<Seen>, String> {
+    let (tx, rx) = mpsc::unbounded_channel();
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..CONNECTING.min(n) {
@@ -321,15 +355,66 @@ async fn open_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver
                     return Ok::<(), String>(());
                 }
                 subscribe(&run, i, tx.clone()).await?;
-                run.attach(&mut client, i).await?;
+                if attach {
+                    run.attach(&mut client, i).await?;
+                }
             }
         }));
     }
     for w in workers {
         w.await.map_err(|e| e.to_string())??;
     }
-    run.settle(n, &mut rx).await?;
     Ok(rx)
+}
+
+/// The subscribers of a fan-out: for `kn` without probes (the first event
+/// is then the first append to each journal), for Nchan settled first
+/// (an `EventSource` may be open before its channel counts it).
+async fn fanout_subscribers(run: &Run, n: usize) -> Result<mpsc::UnboundedReceiver<Seen>, String> {
+    match run.server {
+        Server::Kn => connect_subscribers(run, n, true).await,
+        Server::Nchan => open_subscribers(run, n).await,
+    }
+}
+
+/// Publishes event `seq` and waits until each of the `n` subscribers has
+/// it; returns the seconds that took.
+async fn publish_to_all(run: &Run, n: usize, seq: usize, events: &mut mpsc::UnboundedReceiver<Seen>) -> Result<f64, String> {
+    let mut publisher = Client::connect(&run.addr).await?;
+    let start = Instant::now();
+    publish(run, &mut publisher, seq).await?;
+    let mut seen = vec![false; n];
+    let mut left = n;
+    let end = start + TIMEOUT;
+    while left > 0 {
+        match tokio::time::timeout_at(end.into(), events.recv()).await {
+            Ok(Some(Seen { subscriber, seq: got, .. })) if got == seq && !seen[subscriber] => {
+                seen[subscriber] = true;
+                left -= 1;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Err("every subscriber closed".to_string()),
+            Err(_) => return Err(format!("{left} of {n} subscribers did not get event {seq} within {TIMEOUT:?}")),
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// `restart`: N attached subscribers, one event through them all, then
+/// (once stdin has a line: the server was restarted) every subscriber
+/// reconnected and the fan-out measured as `fanout` does.
+async fn restart(run: Run, n: usize, e: usize) -> Result<(), String> {
+    let mut events = connect_subscribers(&run, n, true).await?;
+    publish_to_all(&run, n, PROBE, &mut events).await?;
+    println!("attached {n}");
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    });
+    line.await.map_err(|e| e.to_string())?.map_err(|e| format!("stdin: {e}"))?;
+    drop(events); // the old readers end with their connections
+    let events = connect_subscribers(&run, n, false).await?;
+    measure_fanout(run, n, e, events, "restart").await
 }
 
 /// Publishes event `seq` on `client` and waits for its answer, which
@@ -344,7 +429,14 @@ async fn publish(run: &Run, client: &mut Client, seq: usize) -> Result<(), Strin
 }
 
 async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
-    let mut events = open_subscribers(&run, n).await?;
+    let events = fanout_subscribers(&run, n).await?;
+    measure_fanout(run, n, e, events, "fanout").await
+}
+
+/// The first event to the `n` subscribers alone (cold), then `e` more
+/// (warm, the rate), then one more alone (warm, timed as the first).
+async fn measure_fanout(run: Run, n: usize, e: usize, mut events: mpsc::UnboundedReceiver<Seen>, what: &str) -> Result<(), String> {
+    let first = publish_to_all(&run, n, FIRST, &mut events).await?;
     let mut publisher = Client::connect(&run.addr).await?;
     if let Some(path) = std::env::var_os("FANOUT_READY") {
         // For a profiler: say when the subscribers are open, give it time.
@@ -352,9 +444,10 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let start = Instant::now();
+    let publishing_run = run.clone();
     let publishing = tokio::spawn(async move {
         for seq in 0..e {
-            publish(&run, &mut publisher, seq).await?;
+            publish(&publishing_run, &mut publisher, seq).await?;
         }
         Ok::<(), String>(())
     });
@@ -363,7 +456,7 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     let end = start + TIMEOUT;
     while got < want {
         match tokio::time::timeout_at(end.into(), events.recv()).await {
-            Ok(Some(Seen { seq, .. })) if seq != PROBE => got += 1,
+            Ok(Some(Seen { seq, .. })) if seq < e => got += 1,
             Ok(Some(_)) => {}
             Ok(None) => return Err(format!("every subscriber closed after {got} of {want} deliveries")),
             Err(_) => return Err(format!("only {got} of {want} deliveries within {TIMEOUT:?}")),
@@ -371,7 +464,16 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
     }
     let secs = start.elapsed().as_secs_f64();
     publishing.await.map_err(|e| e.to_string())??;
-    println!("fanout subscribers={n} events={e} deliveries={got} secs={secs:.3} per_sec={:.0}", got as f64 / secs);
+    let warm = secs / e.max(1) as f64;
+    // One more event alone, warm, timed as the first was: the rate above
+    // lets the drains of consecutive events overlap and share appends.
+    let single = publish_to_all(&run, n, LAST, &mut events).await?;
+    println!(
+        "{what} subscribers={n} events={e} deliveries={got} secs={secs:.3} per_sec={:.0} first_secs={first:.4} warm_event_secs={warm:.5} first_over_warm={:.1} warm_single_secs={single:.4} first_over_single={:.1}",
+        got as f64 / secs,
+        first / warm,
+        first / single
+    );
     Ok(())
 }
 
@@ -545,6 +647,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match (mode.as_str(), a, b) {
             ("fanout", Some(n), Some(e)) => fanout(run, n, e).await,
+            ("restart", Some(n), Some(e)) if run.server == Server::Kn => restart(run, n, e).await,
             ("latency", Some(s), _) => latency(run, s).await,
             ("busy", Some(n), Some(e)) => busy(run, n, e, c.unwrap_or(8)).await,
             ("hold", Some(n), _) => hold(run, n).await,

@@ -209,7 +209,14 @@ fn resolve(listen: &str) -> Result<SocketAddr, String> {
 
 /// Runs the command line; returns the exit status.
 pub fn main() -> u8 {
-    let cli = Cli::parse();
+    main_with(std::env::args_os())
+}
+
+/// [`main`] with the command line given (the program's name first):
+/// `pubsub-cgi`'s C `main` passes its `argv`, which reaches
+/// `std::env::args` under glibc but not under musl.
+pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
+    let cli = Cli::parse_from(args);
     match cli.command {
         Command::Serve(args) => {
             let config = match args.config() {

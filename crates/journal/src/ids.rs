@@ -43,7 +43,17 @@ extern "C" fn forked() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// `N` (at most 16) random bytes, from this thread's ChaCha12 generator
+/// How many draws a thread takes straight from the kernel before it
+/// seeds a generator of its own (see [`random_bytes`]).
+const DIRECT_DRAWS: u8 = 8;
+
+/// `N` (at most 16) random bytes. A thread's first [`DIRECT_DRAWS`] come
+/// straight from the kernel (one `getrandom` system call each): a CGI
+/// process draws one or two ids in its life, and seeding a generator
+/// costs it more than that (rand's ChaCha asks the CPU for its features
+/// with `CPUID`, which traps to the hypervisor on a VM, and the getrandom
+/// crate, in a static binary, opens and polls `/dev/random` and reads
+/// `/dev/urandom`). After that, from this thread's ChaCha12 generator
 /// (rand's `StdRng`), seeded from the operating system (getrandom) on
 /// first use, every [`RESEED_BYTES`] and after a `fork`: one system call
 /// per thread rather than one per event id. Without an entropy source, the
@@ -57,6 +67,18 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
     }
     thread_local! {
         static GENERATOR: RefCell<Option<Generator>> = const { RefCell::new(None) };
+        static DIRECT: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    }
+    let mut bytes = [0u8; N];
+    let direct = DIRECT.try_with(|d| {
+        let n = d.get();
+        n < DIRECT_DRAWS && {
+            d.set(n + 1);
+            kernel_random(&mut bytes)
+        }
+    });
+    if direct == Ok(true) {
+        return bytes;
     }
     static AT_FORK: Once = Once::new();
     AT_FORK.call_once(|| {
@@ -66,7 +88,6 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
             libc::pthread_atfork(None, None, Some(forked));
         }
     });
-    let mut bytes = [0u8; N];
     let drawn = GENERATOR.try_with(|cell| {
         let mut generator = cell.try_borrow_mut().ok()?;
         let forks = FORKS.load(Ordering::Relaxed);
@@ -88,4 +109,27 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
         bytes.copy_from_slice(&xxhash_rust::xxh3::xxh3_128(seed.as_bytes()).to_le_bytes()[..N]);
     }
     bytes
+}
+
+/// Fills `bytes` from the kernel's generator with one `getrandom` system
+/// call (the C library's wrapper: no file opened, never blocking once the
+/// kernel's pool is initialised); false when it cannot (then the thread's
+/// generator is used).
+fn kernel_random(bytes: &mut [u8]) -> bool {
+    // SAFETY: the kernel writes at most `bytes.len()` bytes into `bytes`.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), libc::GRND_NONBLOCK) };
+    n == bytes.len() as isize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_distinct_before_and_after_the_generator_takes_over() {
+        // The first DIRECT_DRAWS from the kernel, the rest from StdRng.
+        let ids: std::collections::HashSet<String> = (0..4 * DIRECT_DRAWS as usize).map(|_| fresh_id()).collect();
+        assert_eq!(ids.len(), 4 * DIRECT_DRAWS as usize);
+        assert!(ids.iter().all(|id| id.len() == 16));
+    }
 }

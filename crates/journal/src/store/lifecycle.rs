@@ -163,14 +163,20 @@ impl Store {
 
     /// Refreshes `journal`'s heartbeat (a tunnel reading it does so).
     pub fn heartbeat(&self, journal: &Topic) -> Result<()> {
+        self.beat(journal).map(drop)
+    }
+
+    /// [`Store::heartbeat`], returning the heartbeat file, open.
+    pub(super) fn beat(&self, journal: &Topic) -> Result<fs::File> {
         let path = self.checked_dir(journal)?.join(HEARTBEAT_FILE);
-        let beat = || -> std::io::Result<()> {
+        let beat = || -> std::io::Result<fs::File> {
             let f = log::open_shared(&path, false)?;
             // A write sets the modification time to now with write
             // permission alone; setting a time explicitly (utimensat with a
             // value) is allowed only to the file's owner, and the web server
             // and sensors of one group are different users.
-            std::os::unix::fs::FileExt::write_all_at(&f, b"\n", 0)
+            std::os::unix::fs::FileExt::write_all_at(&f, b"\n", 0)?;
+            Ok(f)
         };
         beat().map_err(|e| Error::io("cannot refresh heartbeat", &path, e))
     }

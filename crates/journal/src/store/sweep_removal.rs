@@ -184,11 +184,34 @@ impl Store {
     /// journal's lock, creating the journal again (with `create`, which
     /// announces it) if a removal took it meanwhile: the tunnel then reads
     /// a whole journal, never one being deleted.
+    ///
+    /// The lock is taken by opening the journal's writer (creating its log,
+    /// `.head` and first segment, if it has none yet), and the writer's
+    /// files and the heartbeat are kept for the next append, as a post
+    /// keeps them: the first event a route forwards to a just-opened
+    /// tunnel (or to one reconnected after a restart) then opens and
+    /// creates nothing, instead of every journal's first copy paying for
+    /// it while the source's post waits (issue 31, "cold subscribers").
     pub(super) fn revive(&self, journal: &Topic, report: &mut PostReport) -> Result<()> {
         for _ in 0..5 {
-            let dir = self.checked_dir(journal)?;
-            if let Some(_lock) = lock_topic(&dir, &self.config)? {
-                return self.heartbeat(journal);
+            let kept = self.take_kept(journal);
+            match self.writer(journal, kept, &mut || Ok(())) {
+                Ok((writer, mut kept)) => {
+                    let beat = self.beat(journal);
+                    let roomy = beat.as_ref().is_ok_and(descriptors_to_spare);
+                    if let (Ok(file), true) = (&beat, roomy) {
+                        // The file itself: one kept before may be unlinked.
+                        kept.1.heartbeat = file.try_clone().ok();
+                        self.keep(writer, kept);
+                    } else {
+                        // Closed (and unlocked): the tunnels come first.
+                        drop(writer);
+                    }
+                    return beat.map(drop);
+                }
+                // Removed while waiting for its lock, or before.
+                Err(err) if err.kind() == ErrorKind::Expired => {}
+                Err(err) => return Err(err),
             }
             let jobs = self.ensure_topic(journal, report)?;
             self.run_forwarding(jobs.into(), report)?;
@@ -229,6 +252,23 @@ impl Store {
             self.run_forwarding(jobs.into(), &mut report)?;
         }
     }
+}
+
+/// Whether this process has descriptors to spare for keeping a
+/// journal's files open when a tunnel opens it: `file`, just opened, got
+/// the lowest free descriptor number, so its number is about how many
+/// are in use; below half the soft `RLIMIT_NOFILE` there is room. Past
+/// that a server holding many tunnels (each a socket) keeps their
+/// journals' files only once they are posted to, within
+/// `Config::open_topics`, as before.
+fn descriptors_to_spare(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return false;
+    }
+    (file.as_raw_fd().max(0) as libc::rlim_t).saturating_mul(2) < limit.rlim_cur
 }
 
 /// Opens and locks the `.lock` of the topic directory `dir`; `None` when
