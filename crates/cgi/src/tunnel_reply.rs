@@ -166,8 +166,17 @@ impl TunnelReply {
         bytes.extend_from_slice(&self.take_first());
         write_flush(out, &bytes)?;
         let initial = self.take_initial();
+        // A CGI tunnel is a process of its own, which Apache may end
+        // without letting it write at its end: its first delivery is
+        // written at once (after that, at most once per
+        // `KN_RECEIPTS_FLUSH_MS`), so that a short-lived tunnel's
+        // "sent" is not lost. `serve`, holding thousands of tunnels,
+        // waits the interval (docs/PRESENCE.md, "Receipts").
+        let mut first_delivery = true;
         if !initial.is_empty() {
             write_flush(out, &initial)?;
+            self.tunnel.flush_receipts();
+            first_delivery = false;
         }
         let (keep_alive, every) = self.keep_alive();
         let mut last_write = Instant::now();
@@ -188,6 +197,10 @@ impl TunnelReply {
             if let Some(chunk) = self.encode(&events) {
                 write_flush(out, &chunk)?;
                 last_write = Instant::now();
+                if first_delivery {
+                    self.tunnel.flush_receipts();
+                    first_delivery = false;
+                }
             } else if last_write.elapsed() >= every {
                 write_flush(out, keep_alive)?;
                 last_write = Instant::now();

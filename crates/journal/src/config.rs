@@ -122,7 +122,7 @@ impl std::str::FromStr for Shared {
 /// | `shutdown_grace` | 5 s: on SIGTERM, `serve` ends every tunnel at once (a `503` status event, then the response's end) and exits once its connections are done, or after this long at most | `KN_SHUTDOWN_GRACE` (seconds) |
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
 /// | `max_unread_after` | 30 days: the largest `kn_unread_after` of a route (more: `400`) | `KN_MAX_UNREAD_AFTER` (seconds) |
-/// | `receipts_flush` | 1 s: least time between two writes of a tunnel's sent position (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
+/// | `receipts_flush` | 30 s: least time between a tunnel's start and its first write of its sent position, and between two writes (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
 /// | `auth_threads` | 2 password checks of `serve --htpasswd` running at once, off the event loop | `KN_AUTH_THREADS` |
@@ -380,10 +380,10 @@ pub struct Config {
     /// how long an escalation's state must be kept at most
     /// (docs/PRESENCE.md, "Receipts").
     pub max_unread_after: Duration,
-    /// Least time between two writes of a tunnel's sent position to its
-    /// journal's `.receipts` (the last one is written when the tunnel
-    /// ends): the cost a tunnel adds to the disk is bounded by it,
-    /// whatever its rate of events.
+    /// Least time between a tunnel's start and its first write of its
+    /// sent position to its journal's `.receipts`, and between two writes
+    /// (the last one is written when the tunnel ends): the cost a tunnel
+    /// adds to the disk is bounded by it, whatever its rate of events.
     pub receipts_flush: Duration,
 }
 
@@ -442,7 +442,7 @@ impl Config {
             metrics_refresh: Duration::from_secs(60),
             blob_grace: Duration::from_secs(3600),
             max_unread_after: Duration::from_secs(30 * 24 * 3600),
-            receipts_flush: Duration::from_secs(1),
+            receipts_flush: Duration::from_secs(30),
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
             auth_queue: 64,

@@ -122,7 +122,11 @@ impl Store {
             lo,
             hi: end,
             written: (lo > end).then_some(end),
-            last_write: None,
+            // The first write waits an interval too: a thousand tunnels
+            // given their first event at once write nothing then (the
+            // cold fan-out of BENCHMARKS.md), and a tunnel that ends
+            // sooner writes once, at its end.
+            last_write: Some(Instant::now()),
         })
     }
 }
@@ -213,6 +217,7 @@ pub(crate) struct SentTracker {
     hi: u64,
     /// The `hi` last written.
     written: Option<u64>,
+    /// When it last wrote (at first, when the tunnel started).
     last_write: Option<Instant>,
 }
 
