@@ -132,6 +132,22 @@ pub(super) fn without_atime(options: &mut OpenOptions, path: &Path) -> std::io::
     }
 }
 
+/// Replaces `path` by a file holding `bytes`: written to `temp` (created
+/// group-writable as [`open_shared`] does, or emptied) and renamed over
+/// `path`, so that a reader sees the old file or the new, never half of
+/// one. The temporary is removed when that fails. Every small state file
+/// of the store that is rewritten whole goes through it.
+pub fn write_replacing(temp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let written = open_shared(temp, false).and_then(|f| {
+        f.set_len(0)?;
+        f.write_all_at(bytes, 0)
+    });
+    written.and_then(|()| std::fs::rename(temp, path)).inspect_err(|_| {
+        let _ = std::fs::remove_file(temp);
+    })
+}
+
 /// Opens `path` for reading and writing (appending if `append`), creating
 /// it group-writable if it does not exist. The mode is set only on
 /// creation: changing the mode of another user's file is not allowed.

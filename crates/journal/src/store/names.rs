@@ -30,7 +30,7 @@
 //! knows `http://localhost:8080/kn`, never poisoned as remote.
 
 use std::fs;
-use std::io::{ErrorKind as IoKind, Write as _};
+use std::io::ErrorKind as IoKind;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -531,14 +531,7 @@ fn write_names(root: &Path, names: &[ServerName]) -> Result<()> {
     let path = root.join(NAMES_FILE);
     let temp = root.join(format!("{NAMES_FILE}.tmp.{}", std::process::id()));
     let text: String = names.iter().map(ServerName::line).collect();
-    let written = log::open_shared(&temp, true).and_then(|mut f| {
-        f.set_len(0)?;
-        f.write_all(text.as_bytes())
-    });
-    written.and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
-        let _ = fs::remove_file(&temp);
-        Error::io("cannot write", &path, e)
-    })
+    log::write_replacing(&temp, &path, text.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
 }
 
 pub(super) fn read_names(root: &Path) -> Result<Vec<ServerName>> {

@@ -211,14 +211,7 @@ impl Store {
             // its next population (rare: only when a line is dropped).
             let body: String = kept.iter().map(|p| format!("{p}\n")).collect();
             let temp = self.config.root.join(format!("{ROUTED_FILE}.{}", std::process::id()));
-            let written = crate::log::open_shared(&temp, false).and_then(|f| {
-                f.set_len(0)?;
-                std::os::unix::fs::FileExt::write_all_at(&f, body.as_bytes(), 0)
-            });
-            written.and_then(|()| std::fs::rename(&temp, &path)).map_err(|e| {
-                let _ = std::fs::remove_file(&temp);
-                Error::io("cannot write", &path, e)
-            })?;
+            crate::log::write_replacing(&temp, &path, body.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))?;
         }
         Ok(())
     }

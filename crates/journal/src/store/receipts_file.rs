@@ -4,7 +4,6 @@
 //! (`read.rs`) and the receipts' (`receipts.rs`) both stand on it.
 
 use std::fs::{self, File};
-use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -188,13 +187,7 @@ fn replace(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id(),
         fresh_id()
     ));
-    let mut file =
-        log::open_shared(&tmp, false).map_err(|e| Error::io("cannot create", &tmp, e))?;
-    if let Err(e) = file.write_all(bytes).and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io("cannot write", path, e));
-    }
-    Ok(())
+    log::write_replacing(&tmp, path, bytes).map_err(|e| Error::io("cannot write", path, e))
 }
 
 fn same_file(file: &File, path: &Path) -> bool {

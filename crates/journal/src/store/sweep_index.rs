@@ -290,14 +290,7 @@ pub(super) fn write_owed(root: &Path, owed: &[Owed]) -> Result<()> {
     }
     let temp = temp_name(&path, "settle");
     let text: String = owed.iter().map(|o| format!("{} {} {}\n", o.removed_at, o.source, o.journal)).collect();
-    let written = log::open_shared(&temp, false).and_then(|f| {
-        f.set_len(0)?;
-        f.write_all_at(text.as_bytes(), 0)
-    });
-    written.and_then(|_| fs::rename(&temp, &path)).map_err(|e| {
-        let _ = fs::remove_file(&temp);
-        Error::io("cannot write", &path, e)
-    })
+    log::write_replacing(&temp, &path, text.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
 }
 
 /// The backstop walk's queue in `.sweep` (held under its lock): a header

@@ -16,7 +16,7 @@
 //! and the cursor's write is a duplicate, neither stored nor forwarded.
 
 use std::fs::{self, File};
-use std::io::{ErrorKind as IoKind, Write as _};
+use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -395,13 +395,7 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 /// renamed over it.
 fn write_replacing(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp: PathBuf = dir.join(format!(".tmp-{}-{}", std::process::id(), fresh_id()));
-    let mut file =
-        log::open_shared(&tmp, false).map_err(|e| Error::io("cannot create", &tmp, e))?;
-    if let Err(e) = file.write_all(bytes).and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io("cannot write", path, e));
-    }
-    Ok(())
+    log::write_replacing(&tmp, path, bytes).map_err(|e| Error::io("cannot write", path, e))
 }
 
 #[cfg(test)]
