@@ -71,18 +71,7 @@ impl Store {
     /// unexpired event of that id. Reads the topic back to the event, and
     /// each routed journal back to the time the event was stored.
     pub fn receipts(&self, topic: &Topic, id: &[u8]) -> Result<Option<Receipts>> {
-        let dir = self.checked_dir(topic)?;
-        if !dir.is_dir() {
-            return Ok(None);
-        }
-        let mut found = None;
-        log::read_backwards_after(&dir, 0, |r| {
-            if r.event.id() != Some(id) {
-                return true;
-            }
-            found = Some(r);
-            false
-        })?;
+        let found = self.newest_of_id(topic, id)?;
         let t = now();
         let Some(record) = found.filter(|r| !r.event.is_expired(t)) else {
             return Ok(None);

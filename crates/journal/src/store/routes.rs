@@ -173,7 +173,15 @@ impl Store {
     /// [`Store::all_routes`] lists it), if there is one: read from the
     /// newest record back, stopping at the first of that id.
     pub fn route_of(&self, topic: &Topic, id: &[u8]) -> Result<Option<Route>> {
-        let dir = self.checked_dir(&topic.routes())?;
+        let found = self.newest_of_id(&topic.routes(), id)?;
+        Ok(found.map(|r| Route { source: topic.clone(), event: r.event }))
+    }
+
+    /// The newest record of `topic` whose `kn_id` is `id` (expired or
+    /// not), read from the end back; `None` when there is none or no such
+    /// topic.
+    pub(super) fn newest_of_id(&self, topic: &Topic, id: &[u8]) -> Result<Option<crate::record::Record>> {
+        let dir = self.checked_dir(topic)?;
         if !dir.is_dir() {
             return Ok(None);
         }
@@ -182,10 +190,10 @@ impl Store {
             if r.event.id() != Some(id) {
                 return true;
             }
-            found = Some(r.event);
+            found = Some(r);
             false
         })?;
-        Ok(found.map(|event| Route { source: topic.clone(), event }))
+        Ok(found)
     }
 
     /// The active routes of `topic`: a destination and not expired.
