@@ -3,7 +3,9 @@
 //! (checked again at every delivery), and no rules file meaning
 //! everything is allowed.
 
-use std::path::PathBuf;
+mod common;
+use common::RulesFixture as Fixture;
+
 
 use kn_journal::access::{Operation, Principal, KN_ROUTE_CREATOR};
 use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic, KN_POISONED};
@@ -18,29 +20,7 @@ allow post           /what/public/**  users
 deny  all            /what/secret/**  *
 ";
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    rules: PathBuf,
-}
-
 impl Fixture {
-    fn new(rules: &str) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.rules");
-        std::fs::write(&path, rules).unwrap();
-        let root = dir.path().join("kn_events");
-        Fixture { _dir: dir, root, rules: path }
-    }
-
-    /// A store as a new process opens it (reading the rules afresh).
-    fn store(&self) -> Store {
-        let mut config = Config::new(&self.root);
-        config.access_rules = Some(self.rules.clone());
-        config.server_url = Some("http://example.org/kn".into());
-        Store::open_with(config).unwrap()
-    }
-
     fn open_store(&self) -> Store {
         let mut config = Config::new(&self.root);
         config.server_url = Some("http://example.org/kn".into());

@@ -4,11 +4,13 @@
 //! anonymous visitors' sessions, and replacing a route under an existing
 //! `kn_id`.
 
-use std::path::PathBuf;
+mod common;
+use common::RulesFixture as Fixture;
+
 use std::time::Duration;
 
 use kn_journal::access::{Principal, KN_ROUTE_SESSION};
-use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic, KN_POISONED, KN_POISONED_BEFORE};
+use kn_journal::{ErrorKind, Event, Selection, Topic, KN_POISONED, KN_POISONED_BEFORE};
 
 const RULES: &str = "\
 group staff: anna bob
@@ -21,28 +23,7 @@ allow post            /what/public/**                 users
 allow delete          /what/public/**                 carl
 ";
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    rules: PathBuf,
-}
-
 impl Fixture {
-    fn new(rules: &str) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.rules");
-        std::fs::write(&path, rules).unwrap();
-        let root = dir.path().join("kn_events");
-        Fixture { _dir: dir, root, rules: path }
-    }
-
-    fn store(&self) -> Store {
-        let mut config = Config::new(&self.root);
-        config.access_rules = Some(self.rules.clone());
-        config.server_url = Some("http://example.org/kn".into());
-        Store::open_with(config).unwrap()
-    }
-
     /// Rewrites the rules and waits until a long-lived store looks at the
     /// file again (at most once a second).
     fn change_rules(&self, rules: &str) {

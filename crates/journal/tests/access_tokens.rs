@@ -4,11 +4,13 @@
 //! alone let the token's user make them; what a request or a record
 //! claims there by itself gains nothing.
 
-use std::path::PathBuf;
+mod common;
+use common::RulesFixture as Fixture;
+
 use std::time::Duration;
 
 use kn_journal::access::{Principal, TokenClaims, KN_ROUTE_CREATOR, KN_ROUTE_GRANT};
-use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic};
+use kn_journal::{ErrorKind, Event, Selection, Store, Topic};
 
 const RULES: &str = "\
 allow all            /who/{user}/**   users
@@ -16,28 +18,6 @@ allow read,route     /what/staff/**   @staff
 allow read           /what/public/**  *
 ";
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    rules: PathBuf,
-}
-
-impl Fixture {
-    fn new(rules: &str) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.rules");
-        std::fs::write(&path, rules).unwrap();
-        let root = dir.path().join("kn_events");
-        Fixture { _dir: dir, root, rules: path }
-    }
-
-    fn store(&self) -> Store {
-        let mut config = Config::new(&self.root);
-        config.access_rules = Some(self.rules.clone());
-        config.server_url = Some("http://example.org/kn".into());
-        Store::open_with(config).unwrap()
-    }
-}
 
 fn now() -> u64 {
     std::time::UNIX_EPOCH.elapsed().unwrap().as_secs()

@@ -1,8 +1,8 @@
 //! Helpers shared by the journal's integration tests.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use kn_journal::{Config, Event, Topic};
+use kn_journal::{Config, Event, Store, Topic};
 
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
 /// tests create thousands of topic directories, and ext4's inode allocator
@@ -21,11 +21,13 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
 }
 
 /// A topic from a name the test knows is valid.
+#[allow(dead_code)] // not every test file uses it
 pub fn t(name: &str) -> Topic {
     Topic::parse(name).unwrap()
 }
 
 /// An event of `(name, value)` elements.
+#[allow(dead_code)] // not every test file uses it
 pub fn ev(pairs: &[(&str, &str)]) -> Event {
     Event::from_pairs(pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())))
 }
@@ -42,4 +44,32 @@ pub fn config(root: &Path) -> Config {
     c.reserve_bytes = 0;
     c.server_url = Some(SERVER.to_string());
     c
+}
+
+/// A store under an access rules file, both in a temporary directory (the
+/// access tests' fixture; each file adds what else it needs).
+#[allow(dead_code)] // only the access tests use it
+pub struct RulesFixture {
+    pub _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub rules: PathBuf,
+}
+
+#[allow(dead_code)]
+impl RulesFixture {
+    pub fn new(rules: &str) -> RulesFixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.rules");
+        std::fs::write(&path, rules).unwrap();
+        let root = dir.path().join("kn_events");
+        RulesFixture { _dir: dir, root, rules: path }
+    }
+
+    /// A store as a new process opens it (reading the rules afresh).
+    pub fn store(&self) -> Store {
+        let mut config = Config::new(&self.root);
+        config.access_rules = Some(self.rules.clone());
+        config.server_url = Some("http://example.org/kn".into());
+        Store::open_with(config).unwrap()
+    }
 }
