@@ -516,7 +516,8 @@ mod tests {
         let enc = form_urlencode(&[(b"v", &all)]);
         let value = &enc[2..];
         // Decoding gives the bytes back, and nothing unsafe is left bare.
-        let decoded = kn_test_support::recorder::url_decode(value);
+        let plus_as_space: Vec<u8> = value.iter().map(|&b| if b == b'+' { b' ' } else { b }).collect();
+        let decoded = crate::event::decode_escapes(&plus_as_space, b'%');
         assert_eq!(decoded, all);
         assert!(value.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%+".contains(b)));
     }
