@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod journal;
+
 use kn_journal::{Config, Event, Store, Topic};
 
 /// A scratch directory named `<prefix>…`, on tmpfs when there is one: the
