@@ -221,6 +221,12 @@ fn no_parameters_is_the_help_page_with_200() {
         let text = reply.text();
         assert!(text.contains("<html") && text.contains("http://127.0.0.1:8080/kn"), "{text}");
         assert!(text.contains("notify") && text.contains("route"), "a usage page");
+        for method in ["receipts", "ack", "batch", "replay", "test"] {
+            assert!(text.contains(&format!("<code>{method}</code>")), "the usage page names do_method={method}");
+        }
+        for topic in ["kn_subtopics", "kn_routes", "kn_presence"] {
+            assert!(text.contains(&format!("/{topic}")), "the usage page names the server-written topic {topic}");
+        }
     }
 }
 
