@@ -198,8 +198,12 @@ impl Store {
             match self.writer(journal, kept, &mut || Ok(())) {
                 Ok((writer, mut kept)) => {
                     let beat = self.beat(journal);
-                    let roomy = beat.as_ref().is_ok_and(descriptors_to_spare);
-                    if let (Ok(file), true) = (&beat, roomy) {
+                    // Within `Config::open_topics`, pushing nothing out:
+                    // a journal only read yet does not take the place of
+                    // one posted to. Past it a server holding many
+                    // tunnels keeps their journals' files once they are
+                    // posted to, as before.
+                    if let (Ok(file), true) = (&beat, self.kept_has_room()) {
                         // The file itself: one kept before may be unlinked.
                         kept.1.heartbeat = file.try_clone().ok();
                         self.keep(writer, kept);
@@ -252,23 +256,6 @@ impl Store {
             self.run_forwarding(jobs.into(), &mut report)?;
         }
     }
-}
-
-/// Whether this process has descriptors to spare for keeping a
-/// journal's files open when a tunnel opens it: `file`, just opened, got
-/// the lowest free descriptor number, so its number is about how many
-/// are in use; below half the soft `RLIMIT_NOFILE` there is room. Past
-/// that a server holding many tunnels (each a socket) keeps their
-/// journals' files only once they are posted to, within
-/// `Config::open_topics`, as before.
-fn descriptors_to_spare(file: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit only writes the struct given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return false;
-    }
-    (file.as_raw_fd().max(0) as libc::rlim_t).saturating_mul(2) < limit.rlim_cur
 }
 
 /// Opens and locks the `.lock` of the topic directory `dir`; `None` when
