@@ -291,3 +291,82 @@ fn same_file(file: &File, path: &Path) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn mtime(path: &Path) -> SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    fn set_old(path: &Path) {
+        File::options().write(true).open(path).unwrap().set_modified(SystemTime::UNIX_EPOCH).unwrap();
+    }
+
+    #[test]
+    fn a_topics_byte_depends_on_its_path_below_the_root_alone_and_is_a_valid_offset() {
+        let a = mark_byte(Path::new("/mnt/a/kn_events"), Path::new("/mnt/a/kn_events/who/anna/kn_journal"));
+        let b = mark_byte(Path::new("/srv/b/kn_events"), Path::new("/srv/b/kn_events/who/anna/kn_journal"));
+        assert_eq!(a, b, "the same topic on two hosts mounting the volume at different places");
+        assert_ne!(a, mark_byte(Path::new("/srv/b/kn_events"), Path::new("/srv/b/kn_events/who/bob/kn_journal")));
+        assert!(a < 1 << 62 && libc::off_t::try_from(a + 1).is_ok());
+    }
+
+    #[test]
+    fn a_held_byte_keeps_its_topic_from_every_open_file_until_its_last_mark_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Store::open(dir.path()).unwrap();
+        let b = Store::open(dir.path()).unwrap();
+        let topic = dir.path().join("who/x/kn_journal");
+        std::fs::create_dir_all(&topic).unwrap();
+        let readers = log::open_shared(&topic.join(READERS_FILE), false).unwrap();
+        let at = mark_byte(dir.path(), &topic);
+        let marks = a.marks_file().unwrap();
+        assert!(!b.has_live_readers(&topic));
+
+        // The first reader of a journal sets `.readers`' mtime (since).
+        set_old(&topic.join(READERS_FILE));
+        let one = marks.hold(at, true, &readers).unwrap();
+        assert!(mtime(&topic.join(READERS_FILE)) > SystemTime::UNIX_EPOCH + Duration::from_secs(1));
+        // A second mark on the byte (another topic sharing it) takes no
+        // lock and sets no time: the byte is held already.
+        set_old(&topic.join(READERS_FILE));
+        let two = marks.hold(at, true, &readers).unwrap();
+        assert_eq!(mtime(&topic.join(READERS_FILE)), SystemTime::UNIX_EPOCH);
+        // Nor does a reader of another store (process) while it is held.
+        let other = b.marks_file().unwrap().hold(at, true, &readers).unwrap();
+        assert_eq!(mtime(&topic.join(READERS_FILE)), SystemTime::UNIX_EPOCH);
+        drop(other);
+
+        // Seen from another open file, of this store or another.
+        assert!(a.has_live_readers(&topic) && b.has_live_readers(&topic));
+        assert!(matches!(b.readers_of(&topic).unwrap(), Readers::Live));
+        drop(one);
+        assert!(b.has_live_readers(&topic), "the second mark still holds the byte");
+        drop(two);
+        assert!(!a.has_live_readers(&topic) && !b.has_live_readers(&topic));
+        assert!(marks.bytes.lock().unwrap().is_empty(), "an unused byte is forgotten");
+
+        // The sweep's hold makes a reader wait (here: a try fails) until
+        // it is dropped.
+        let Readers::None(unread) = b.readers_of(&topic).unwrap() else { panic!("no reader left") };
+        assert!(!crate::shared::lock_byte(&marks.file, at, LockKind::Shared, false, &a.config).unwrap());
+        drop(unread);
+        assert!(crate::shared::lock_byte(&marks.file, at, LockKind::Shared, false, &a.config).unwrap());
+    }
+
+    #[test]
+    fn a_flock_on_readers_taken_by_an_earlier_version_keeps_the_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let topic = dir.path().join("what/old");
+        std::fs::create_dir_all(&topic).unwrap();
+        let old = log::open_shared(&topic.join(READERS_FILE), false).unwrap();
+        old.lock_shared().unwrap();
+        assert!(matches!(store.readers_of(&topic).unwrap(), Readers::Live));
+        old.unlock().unwrap();
+        assert!(matches!(store.readers_of(&topic).unwrap(), Readers::None(_)));
+    }
+}
