@@ -247,9 +247,10 @@ impl Drop for Hold {
         };
         if last {
             // Forgotten unless another mark took it up meanwhile (this
-            // hold's reference and the map's are the only ones).
+            // hold's reference and the map's are the only ones; one
+            // being taken holds its count: never waited for here).
             let mut bytes = self.marks.bytes.lock().unwrap_or_else(|p| p.into_inner());
-            let unused = bytes.get(&self.at).is_some_and(|c| Arc::strong_count(c) == 2 && *c.lock().unwrap_or_else(|p| p.into_inner()) == 0);
+            let unused = bytes.get(&self.at).is_some_and(|c| Arc::strong_count(c) == 2 && c.try_lock().is_ok_and(|n| *n == 0));
             if unused {
                 bytes.remove(&self.at);
             }
