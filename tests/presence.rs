@@ -152,9 +152,10 @@ fn presence_reconnect_within_the_debounce_is_no_leave_and_a_longer_gap_is() {
 /// its own with its own host name (when the tests run as root; else one
 /// name), both with one public URL as behind a load balancer: a tunnel
 /// held on either host shows on both hosts' watchers, and a host killed
-/// with SIGKILL leaves within the bound. Not a GlusterFS volume (glusterd
-/// is not installed here): the flocks are the kernel's, which GlusterFS's
-/// `features/locks` grants across clients the same way (SCALE-OUT.md).
+/// with SIGKILL leaves within the bound. Not a GlusterFS volume (that is
+/// tests/presence_gluster.rs): the readers' locks (bytes of
+/// `.kn_readers`) are the kernel's, which GlusterFS's `features/locks`
+/// grants across clients the same way (SCALE-OUT.md).
 #[test]
 fn presence_across_two_hosts_in_shared_mode() {
     let dir = Dir::new("presence_shared");

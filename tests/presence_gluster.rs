@@ -4,8 +4,10 @@
 //! "hosts"), one `pubsub-cgi serve` on each. A tunnel held on either host
 //! shows on both hosts' `kn_presence` watchers, and leaves on both when it
 //! closes; a host's server SIGKILLed leaves within the bound, seen from
-//! the other host. The `flock` that says "connected" crosses the hosts
-//! through GlusterFS's `features/locks`.
+//! the other host. The lock that says "connected" (the journal's byte of
+//! `.kn_readers`, an open file description lock) crosses the hosts
+//! through GlusterFS's `features/locks`, and is dropped with its killed
+//! holder.
 //!
 //! Needs what tests/gluster.rs needs (root, iproute2, glusterfs-server,
 //! glusterfs-client, /dev/fuse); skips without them (fails under CI=true).

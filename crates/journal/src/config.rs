@@ -258,9 +258,13 @@ pub struct Config {
     /// raises the process's soft open-file limit to make room, within the
     /// hard limit. 0 disables it. The default ([`default_open_topics`])
     /// follows the descriptor limit, so that a server fanning out to
-    /// thousands of journals keeps them all open where it may. Tunnels
-    /// keep the segment they read open too, up to half this many in a
-    /// process (one descriptor each; none in shared mode).
+    /// thousands of journals keeps them all open where it may. A tunnel
+    /// opening keeps its journal's files while there is room, pushing no
+    /// other set out. Tunnels keep the segment they read open too, up to
+    /// half this many in a process (one descriptor each; none in shared
+    /// mode). So a process holding N tunnels holds N descriptors (their
+    /// connections) plus at most `4.5 · open_topics` for this cache: the
+    /// readers' marks take one descriptor for all its tunnels.
     pub open_topics: usize,
     /// Most replays (`kn-replay`, started by `do_method=replay` or by
     /// hand) running at once on this store, across processes: each holds

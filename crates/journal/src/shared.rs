@@ -408,6 +408,99 @@ pub(crate) fn unlock(file: &std::fs::File, config: &crate::Config) {
     let _ = one_lock_call_at_a_time(config, Turn::Unlock, || file.unlock());
 }
 
+/// One byte of a file locked with an open file description lock
+/// (`F_OFD_SETLK`, `fcntl(2)`): owned by the open file description, so
+/// that two descriptions in one process exclude each other as two
+/// processes do, and dropped when the description is closed, however its
+/// process ends. The readers' marks (`store/readers.rs`) hold such bytes
+/// of one file, one byte per topic read.
+///
+/// Like [`lock`]: on a local store `wait` waits in the kernel
+/// (`F_OFD_SETLKW`); in shared mode it only ever tries, one lock call at
+/// a time, until `config.lock_wait`. Without `wait`, one try: false when
+/// another open file description holds a conflicting lock.
+pub(crate) fn lock_byte(file: &std::fs::File, at: u64, kind: LockKind, wait: bool, config: &crate::Config) -> std::io::Result<bool> {
+    let try_once = || one_lock_call_at_a_time(config, Turn::Try, || byte_call(file, at, Some(kind), libc::F_OFD_SETLK));
+    if !wait {
+        return try_once();
+    }
+    if config.shared != Shared::On {
+        return byte_call(file, at, Some(kind), libc::F_OFD_SETLKW);
+    }
+    let started = std::time::Instant::now();
+    let mut pause = LOCK_PAUSE_MIN;
+    loop {
+        if try_once()? {
+            return Ok(true);
+        }
+        let waited = started.elapsed();
+        if waited >= config.lock_wait {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("still locked by another process after {} ms (KN_LOCK_WAIT_MS)", waited.as_millis()),
+            ));
+        }
+        std::thread::sleep(pause.min(config.lock_wait - waited));
+        pause = (pause * 2).min(LOCK_PAUSE_MAX);
+    }
+}
+
+/// Releases this open file description's lock on the byte `at` of
+/// `file` (see [`lock_byte`]); an error is left to the close of the file.
+pub(crate) fn unlock_byte(file: &std::fs::File, at: u64, config: &crate::Config) {
+    let _ = one_lock_call_at_a_time(config, Turn::Unlock, || byte_call(file, at, None, libc::F_OFD_SETLK));
+}
+
+/// Whether another open file description holds a lock on the byte `at`
+/// of `file` that an exclusive one would conflict with (`F_OFD_GETLK`):
+/// a test, taking nothing.
+pub(crate) fn byte_locked(file: &std::fs::File, at: u64, config: &crate::Config) -> std::io::Result<bool> {
+    one_lock_call_at_a_time(config, Turn::Try, || {
+        let mut lock = byte_range(at, libc::F_WRLCK);
+        // SAFETY: a valid open descriptor and a flock struct the call fills.
+        let rc = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(file), libc::F_OFD_GETLK, &mut lock) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+    })
+}
+
+fn byte_range(at: u64, kind: libc::c_int) -> libc::flock {
+    // SAFETY: flock is plain data; zero is a valid value of every field
+    // (l_pid must be 0 for the OFD commands).
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = libc::off_t::try_from(at).unwrap_or(libc::off_t::MAX - 1);
+    lock.l_len = 1;
+    lock
+}
+
+/// One `fcntl` lock call on the byte `at`: `kind` to lock, `None` to
+/// unlock. True when done, false when another description holds it.
+fn byte_call(file: &std::fs::File, at: u64, kind: Option<LockKind>, command: libc::c_int) -> std::io::Result<bool> {
+    let kind = match kind {
+        Some(LockKind::Exclusive) => libc::F_WRLCK,
+        Some(LockKind::Shared) => libc::F_RDLCK,
+        None => libc::F_UNLCK,
+    };
+    let lock = byte_range(at, kind);
+    loop {
+        // SAFETY: a valid open descriptor and a flock struct the call reads.
+        let rc = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(file), command, &lock) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
 /// Which queue a lock call waits in for its turn: unlocks go first.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Turn {

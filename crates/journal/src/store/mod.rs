@@ -444,6 +444,12 @@ impl Store {
         }
     }
 
+    /// True when the kept sets leave room for one more without closing
+    /// another's (`Config::open_topics`).
+    fn kept_has_room(&self) -> bool {
+        self.kept.lock().is_ok_and(|cache| cache.count < self.config.open_topics)
+    }
+
     /// Puts back what [`Store::take_kept`] took, within
     /// `Config::open_topics`; files only (nothing else is kept without
     /// them).

@@ -9,7 +9,8 @@
 //! `kn_presence` (a tunnel on it, every `Config::presence_pass`; a read
 //! or a new route from it, once). The pass compares who is connected —
 //! the active routes of the topic into local journals, each journal's
-//! `.readers` lock held by a live tunnel in any process (readers.rs) —
+//! mark (its byte of `.kn_readers`) held by a live tunnel in any process
+//! (readers.rs) —
 //! with the topic's current events, and posts the differences. The
 //! passes of all readers, in any process on any host, take turns under
 //! one lock (`.presence` in the topic's directory, which also keeps the

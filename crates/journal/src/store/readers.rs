@@ -1,20 +1,27 @@
 //! The readers of a topic, as the sweep must respect them (FORMAT.md,
-//! "`.readers`"): a live tunnel, in any process, holds a shared `flock`
-//! on the topic's `.readers` for as long as it lives, and the sweep
-//! removes a topic only once it has taken that lock exclusively, without
-//! waiting; the kernel drops a reader's lock when its process ends,
-//! however it ends, so a killed reader pins nothing. And a topic the sweep
-//! removes leaves its last sequence number in `.removed` (`log::removed`),
-//! so that a topic created again after it never hands out a checkpoint a
-//! client of the old one may hold.
+//! "Readers and checkpoints"): a live tunnel, in any process, holds a
+//! shared lock on one byte of the store's `.kn_readers`, the byte of its
+//! topic, for as long as it lives, and the sweep removes a topic only once
+//! it has taken that byte exclusively, without waiting. The locks are open
+//! file description locks (`F_OFD_SETLK`): a process holds all its marks
+//! on one open file, so a tunnel costs no descriptor of its own beyond its
+//! connection, and the kernel drops them when that file is closed, however
+//! the process ends, so a killed reader pins nothing. `T/.readers` stays,
+//! a plain file: its identity before and after the lock tells a reader
+//! that T was removed meanwhile, and its mtime when T's current run of
+//! tunnels began (presence's "since"). And a topic the sweep removes
+//! leaves its last sequence number in `.removed` (`log::removed`), so that
+//! a topic created again after it never hands out a checkpoint a client of
+//! the old one may hold.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
+use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log;
 use crate::shared::LockKind;
@@ -23,8 +30,13 @@ use crate::topic::Topic;
 use super::report::PostReport;
 use super::Store;
 
-/// In a topic directory: the file whose `flock` marks live readers.
+/// In a topic directory: the file whose identity and mtime go with the
+/// topic's readers (see the module documentation).
 pub(super) const READERS_FILE: &str = ".readers";
+
+/// In the store root: the file whose bytes mark live readers, one byte
+/// per topic ([`mark_byte`]).
+pub(super) const MARKS_FILE: &str = ".kn_readers";
 
 /// How often a reader tries to mark a topic that the sweep keeps removing
 /// under it before it gives up.
@@ -32,18 +44,36 @@ const MARK_ATTEMPTS: usize = 5;
 
 /// A live reader's mark on a topic: while it lives, the sweep does not
 /// remove the topic. The tunnels of one `Store` on one topic share one
-/// open file (and one lock).
+/// mark (and one locked byte).
 pub(crate) struct ReaderMark {
-    _file: Arc<File>,
+    _hold: Arc<Hold>,
 }
 
-/// The marks a `Store` holds, by topic directory, shared by its tunnels.
+/// The marks a `Store` holds: its open `.kn_readers` and, by topic
+/// directory, the marks its tunnels share.
 #[derive(Default)]
 pub(super) struct Marks {
-    by_dir: HashMap<PathBuf, Weak<File>>,
+    file: Option<Arc<MarksFile>>,
+    by_dir: HashMap<PathBuf, Weak<Hold>>,
     /// The size of `by_dir` after its last clean-up: entries of marks
     /// dropped since are removed once it has doubled.
     live_after_clean: usize,
+}
+
+/// A `Store`'s open `.kn_readers`, on which all its marks are held, and
+/// how many marks hold each byte (two topics whose names share a byte
+/// share its lock: it is released when the last of them goes).
+pub(super) struct MarksFile {
+    file: File,
+    config: Arc<Config>,
+    bytes: Mutex<HashMap<u64, Arc<Mutex<usize>>>>,
+}
+
+/// One mark's hold on its byte of `.kn_readers`.
+struct Hold {
+    marks: Arc<MarksFile>,
+    at: u64,
+    count: Arc<Mutex<usize>>,
 }
 
 /// What the sweep found of a topic's readers, under the topic's lock.
@@ -51,9 +81,17 @@ pub(super) enum Readers {
     /// At least one live reader: the topic stays.
     Live,
     /// None: the topic may be removed while this is held. A reader that
-    /// comes meanwhile waits for it, then finds its mark in a directory
-    /// set aside and starts again on the topic created anew.
-    None(File),
+    /// comes meanwhile waits for it, then finds `.readers` gone or
+    /// another file and starts again on the topic created anew.
+    None(Unread),
+}
+
+/// The sweep's exclusive hold on a topic's byte (and on its `.readers`'
+/// `flock`, which readers of earlier versions take), released when
+/// dropped.
+pub(super) struct Unread {
+    _byte: File,
+    _legacy: Option<File>,
 }
 
 impl Store {
@@ -63,28 +101,22 @@ impl Store {
     /// announcements, in `report`), a journal revived, and marked then.
     pub(super) fn mark_reader(&self, topic: &Topic, report: &mut PostReport) -> Result<ReaderMark> {
         let dir = self.dir(topic);
-        if let Some(file) = self.shared_mark(&dir) {
-            return Ok(ReaderMark { _file: file });
+        if let Some(hold) = self.shared_mark(&dir) {
+            return Ok(ReaderMark { _hold: hold });
         }
+        let marks = self.marks_file()?;
+        let at = mark_byte(&self.config.root, &dir);
         let path = dir.join(READERS_FILE);
         for _ in 0..MARK_ATTEMPTS {
             match log::open_shared(&path, false) {
                 Ok(file) => {
-                    // The first live reader of a journal starts its
-                    // presence (presence.rs): `.readers`'s mtime says
-                    // since when. Tried, never waited for: held, the lock
-                    // means another reader (or a removal, which this
-                    // reader then waits for below).
-                    if topic.is_journal() && matches!(crate::shared::try_lock(&file, LockKind::Exclusive, &self.config), Ok(true)) {
-                        touch(&file);
-                    }
-                    // Waits while a removal holds it (see `Readers::None`);
-                    // turns the lock tried above into a shared one.
-                    crate::shared::lock(&file, LockKind::Shared, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
+                    // Open across the lock: its inode cannot be reused by
+                    // a `.readers` created after a removal meanwhile.
+                    let hold = marks.hold(at, topic.is_journal(), &file).map_err(|e| Error::io("cannot lock", &self.config.root.join(MARKS_FILE), e))?;
                     if same_file(&file, &path) {
-                        let file = Arc::new(file);
-                        self.keep_mark(dir, &file);
-                        return Ok(ReaderMark { _file: file });
+                        let hold = Arc::new(hold);
+                        self.keep_mark(dir, &hold);
+                        return Ok(ReaderMark { _hold: hold });
                     }
                 }
                 Err(e) if matches!(e.kind(), IoKind::NotFound | IoKind::NotADirectory) => {}
@@ -100,17 +132,29 @@ impl Store {
         Err(Error::new(ErrorKind::Io, format!("cannot mark topic '{topic}' as read: removed {MARK_ATTEMPTS} times in a row")))
     }
 
-    /// A mark this store holds on `dir` already, still in place.
-    fn shared_mark(&self, dir: &Path) -> Option<Arc<File>> {
-        let marks = self.readers.lock().ok()?;
-        let file = marks.by_dir.get(dir)?.upgrade()?;
-        // Only a hand deletion unlinks it while it is locked.
-        (!log::unlinked(&file)).then_some(file)
+    /// This store's open `.kn_readers`, opened (and created) on first use.
+    fn marks_file(&self) -> Result<Arc<MarksFile>> {
+        let mut marks = self.readers.lock().map_err(|_| Error::new(ErrorKind::Io, "the readers' marks were poisoned by a panic"))?;
+        if let Some(file) = &marks.file {
+            return Ok(file.clone());
+        }
+        let path = self.config.root.join(MARKS_FILE);
+        let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+        let config = Arc::clone(self.shared_config.get_or_init(|| Arc::new(self.config.clone())));
+        let file = Arc::new(MarksFile { file, config, bytes: Mutex::new(HashMap::new()) });
+        marks.file = Some(file.clone());
+        Ok(file)
     }
 
-    fn keep_mark(&self, dir: PathBuf, file: &Arc<File>) {
+    /// A mark this store holds on `dir` already.
+    fn shared_mark(&self, dir: &Path) -> Option<Arc<Hold>> {
+        let marks = self.readers.lock().ok()?;
+        marks.by_dir.get(dir)?.upgrade()
+    }
+
+    fn keep_mark(&self, dir: PathBuf, hold: &Arc<Hold>) {
         let Ok(mut marks) = self.readers.lock() else { return };
-        marks.by_dir.insert(dir, Arc::downgrade(file));
+        marks.by_dir.insert(dir, Arc::downgrade(hold));
         if marks.by_dir.len() >= 2 * marks.live_after_clean.max(64) {
             marks.by_dir.retain(|_, w| w.strong_count() > 0);
             marks.live_after_clean = marks.by_dir.len();
@@ -118,32 +162,38 @@ impl Store {
     }
 
     /// Under the lock of the topic in `dir`, just before removing it:
-    /// whether a live reader holds a mark. Creates `.readers` if need be
-    /// and tries its lock exclusively, never waiting: a reader that has
-    /// its mark keeps the topic; one that has not yet finds it removed.
+    /// whether a live reader holds a mark. Tries the topic's byte of
+    /// `.kn_readers` exclusively on an open file of its own, never
+    /// waiting (and the `flock` of `.readers`, which readers of versions
+    /// before the byte marks take): a reader that has its mark keeps the
+    /// topic; one that has not yet finds it removed.
     pub(super) fn readers_of(&self, dir: &Path) -> Result<Readers> {
-        let path = dir.join(READERS_FILE);
+        let path = self.config.root.join(MARKS_FILE);
         let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
-        match crate::shared::try_lock(&file, LockKind::Exclusive, &self.config) {
-            Ok(true) => Ok(Readers::None(file)),
-            Ok(false) => Ok(Readers::Live),
-            Err(e) => Err(Error::io("cannot lock", &path, e)),
+        match crate::shared::lock_byte(&file, mark_byte(&self.config.root, dir), LockKind::Exclusive, false, &self.config) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Readers::Live),
+            Err(e) => return Err(Error::io("cannot lock", &path, e)),
         }
+        let legacy = match File::open(dir.join(READERS_FILE)) {
+            Ok(old) => match crate::shared::try_lock(&old, LockKind::Exclusive, &self.config) {
+                Ok(true) => Some(old),
+                Ok(false) => return Ok(Readers::Live),
+                Err(e) => return Err(Error::io("cannot lock", &dir.join(READERS_FILE), e)),
+            },
+            Err(_) => None,
+        };
+        Ok(Readers::None(Unread { _byte: file, _legacy: legacy }))
     }
 
     /// Without any lock, creating nothing: true when a live reader marks
     /// the topic in `dir` (the sweep's queue looks again later instead of
-    /// letting it go). A hint: the removal decides under the locks.
+    /// letting it go; presence counts the journal connected). A test of
+    /// its byte of `.kn_readers` (`F_OFD_GETLK`) from an open file of its
+    /// own. A hint: the removal decides under the locks.
     pub(super) fn has_live_readers(&self, dir: &Path) -> bool {
-        let Ok(file) = File::open(dir.join(READERS_FILE)) else { return false };
-        match crate::shared::try_lock(&file, LockKind::Exclusive, &self.config) {
-            Ok(true) => {
-                crate::shared::unlock(&file, &self.config);
-                false
-            }
-            Ok(false) => true,
-            Err(_) => false,
-        }
+        let Ok(file) = File::open(self.config.root.join(MARKS_FILE)) else { return false };
+        crate::shared::byte_locked(&file, mark_byte(&self.config.root, dir), &self.config).unwrap_or(false)
     }
 
     /// Under the lock of the topic in `dir`, just before it is set aside:
@@ -157,6 +207,72 @@ impl Store {
         let written = log::cursor_at_end(dir)?.last_seq();
         log::record_removed(&self.config, dir, counted.max(written))
     }
+}
+
+impl MarksFile {
+    /// Holds the byte `at` shared for one more mark, taking its lock when
+    /// no mark of this store holds it yet (waiting while a removal holds
+    /// it). The first live reader of a journal starts its presence
+    /// (presence.rs): `readers`' mtime (its `.readers`) says since when.
+    /// Tried, never waited for: held, the byte means another reader (or a
+    /// removal, which the shared lock then waits for).
+    fn hold(self: &Arc<Self>, at: u64, journal: bool, readers: &File) -> std::io::Result<Hold> {
+        let count = {
+            let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+            bytes.entry(at).or_default().clone()
+        };
+        let mut held = count.lock().unwrap_or_else(|p| p.into_inner());
+        if *held == 0 {
+            if journal && matches!(crate::shared::lock_byte(&self.file, at, LockKind::Exclusive, false, &self.config), Ok(true)) {
+                touch(readers);
+            }
+            // Turns the lock tried above into a shared one.
+            crate::shared::lock_byte(&self.file, at, LockKind::Shared, true, &self.config)?;
+        }
+        *held += 1;
+        drop(held);
+        Ok(Hold { marks: self.clone(), at, count })
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let last = {
+            let mut held = self.count.lock().unwrap_or_else(|p| p.into_inner());
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                crate::shared::unlock_byte(&self.marks.file, self.at, &self.marks.config);
+            }
+            *held == 0
+        };
+        if last {
+            // Forgotten unless another mark took it up meanwhile (this
+            // hold's reference and the map's are the only ones; one
+            // being taken holds its count: never waited for here).
+            let mut bytes = self.marks.bytes.lock().unwrap_or_else(|p| p.into_inner());
+            let unused = bytes.get(&self.at).is_some_and(|c| Arc::strong_count(c) == 2 && c.try_lock().is_ok_and(|n| *n == 0));
+            if unused {
+                bytes.remove(&self.at);
+            }
+        }
+    }
+}
+
+/// The byte of `.kn_readers` that marks the topic in `dir`: a 62-bit
+/// FNV-1a hash of its path below the store root (the same in every
+/// process and on every host, wherever the volume is mounted; below
+/// 2^62, so that every byte is a valid offset). Two topics sharing a
+/// byte keep each other while read: never a reader left reading a
+/// removed topic, at worst an unread topic removed one pass later.
+pub(super) fn mark_byte(root: &Path, dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let relative = dir.strip_prefix(root).unwrap_or(dir);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in relative.as_os_str().as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h & ((1 << 62) - 1)
 }
 
 /// Sets `file`'s times to now: allowed to any user who may write it
@@ -174,5 +290,84 @@ fn same_file(file: &File, path: &Path) -> bool {
     match (file.metadata(), std::fs::metadata(path)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn mtime(path: &Path) -> SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    fn set_old(path: &Path) {
+        File::options().write(true).open(path).unwrap().set_modified(SystemTime::UNIX_EPOCH).unwrap();
+    }
+
+    #[test]
+    fn a_topics_byte_depends_on_its_path_below_the_root_alone_and_is_a_valid_offset() {
+        let a = mark_byte(Path::new("/mnt/a/kn_events"), Path::new("/mnt/a/kn_events/who/anna/kn_journal"));
+        let b = mark_byte(Path::new("/srv/b/kn_events"), Path::new("/srv/b/kn_events/who/anna/kn_journal"));
+        assert_eq!(a, b, "the same topic on two hosts mounting the volume at different places");
+        assert_ne!(a, mark_byte(Path::new("/srv/b/kn_events"), Path::new("/srv/b/kn_events/who/bob/kn_journal")));
+        assert!(a < 1 << 62 && libc::off_t::try_from(a + 1).is_ok());
+    }
+
+    #[test]
+    fn a_held_byte_keeps_its_topic_from_every_open_file_until_its_last_mark_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Store::open(dir.path()).unwrap();
+        let b = Store::open(dir.path()).unwrap();
+        let topic = dir.path().join("who/x/kn_journal");
+        std::fs::create_dir_all(&topic).unwrap();
+        let readers = log::open_shared(&topic.join(READERS_FILE), false).unwrap();
+        let at = mark_byte(dir.path(), &topic);
+        let marks = a.marks_file().unwrap();
+        assert!(!b.has_live_readers(&topic));
+
+        // The first reader of a journal sets `.readers`' mtime (since).
+        set_old(&topic.join(READERS_FILE));
+        let one = marks.hold(at, true, &readers).unwrap();
+        assert!(mtime(&topic.join(READERS_FILE)) > SystemTime::UNIX_EPOCH + Duration::from_secs(1));
+        // A second mark on the byte (another topic sharing it) takes no
+        // lock and sets no time: the byte is held already.
+        set_old(&topic.join(READERS_FILE));
+        let two = marks.hold(at, true, &readers).unwrap();
+        assert_eq!(mtime(&topic.join(READERS_FILE)), SystemTime::UNIX_EPOCH);
+        // Nor does a reader of another store (process) while it is held.
+        let other = b.marks_file().unwrap().hold(at, true, &readers).unwrap();
+        assert_eq!(mtime(&topic.join(READERS_FILE)), SystemTime::UNIX_EPOCH);
+        drop(other);
+
+        // Seen from another open file, of this store or another.
+        assert!(a.has_live_readers(&topic) && b.has_live_readers(&topic));
+        assert!(matches!(b.readers_of(&topic).unwrap(), Readers::Live));
+        drop(one);
+        assert!(b.has_live_readers(&topic), "the second mark still holds the byte");
+        drop(two);
+        assert!(!a.has_live_readers(&topic) && !b.has_live_readers(&topic));
+        assert!(marks.bytes.lock().unwrap().is_empty(), "an unused byte is forgotten");
+
+        // The sweep's hold makes a reader wait (here: a try fails) until
+        // it is dropped.
+        let Readers::None(unread) = b.readers_of(&topic).unwrap() else { panic!("no reader left") };
+        assert!(!crate::shared::lock_byte(&marks.file, at, LockKind::Shared, false, &a.config).unwrap());
+        drop(unread);
+        assert!(crate::shared::lock_byte(&marks.file, at, LockKind::Shared, false, &a.config).unwrap());
+    }
+
+    #[test]
+    fn a_flock_on_readers_taken_by_an_earlier_version_keeps_the_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let topic = dir.path().join("what/old");
+        std::fs::create_dir_all(&topic).unwrap();
+        let old = log::open_shared(&topic.join(READERS_FILE), false).unwrap();
+        old.lock_shared().unwrap();
+        assert!(matches!(store.readers_of(&topic).unwrap(), Readers::Live));
+        old.unlock().unwrap();
+        assert!(matches!(store.readers_of(&topic).unwrap(), Readers::None(_)));
     }
 }

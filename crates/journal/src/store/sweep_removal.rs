@@ -198,8 +198,12 @@ impl Store {
             match self.writer(journal, kept, &mut || Ok(())) {
                 Ok((writer, mut kept)) => {
                     let beat = self.beat(journal);
-                    let roomy = beat.as_ref().is_ok_and(descriptors_to_spare);
-                    if let (Ok(file), true) = (&beat, roomy) {
+                    // Within `Config::open_topics`, pushing nothing out:
+                    // a journal only read yet does not take the place of
+                    // one posted to. Past it a server holding many
+                    // tunnels keeps their journals' files once they are
+                    // posted to, as before.
+                    if let (Ok(file), true) = (&beat, self.kept_has_room()) {
                         // The file itself: one kept before may be unlinked.
                         kept.1.heartbeat = file.try_clone().ok();
                         self.keep(writer, kept);
@@ -252,23 +256,6 @@ impl Store {
             self.run_forwarding(jobs.into(), &mut report)?;
         }
     }
-}
-
-/// Whether this process has descriptors to spare for keeping a
-/// journal's files open when a tunnel opens it: `file`, just opened, got
-/// the lowest free descriptor number, so its number is about how many
-/// are in use; below half the soft `RLIMIT_NOFILE` there is room. Past
-/// that a server holding many tunnels (each a socket) keeps their
-/// journals' files only once they are posted to, within
-/// `Config::open_topics`, as before.
-fn descriptors_to_spare(file: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit only writes the struct given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return false;
-    }
-    (file.as_raw_fd().max(0) as libc::rlim_t).saturating_mul(2) < limit.rlim_cur
 }
 
 /// Opens and locks the `.lock` of the topic directory `dir`; `None` when
@@ -348,4 +335,51 @@ pub(super) fn secs_floor(t: SystemTime) -> u64 {
 pub(super) fn secs_ceil(t: SystemTime) -> u64 {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Event, Selection, Store, Topic};
+
+    fn store(dir: &std::path::Path, open_topics: usize) -> Store {
+        let mut config = Config::new(dir);
+        config.open_topics = open_topics;
+        Store::open_with(config).unwrap()
+    }
+
+    fn kept(store: &Store) -> (usize, Vec<Topic>) {
+        let cache = store.kept.lock().unwrap();
+        let mut topics: Vec<Topic> = cache.topics.keys().cloned().collect();
+        topics.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        (cache.count, topics)
+    }
+
+    /// `Config::open_topics` bounds what a tunnel's open keeps: with room
+    /// its journal's files are kept; with the cache full (the boundary)
+    /// nothing is, and no other topic's set is pushed out; with 0 none.
+    #[test]
+    fn a_tunnel_keeps_its_journals_files_only_within_open_topics_and_pushes_nothing_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Topic::parse("/x/kn_journal").unwrap();
+        // Made by another process: opening it creates nothing here.
+        drop(Store::open(dir.path()).unwrap().tunnel(&journal, &Selection::none()).unwrap());
+
+        let roomy = store(dir.path(), 100);
+        let tunnel = roomy.tunnel(&journal, &Selection::none()).unwrap();
+        assert!(kept(&roomy).1.contains(&journal), "kept with room: {:?}", kept(&roomy));
+        drop(tunnel);
+
+        let full = store(dir.path(), 2);
+        for name in ["/what/a", "/what/b", "/what/c"] {
+            full.notify(&Topic::parse(name).unwrap(), Event::from_pairs([("kn_payload", "p")])).unwrap();
+        }
+        let before = kept(&full);
+        assert_eq!(before.0, 2, "the cache is full: {before:?}");
+        let _tunnel = full.tunnel(&journal, &Selection::none()).unwrap();
+        assert_eq!(kept(&full), before, "a tunnel's open pushed a kept set out");
+
+        let none = store(dir.path(), 0);
+        let _tunnel = none.tunnel(&journal, &Selection::none()).unwrap();
+        assert_eq!(kept(&none).0, 0);
+    }
 }
