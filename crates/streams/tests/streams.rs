@@ -352,6 +352,43 @@ fn a_snapshot_the_log_does_not_confirm_is_ignored() {
     assert_eq!(text.matches(';').count() as u64, survivors + 301);
 }
 
+/// Snapshots are written into the previous one's file and exchanged with
+/// `.state`: after the first two, no file is made or removed (the two
+/// inodes stay the same pair), and each `.state` is whole and used.
+#[test]
+fn snapshots_take_turns_in_two_files() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let streams = streams_with(Config::new(dir.path()));
+    streams.create("s", &Create::new("text/plain")).unwrap();
+    let stream_dir = std::fs::read_dir(dir.path().join(kn_streams::STREAMS_DIR)).unwrap().next().unwrap().unwrap().path();
+    let ino = |name: &str| std::fs::metadata(stream_dir.join(name)).map(|m| m.ino()).unwrap_or(0);
+    let pair = || {
+        let mut pair = [ino(".state"), ino(".state.tmp")];
+        pair.sort();
+        pair
+    };
+    let mut seq = 0;
+    let mut append = |n: u64| {
+        for _ in 0..n {
+            streams.append("s", &producer("p", seq, b"0123456789")).unwrap();
+            seq += 1;
+        }
+    };
+    append(2 * 256 + 10);
+    let two = pair();
+    assert!(two[0] != 0 && two[0] != two[1], "two files after two snapshots: {two:?}");
+    for _ in 0..5 {
+        let before = ino(".state");
+        append(256);
+        assert_eq!(pair(), two, "the same two files");
+        assert_ne!(ino(".state"), before, "exchanged");
+        let fresh = streams_with(Config::new(dir.path()));
+        assert_eq!(fresh.head("s").unwrap().tail, streams.head("s").unwrap().tail);
+        assert!(fresh.records_replayed() <= 256, "replayed {}", fresh.records_replayed());
+    }
+}
+
 /// A stream keeps everything it was given, however long: the journal
 /// retention (`journal_max_bytes`) does not apply to streams.
 #[test]
