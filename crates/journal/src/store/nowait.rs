@@ -64,7 +64,9 @@ impl Store {
     /// it, with the same answer. `None`, having done nothing: call
     /// [`Store::notify`].
     pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {
-        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() {
+        // Posts of this process queued for the topic go together, after
+        // them (group commit): this one joins them.
+        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() || self.grouping_now(topic) {
             return None;
         }
         let mut kept = self.take_kept(topic);
