@@ -419,3 +419,42 @@ fn two_stores_posting_to_one_topic_interleave_whole_records() {
         got.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>()
     );
 }
+
+/// Notifies a server's event loop has in hand together
+/// (`Store::notify_nowait_group`): made at once as one group, each
+/// answered as a post alone is (its write, then its copies), the copies
+/// in the topic's order; with a lock busy, nothing is done.
+#[test]
+fn notifies_in_hand_together_are_made_at_once_as_one_group() {
+    let dir = scratch("kn-group-");
+    let root = dir.path().join("kn_events");
+    let store = open(&root, 64);
+    let room = t("/chat/room");
+    let (journal, archive) = route(&store, &room);
+    store.notify(&room, ev(&[("kn_id", "start"), ("kn_payload", "0")])).unwrap();
+    let events = vec![
+        ev(&[("kn_id", "a"), ("kn_payload", "1")]),
+        ev(&[("kn_id", "b"), ("kn_payload", "2")]),
+        ev(&[("kn_id", "a"), ("kn_payload", "1")]),
+        ev(&[("kn_id", "c"), ("kn_payload", "3")]),
+    ];
+    // A lock busy: nothing at all.
+    let lock = hold_lock(&root.join("chat/room/.lock"));
+    assert!(store.notify_nowait_group(&room, events.clone()).is_none());
+    drop(lock);
+    assert_eq!(ids(&store, &room), ["start"]);
+    let answers: Vec<PostReport> = store.notify_nowait_group(&room, events).expect("made at once").into_iter().map(Result::unwrap).collect();
+    let wrote = |r: &PostReport| -> Vec<(String, u64)> { r.writes.iter().map(|w| (w.topic.to_string(), w.checkpoint)).collect() };
+    let mut first = wrote(&answers[0]);
+    first[1..].sort();
+    assert_eq!(first, [("/chat/room".to_string(), 2), ("/archive".to_string(), 2), ("/who/anna/kn_journal".to_string(), 2)]);
+    assert!(answers[2].duplicate && answers[2].writes.is_empty(), "a duplicate, as alone");
+    assert_eq!(answers.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), [b"a".to_vec(), b"b".to_vec(), b"a".to_vec(), b"c".to_vec()]);
+    assert_eq!(wrote(&answers[3])[0], ("/chat/room".to_string(), 4));
+    drop(store);
+    let fresh = Store::open_with(config(&root)).unwrap();
+    for d in [&room, &journal, &archive] {
+        assert_eq!(ids(&fresh, d), ["start", "a", "b", "c"], "{d}");
+    }
+    assert!(fresh.complete_forwarding(&room).unwrap().writes.is_empty(), "nothing left pending");
+}

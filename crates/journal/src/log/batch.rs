@@ -14,6 +14,16 @@ use super::space::SpaceGauge;
 use super::writer::{Appended, Writer};
 
 impl Writer<'_> {
+    /// Whether appending `events` with [`Writer::append_batch`] (or
+    /// [`Writer::append_run`]) is a few writes to files open already: no
+    /// blob to store, no index to grow for them, no compaction to run
+    /// after (what a caller that must not block checks first).
+    pub(crate) fn appends_at_once_all(&self, events: &[&Event]) -> bool {
+        let blob = events.iter().any(|e| self.config.blob_bytes > 0 && e.payload().len() > self.config.blob_bytes);
+        let grows = self.ordinary && super::head::index_full(self.head.used + events.len() as u64, self.head.slots);
+        !blob && !grows && !self.may_want_compaction_after_append()
+    }
+
     /// Appends `events` (each carrying a `kn_id`) in order, as
     /// [`Writer::append`] one after another would: on an ordinary topic an
     /// event is a duplicate (not stored) when its `kn_id` and end-to-end

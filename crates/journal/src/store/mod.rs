@@ -24,6 +24,7 @@ mod job;
 mod lifecycle;
 mod names;
 mod nowait;
+mod nowait_group;
 mod outbox;
 mod outbox_delivery;
 mod outbox_state;
