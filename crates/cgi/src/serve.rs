@@ -394,6 +394,9 @@ struct Server {
     in_place: AtomicUsize,
     /// Whether the server is stopping: tunnels then end.
     closing: Closing,
+    /// Small notifies gathered by topic, made together
+    /// (crate::serve_gather).
+    gathering: crate::serve_gather::Gathering,
 }
 
 /// A request's turn to run on its async worker ([`IN_PLACE`]); given back
@@ -447,6 +450,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
+            gathering: Default::default(),
             streams: streams_config.enabled.then(|| Arc::new(kn_streams::Streams::watched(store.clone()).with_config(streams_config))),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
@@ -531,10 +535,16 @@ impl Server {
                 Ok(request) => request,
                 Err(err) => return self.failure(&query, &err),
             };
-            if let Some(Reply::Done(response)) = self.handler.handle_nowait(&request) {
-                return one_shot(response, head_request);
+            // Those to one topic in hand at once are made together
+            // (crate::serve_gather).
+            match self.handler.nowait_topic(&request) {
+                Some(topic) => match self.gathering.notify(&self.handler, topic, request).await {
+                    Ok(response) => return one_shot(response, head_request),
+                    Err(Some(request)) => Ok(request),
+                    Err(None) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
+                },
+                None => Ok(request),
             }
-            Ok(request)
         } else {
             Err(http)
         };

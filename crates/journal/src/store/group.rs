@@ -34,7 +34,7 @@ use super::Store;
 pub(super) struct Groups {
     topics: Mutex<HashMap<Topic, Arc<Group>>>,
     /// Posts stored in a group of more than one ([`Store::grouped_posts`]).
-    grouped: AtomicU64,
+    pub(super) grouped: AtomicU64,
 }
 
 /// The posts waiting for one topic, and the turn to store them.

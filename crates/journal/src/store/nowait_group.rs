@@ -95,6 +95,7 @@ impl Store {
                 return None;
             }
         };
+        self.groups.grouped.fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let (appended, files) = self.append_group_held(topic, writer, &group);
         kept.1.files = Some(files);
         let mut reports: Vec<PostReport> = Vec::with_capacity(group.len());
