@@ -21,7 +21,11 @@
 //! to a topic whose files are open already, whose lock no one holds, no
 //! sync, and with routes at most four copies to topics of this store, each
 //! lock free too), answered on the async worker: the
-//! hand-over to the pool and back would cost more than it. A tunnel is a
+//! hand-over to the pool and back would cost more than it. Such notifies
+//! to one topic that arrive together (publishers to a busy chat room) are
+//! gathered and made as one group ([`Handler::handle_nowait_group`],
+//! crate::serve_gather: one append of their records, one forwarding
+//! pass), each answered as alone. A tunnel is a
 //! task awaiting a wakeup (a `Future`): no thread and no process per idle
 //! tunnel, so thousands of browsers can each hold one open. Its reads of
 //! the topic's files take no lock and read only what is new (a `statx`
