@@ -28,15 +28,18 @@ const GATHER_TURNS: usize = 4;
 /// to make the usual way.
 type Made = Result<Response, Request>;
 
+/// The notifies gathered by topic, each with where its answer goes.
+type Waiting = HashMap<Vec<u8>, Vec<(Request, oneshot::Sender<Made>)>>;
+
 /// The small notifies waiting to be made together, by the topic they
 /// name (as given, before it is resolved).
 #[derive(Default)]
 pub(crate) struct Gathering {
-    waiting: Mutex<HashMap<Vec<u8>, Vec<(Request, oneshot::Sender<Made>)>>>,
+    waiting: Mutex<Waiting>,
 }
 
 impl Gathering {
-    fn waiting(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<(Request, oneshot::Sender<Made>)>>> {
+    fn waiting(&self) -> MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
