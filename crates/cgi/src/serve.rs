@@ -542,11 +542,18 @@ impl Server {
             // Those to one topic in hand at once are made together
             // (crate::serve_gather).
             match self.handler.nowait_topic(&request) {
-                Some(topic) => match self.gathering.notify(&self.handler, topic, request).await {
-                    Ok(response) => return one_shot(response, head_request),
-                    Err(Some(request)) => Ok(request),
-                    Err(None) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
-                },
+                Some(topic) => {
+                    let (answer, leads) = self.gathering.enqueue(&topic, request);
+                    if leads {
+                        let server = self.clone();
+                        tokio::spawn(async move { server.gathering.make(&server.handler, &topic).await });
+                    }
+                    match answer.await {
+                        Ok(Ok(response)) => return one_shot(response, head_request),
+                        Ok(Err(request)) => Ok(request),
+                        Err(_) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
+                    }
+                }
                 None => Ok(request),
             }
         } else {
