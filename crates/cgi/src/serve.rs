@@ -21,11 +21,9 @@
 //! to a topic whose files are open already, whose lock no one holds, no
 //! sync, and with routes at most four copies to topics of this store, each
 //! lock free too), answered on the async worker: the
-//! hand-over to the pool and back would cost more than it. Such notifies
-//! to one topic that arrive together (publishers to a busy chat room) are
-//! gathered and made as one group ([`Handler::handle_nowait_group`],
-//! crate::serve_gather: one append of their records, one forwarding
-//! pass), each answered as alone. A tunnel is a
+//! hand-over to the pool and back would cost more than it; such notifies
+//! to one topic arriving together are made as one group (group commit,
+//! crate::serve_gather), each answered as alone. A tunnel is a
 //! task awaiting a wakeup (a `Future`): no thread and no process per idle
 //! tunnel, so thousands of browsers can each hold one open. Its reads of
 //! the topic's files take no lock and read only what is new (a `statx`
@@ -543,15 +541,12 @@ impl Server {
             // (crate::serve_gather).
             match self.handler.nowait_topic(&request) {
                 Some(topic) => {
-                    let (answer, leads) = self.gathering.enqueue(&topic, request);
-                    if leads {
-                        let server = self.clone();
-                        tokio::spawn(async move { server.gathering.make(&server.handler, &topic).await });
-                    }
-                    match answer.await {
-                        Ok(Ok(response)) => return one_shot(response, head_request),
-                        Ok(Err(request)) => Ok(request),
-                        Err(_) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
+                    let server = self.clone();
+                    let make = move |topic: Vec<u8>| drop(tokio::spawn(async move { server.gathering.make(&server.handler, &topic).await }));
+                    match self.gathering.notify(topic, request, make).await {
+                        Ok(response) => return one_shot(response, head_request),
+                        Err(Some(request)) => Ok(request),
+                        Err(None) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
                     }
                 }
                 None => Ok(request),

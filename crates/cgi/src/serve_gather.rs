@@ -44,6 +44,23 @@ impl Gathering {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Makes `request`, a notify [`Handler::nowait_topic`] named `topic`
+    /// for, with the others to that topic in hand ([`Gathering::enqueue`];
+    /// `start` is given the topic when this one is the first, to run
+    /// [`Gathering::make`] on a task of its own): `Ok` with its answer,
+    /// `Err(Some(request))` for the caller to make the usual way,
+    /// `Err(None)` if the group ended without an answer for it (a bug).
+    pub(crate) async fn notify(&self, topic: Vec<u8>, request: Request, start: impl FnOnce(Vec<u8>)) -> Result<Response, Option<Request>> {
+        let (answer, leads) = self.enqueue(&topic, request);
+        if leads {
+            start(topic);
+        }
+        match answer.await {
+            Ok(made) => made.map_err(Some),
+            Err(_) => Err(None),
+        }
+    }
+
     /// Queues `request`, a notify [`Handler::nowait_topic`] named `topic`
     /// for, with the others to that topic in hand: where its answer will
     /// come (`Ok` with it, `Err` with the request to make the usual way),
