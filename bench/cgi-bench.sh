@@ -355,7 +355,7 @@ for c in "${CONCURRENCY[@]}"; do
     done
 done
 for t in "${targets[@]}"; do
-    case "$t" in hello* | pubsub.cgi) continue ;; esac
+    case "$t" in hello* | pubsub.cgi*) continue ;; esac
     url=$(url_of "$t")
     for c in "${CONCURRENCY[@]}"; do
         if [ -z "$url" ]; then
