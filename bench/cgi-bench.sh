@@ -15,7 +15,10 @@
 #         chat room: at c=8, eight CGI processes posting to one topic and
 #         forwarding along its route, each taking the topic's lock; group
 #         commit, issue 31, joins only the posts of one process, so this
-#         row is what it leaves to the file locks);
+#         row is what it leaves to the file locks); ab flags some of its
+#         answers "failed" (Length): a post whose copy another process's
+#         drain made first answers without the copy's "Wrote to" line,
+#         so answers differ in length; they are all 200;
 #     the CGI figures are taken in BENCH_ROUNDS rounds (default 3), the
 #     targets interleaved in each (hello-c, hello-c-static, hello-cgi,
 #     pubsub.cgi, then again), and the median is reported, so that a busy
