@@ -11,6 +11,14 @@
 #       - pubsub.cgi as a CGI under Apache, built as docs/DEPLOY.md installs
 #         it (`cargo build-cgi-musl`: static, musl, position-dependent; goal: >= 1.0 of
 #         the C floor at c=1 and c=8, with a connection per request);
+#       - the same, every notify to one topic routed into another (a busy
+#         chat room: at c=8, eight CGI processes posting to one topic and
+#         forwarding along its route, each taking the topic's lock; group
+#         commit, issue 31, joins only the posts of one process, so this
+#         row is what it leaves to the file locks); ab flags some of its
+#         answers "failed" (Length): a post whose copy another process's
+#         drain made first answers without the copy's "Wrote to" line,
+#         so answers differ in length; they are all 200;
 #     the CGI figures are taken in BENCH_ROUNDS rounds (default 3), the
 #     targets interleaved in each (hello-c, hello-c-static, hello-cgi,
 #     pubsub.cgi, then again), and the median is reported, so that a busy
@@ -71,6 +79,7 @@ OUT=${BENCH_OUT:-$repo/bench/results-$(date +%Y%m%d-%H%M%S).txt}
 CONCURRENCY=(1 8)
 ROUNDS=${BENCH_ROUNDS:-3}
 BODY='kn_to=/bench/t&kn_payload=hello&kn_response_format=simple'
+ROUTED_BODY='kn_to=/bench/room&kn_payload=hello&kn_response_format=simple'
 APACHE=/usr/sbin/apache2
 MODULES=/usr/lib/apache2/modules
 KEEPALIVE=${BENCH_KEEPALIVE:-1}
@@ -135,6 +144,7 @@ fi
 have_latency=
 [ -x "$latency_bin" ] && have_latency=1
 printf '%s' "$BODY" >"$work/body"
+printf '%s' "$ROUTED_BODY" >"$work/body-routed"
 
 user_conf=
 if [ "$(id -u)" -eq 0 ]; then
@@ -257,7 +267,7 @@ wait_port "$pport" 5 || true
 measure() { # url concurrency count [ab flags...]
     local out rps failed non2xx url=$1 c=$2 n=$3
     shift 3
-    out=$(ab -q "$@" -n "$n" -c "$c" -s 30 -p "$work/body" -T application/x-www-form-urlencoded "$url" 2>&1) || { echo "n/a"; return; }
+    out=$(ab -q "$@" -n "$n" -c "$c" -s 30 -p "${MEASURE_BODY:-$work/body}" -T application/x-www-form-urlencoded "$url" 2>&1) || { echo "n/a"; return; }
     rps=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
     failed=$(awk '/^Failed requests:/ {print $3}' <<<"$out")
     non2xx=$(awk '/^Non-2xx responses:/ {print $3}' <<<"$out")
@@ -279,7 +289,7 @@ ratio() { # value floor
 }
 
 declare -A rate
-cgi_targets=(hello-c hello-c-static hello pubsub.cgi)
+cgi_targets=(hello-c hello-c-static hello pubsub.cgi pubsub.cgi-routed)
 targets=("${cgi_targets[@]}" proxied serve)
 [ -n "$CGI_ONLY" ] && targets=("${cgi_targets[@]}")
 url_of() {
@@ -287,7 +297,7 @@ url_of() {
         hello) echo "http://127.0.0.1:$port/hello" ;;
         hello-c) [ -n "$have_c" ] && echo "http://127.0.0.1:$port/hello-c" ;;
         hello-c-static) [ -x "$work/cgi-bin/hello-c-static" ] && echo "http://127.0.0.1:$port/hello-c-static" ;;
-        pubsub.cgi) [ -n "$have_pubsub" ] && echo "http://127.0.0.1:$port/kn" ;;
+        pubsub.cgi | pubsub.cgi-routed) [ -n "$have_pubsub" ] && echo "http://127.0.0.1:$port/kn" ;;
         serve) [ -n "$serve_port" ] && echo "http://127.0.0.1:$serve_port/kn" ;;
         proxied) [ -n "$serve_port" ] && echo "http://127.0.0.1:$pport/kn" ;;
     esac
@@ -299,6 +309,7 @@ label() {
         hello-c-static) echo "hello-c-static (C, -static)" ;;
         hello) echo "hello-cgi (Rust)" ;;
         pubsub.cgi) echo "pubsub.cgi under Apache" ;;
+        pubsub.cgi-routed) echo "pubsub.cgi, one routed topic" ;;
         serve) echo "serve, direct" ;;
         proxied) echo "serve behind mod_proxy" ;;
         proxied-close) echo "serve behind mod_proxy, no -k" ;;
@@ -316,20 +327,28 @@ median() { # values... (n/a and flagged ones skipped)
     printf '%s\n' "${xs[@]}" | sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
+body_of() { if [ "$1" = pubsub.cgi-routed ]; then echo "$work/body-routed"; else echo "$work/body"; fi; }
+
+# The routed topic of pubsub.cgi-routed: /bench/room into /bench/archive.
+if [ -n "$have_pubsub" ]; then
+    printf 'do_method=route&kn_from=/bench/room&kn_to=/bench/archive&kn_response_format=simple' >"$work/route"
+    ab -q -n 1 -p "$work/route" -T application/x-www-form-urlencoded "http://127.0.0.1:$port/kn" >/dev/null 2>&1 || echo "the route of pubsub.cgi-routed failed" >&2
+fi
+
 started=$(date +%s)
 # The CGIs: interleaved rounds, the median of each.
 declare -A runs
 for c in "${CONCURRENCY[@]}"; do
     for t in "${cgi_targets[@]}"; do
         url=$(url_of "$t")
-        [ -n "$url" ] && ab -q "${AB_FLAGS[@]}" -n 50 -c "$c" -p "$work/body" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
+        [ -n "$url" ] && ab -q "${AB_FLAGS[@]}" -n 50 -c "$c" -p "$(body_of "$t")" -T application/x-www-form-urlencoded "$url" >/dev/null 2>&1 || true
     done
     for ((round = 1; round <= ROUNDS; round++)); do
         for t in "${cgi_targets[@]}"; do
             url=$(url_of "$t")
             [ -z "$url" ] && continue
             echo "throughput: $t at c=$c ($N notifies), round $round of $ROUNDS..." >&2
-            r=$(measure "$url" "$c" "$N" "${AB_FLAGS[@]}")
+            r=$(MEASURE_BODY=$(body_of "$t") measure "$url" "$c" "$N" "${AB_FLAGS[@]}")
             runs[$t,$c]="${runs[$t,$c]:-}${runs[$t,$c]:+ }$r"
         done
     done
@@ -339,7 +358,7 @@ for c in "${CONCURRENCY[@]}"; do
     done
 done
 for t in "${targets[@]}"; do
-    case "$t" in hello* | pubsub.cgi) continue ;; esac
+    case "$t" in hello* | pubsub.cgi*) continue ;; esac
     url=$(url_of "$t")
     for c in "${CONCURRENCY[@]}"; do
         if [ -z "$url" ]; then
@@ -471,6 +490,7 @@ report() {
     echo "callgrind (user-space instructions, up to pubsub.cgi's clone()); strace -f -c (system calls, execve included)"
     printf '%-34s %14s %12s %14s %9s\n' target "task-clock ms" "page faults" instructions syscalls
     for t in "${cgi_targets[@]}"; do
+        [ "$t" = pubsub.cgi-routed ] && continue
         printf '%-34s %14s %12s %14s %9s\n' "$(label "$t")" "${cpu[$t,ms]:-n/a}" "${cpu[$t,faults]:-n/a}" "${cpu[$t,instr]:-n/a}" "${cpu[$t,syscalls]:-n/a}"
     done
     echo

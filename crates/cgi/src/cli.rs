@@ -43,6 +43,10 @@ Environment:
                         answer (default 32); a topic with more is answered
                         once stored and forwarded right after, many events
                         to a journal at a time (0: always before)
+    KN_GROUP_COMMIT     most posts of one process waiting for one topic
+                        that are stored together: one lock, one write, one
+                        forwarding pass, each answered for its own event
+                        (default 64; 0 or 1: each post alone)
     KN_ACCESS_RULES     the access rules file: who may post, read, route and
                         replay where (default: none, everything allowed).
                         Under CGI the user is REMOTE_USER, set by the web

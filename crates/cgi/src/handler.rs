@@ -17,6 +17,7 @@ use kn_wire::{js, status_event, Format, Page, Params};
 use crate::request::Request;
 pub use crate::tunnel_reply::TunnelReply;
 
+mod nowait_group;
 mod receipts;
 use crate::response::{Head, Response, Status};
 

@@ -78,6 +78,7 @@ mod session;
 mod shutdown;
 mod serve_auth;
 mod serve_body;
+mod serve_gather;
 mod serve_tunnel;
 mod static_files;
 pub mod stream_access;

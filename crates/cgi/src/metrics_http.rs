@@ -91,8 +91,9 @@ impl Figures {
         self.requests[method][class_index(status)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The page, given the store's counters and this server's gauges.
-    fn page(&self, counters: &Counters, streams: Option<&Streams>, serve: &ServeGauges) -> Exposition {
+    /// The page, given the store's counters, this server's gauges and the
+    /// posts its store wrote in a group of more than one.
+    fn page(&self, counters: &Counters, streams: Option<&Streams>, serve: &ServeGauges, grouped: u64) -> Exposition {
         let mut page = Exposition::of_counters(counters);
         if let Some(cached) = self.usage.get() {
             page.usage(&cached.usage);
@@ -106,6 +107,7 @@ impl Figures {
         page.gauge("kn_serve_open_tunnels", "Tunnels open now.", serve.open_tunnels);
         page.gauge("kn_serve_open_connections", "Connections open now.", serve.open_connections);
         page.counter("kn_serve_requests_total", "Requests answered since the server started.", serve.requests);
+        page.counter("kn_serve_posts_grouped_total", "Posts stored in a group of more than one waiting for the same topic (group commit, KN_GROUP_COMMIT) since the server started.", grouped);
         let labels: Vec<[(&str, &str); 2]> =
             METHODS.iter().flat_map(|m| CLASSES.iter().map(move |c| [("method", *m), ("status_class", *c)])).collect();
         let samples: Vec<(&[(&str, &str)], u64)> = labels
@@ -156,10 +158,10 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
     // pool, of a cost that does not grow with the store.
     let checked = pool.spawn_blocking(move || {
         allowed(&store, &auth, &headers, param, peer)?;
-        store.counters().map_err(|e| Refusal::Failed(e.to_string()))
+        store.counters().map(|counters| (counters, store.grouped_posts())).map_err(|e| Refusal::Failed(e.to_string()))
     });
-    let counters = match checked.await {
-        Ok(Ok(counters)) => counters,
+    let (counters, grouped) = match checked.await {
+        Ok(Ok(figures)) => figures,
         Ok(Err(Refusal::Unauthorized(why))) => return challenge(format!("401 Unauthorized: {why}\n")),
         Ok(Err(Refusal::Token(refused))) => {
             let mut reply = plain(StatusCode::UNAUTHORIZED, format!("401 Unauthorized: {}\n", refused.message));
@@ -172,7 +174,7 @@ pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::R
         Ok(Err(Refusal::Failed(why))) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("500 Internal Server Error: {why}\n")),
         Err(_) => return plain(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n".into()),
     };
-    let body = figures.page(&counters, streams.as_deref(), &serve).into_string().into_bytes();
+    let body = figures.page(&counters, streams.as_deref(), &serve, grouped).into_string().into_bytes();
     let length = body.len();
     let mut reply = hyper::Response::new(Body::Full(if head_request { None } else { Some(Bytes::from(body)) }));
     reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE));

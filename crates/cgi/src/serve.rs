@@ -21,7 +21,9 @@
 //! to a topic whose files are open already, whose lock no one holds, no
 //! sync, and with routes at most four copies to topics of this store, each
 //! lock free too), answered on the async worker: the
-//! hand-over to the pool and back would cost more than it. A tunnel is a
+//! hand-over to the pool and back would cost more than it; such notifies
+//! to one topic arriving together are made as one group (group commit,
+//! crate::serve_gather), each answered as alone. A tunnel is a
 //! task awaiting a wakeup (a `Future`): no thread and no process per idle
 //! tunnel, so thousands of browsers can each hold one open. Its reads of
 //! the topic's files take no lock and read only what is new (a `statx`
@@ -400,6 +402,9 @@ struct Server {
     in_place: AtomicUsize,
     /// Whether the server is stopping: tunnels then end.
     closing: Closing,
+    /// Small notifies gathered by topic, made together
+    /// (crate::serve_gather).
+    gathering: crate::serve_gather::Gathering,
 }
 
 /// A request's turn to run on its async worker ([`IN_PLACE`]); given back
@@ -453,6 +458,7 @@ impl Server {
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
+            gathering: Default::default(),
             streams: streams_config.enabled.then(|| Arc::new(kn_streams::Streams::watched(store.clone()).with_config(streams_config))),
             figures: crate::metrics_http::Figures::new(store.clone()),
             store,
@@ -537,10 +543,20 @@ impl Server {
                 Ok(request) => request,
                 Err(err) => return self.failure(&query, &err),
             };
-            if let Some(Reply::Done(response)) = self.handler.handle_nowait(&request) {
-                return one_shot(response, head_request);
+            // Those to one topic in hand at once are made together
+            // (crate::serve_gather).
+            match self.handler.nowait_topic(&request) {
+                Some(topic) => {
+                    let server = self.clone();
+                    let make = move |topic: Vec<u8>| drop(tokio::spawn(async move { server.gathering.make(&server.handler, &topic).await }));
+                    match self.gathering.notify(topic, request, make).await {
+                        Ok(response) => return one_shot(response, head_request),
+                        Err(Some(request)) => Ok(request),
+                        Err(None) => return self.failure(&query, &Error::new(ErrorKind::Io, "a notify made with others got no answer (a bug: please report it)")),
+                    }
+                }
+                None => Ok(request),
             }
-            Ok(request)
         } else {
             Err(http)
         };

@@ -153,3 +153,40 @@ fn every_other_request_is_left_to_handle_with_nothing_done() {
     assert_eq!(twin.payloads("/chat"), ["first"]);
     assert!(!twin.store.root().join("never").exists());
 }
+
+/// Notifies to one routed topic in hand together
+/// (`Handler::handle_nowait_group`, what `serve` gathers on its event
+/// loop): each answered byte for byte as `handle` answers the same
+/// notifies one after another, stored and forwarded in the order given;
+/// one naming a bad topic answered alone, as `handle` answers it.
+#[test]
+fn notifies_in_hand_together_are_answered_as_handle_answers_each() {
+    let (fast, slow) = (Twin::new(None), Twin::new(None));
+    for twin in [&fast, &slow] {
+        twin.handler.handle(&request("POST", "/room", "", "do_method=route&kn_to=/room-copies&kn_id=r1"));
+        twin.handler.handle(&request("POST", "/room", "", "kn_payload=first&kn_id=p1"));
+    }
+    let asks = || {
+        vec![
+            request("POST", "/room", "kn_response_format=simple", "do_method=notify&kn_payload=a&kn_id=n1"),
+            request("POST", "/room", "kn_response_format=js", "do_method=notify&kn_payload=b&kn_id=n2"),
+            request("POST", "", "kn_response_format=simple", "do_method=notify&kn_to=/a%01b&kn_payload=x"),
+            request("POST", "/room", "kn_response_format=simple", "do_method=notify&kn_payload=a&kn_id=n1"),
+            request("GET", "", "do_method=notify&kn_to=/room&kn_payload=c&kn_id=n3&kn_response_format=simple", ""),
+        ]
+    };
+    let asked = asks();
+    let group: Vec<&Request> = asked.iter().collect();
+    assert!(group.iter().all(|r| fast.handler.nowait_topic(r).is_some()));
+    let quick: Vec<String> = fast.handler.handle_nowait_group(&group).into_iter().map(|r| bytes(r.expect("answered at once"))).collect();
+    let usual: Vec<String> = asks().iter().map(|r| bytes(slow.handler.handle(r))).collect();
+    assert_eq!(quick, usual);
+    assert!(quick[0].contains("Wrote to '/room' (n1)\nWrote to '/room-copies' (n1)"), "{}", quick[0]);
+    assert!(quick[2].contains("400 bad posting destination topic name"), "{}", quick[2]);
+    assert!(!quick[3].contains("Wrote to"), "a duplicate: {}", quick[3]);
+    for twin in [&fast, &slow] {
+        assert_eq!(twin.payloads("/room"), ["first", "a", "b", "c"]);
+        assert_eq!(twin.payloads("/room-copies"), ["first", "a", "b", "c"]);
+    }
+    assert!(fast.store.grouped_posts() >= 3);
+}

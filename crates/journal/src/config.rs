@@ -98,6 +98,7 @@ impl std::str::FromStr for Shared {
 /// | `http_proxy` | none (`HTTP_PROXY` and the like are never read) | `KN_HTTP_PROXY` (`http://host:port`) |
 /// | `max_forwards` | 100,000 deliveries per post (more: `508 Too many deliveries`) | `KN_MAX_FORWARDS` |
 /// | `forward_inline` | 32 active routes: a notify to a topic with more is answered once its event is stored, and forwarded right after, many events to a journal at a time (0: always before the answer) | `KN_FORWARD_INLINE` |
+/// | `group_commit` | 64 posts: the most posts of one process waiting for the same topic that are stored together, with one lock, one write and one forwarding pass (0 or 1: each post alone) | `KN_GROUP_COMMIT` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
@@ -224,6 +225,12 @@ pub struct Config {
     /// after, by the caller, through the outbox (FORMAT.md, "Deferred
     /// forwarding"). 0: every notify forwards before its answer.
     pub forward_inline: usize,
+    /// Most posts of this process, waiting for the same topic, that are
+    /// stored together (group commit: one lock of the topic, one write of
+    /// all their records, one head write, one forwarding pass; FORMAT.md,
+    /// "Group commit"); the rest wait for the next group. Each post is
+    /// still answered for its own event. 0 or 1: every post alone.
+    pub group_commit: usize,
     /// Most active routes one topic may have: creating one more is refused
     /// ([`ErrorKind::Forbidden`]), so that one client cannot make every
     /// post to a topic write without bound.
@@ -421,6 +428,7 @@ impl Config {
             http_proxy: None,
             max_forwards: 100_000,
             forward_inline: 32,
+            group_commit: 64,
             max_routes: 10_000,
             max_filter_bytes: 4096,
             max_topic_depth: 32,
@@ -554,6 +562,9 @@ impl Config {
         }
         if let Some(v) = var("KN_FORWARD_INLINE")? {
             self.forward_inline = v;
+        }
+        if let Some(v) = var("KN_GROUP_COMMIT")? {
+            self.group_commit = v;
         }
         if let Some(v) = var("KN_MAX_ROUTES")? {
             self.max_routes = v;

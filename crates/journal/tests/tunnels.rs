@@ -119,6 +119,7 @@ fn child_process_role() {
             assert_eq!(c.remote_timeout, Duration::from_millis(1500));
             assert_eq!(c.max_forwards, 42);
             assert_eq!(c.forward_inline, 7);
+            assert_eq!(c.group_commit, 5);
             assert_eq!((c.max_topic_depth, c.max_topic_bytes, c.max_selected, c.max_form_elements), (7, 300, 99, 55));
             println!("KN_SEM_CHILD_OK");
         }
@@ -409,6 +410,7 @@ fn config_from_env_reads_the_kn_variables() {
             ("KN_REMOTE_TIMEOUT_MS", "1500"),
             ("KN_MAX_FORWARDS", "42"),
             ("KN_FORWARD_INLINE", "7"),
+            ("KN_GROUP_COMMIT", "5"),
             ("KN_MAX_TOPIC_DEPTH", "7"),
             ("KN_MAX_TOPIC_BYTES", "300"),
             ("KN_MAX_SELECTED", "99"),

@@ -31,6 +31,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod batch;
 mod blob;
 mod blob_gc;
 mod compact;
@@ -58,6 +59,7 @@ pub(crate) use verify::{BadFrame, verify_dir};
 pub(crate) use writer::removed;
 pub use space::SpaceGauge;
 pub use writer::{Appended, TopicFiles, Writer};
+pub(crate) use batch::copy_error;
 
 pub(crate) const LOCK_FILE: &str = ".lock";
 /// The file of a log directory that holds its head (next seq, active

@@ -43,12 +43,12 @@ pub struct Writer<'c> {
     pub(super) segment: File,
     /// The first seq (name) of the segment `segment` really is: it differs
     /// from `head.active` only after a roll failed half-way.
-    segment_first: u64,
+    pub(super) segment_first: u64,
     /// The inode of `segment` as last seen (0: not known).
-    segment_ino: u64,
+    pub(super) segment_ino: u64,
     /// The last record [`Writer::append_shared`] stored, as written, for
     /// [`Writer::take_written`].
-    written: Option<Written>,
+    pub(super) written: Option<Written>,
 }
 
 /// A topic's open files, kept by a process between appends (unlocked).
@@ -348,7 +348,7 @@ impl<'c> Writer<'c> {
 
     /// Looks `id` up in the duplicate index: the digest of its current
     /// event's end-to-end elements, if it has one.
-    fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
+    pub(super) fn lookup(&self, id: &[u8]) -> Result<(u64, Option<u64>)> {
         const PROBE_SLOTS: u64 = 16;
         let h = id_hash(id);
         let mask = self.head.slots - 1;
@@ -394,13 +394,38 @@ impl<'c> Writer<'c> {
         self.write_slot(slot, id_hash(id), digest)
     }
 
+    /// Writes `event`'s index slot (found by [`Writer::lookup`]: its id's
+    /// own when `replaced`, else the empty one that ended the search) with
+    /// `digest`, counting it in the head's live and garbage figures.
+    pub(super) fn write_indexed(&mut self, event: &Event, slot: u64, replaced: bool, digest: u64) -> Result<()> {
+        // An event that expires (a deleted or poisoned route, a withdrawn
+        // announcement, a route made with kn_expires) is garbage to come,
+        // not live data: compaction is weighed against the ids that stay
+        // (see `wants_compaction`).
+        let expiring = event.contains(crate::event::KN_EXPIRES);
+        if replaced {
+            self.head.garbage += 1;
+            if expiring {
+                self.head.live = self.head.live.saturating_sub(1);
+            }
+        } else {
+            self.head.used += 1;
+            if expiring {
+                self.head.garbage += 1;
+            } else {
+                self.head.live += 1;
+            }
+        }
+        self.write_slot(slot, id_hash(event.id().unwrap_or(b"")), digest)
+    }
+
     fn write_slot(&self, slot: u64, hash: u64, digest: u64) -> Result<()> {
         self.head_file
             .write_all_at(&encode_slot(hash, digest), HEAD_SIZE + slot * SLOT_SIZE)
             .map_err(|e| Error::io("cannot write index", &self.dir.join(HEAD_FILE), e))
     }
 
-    fn grow_index(&mut self) -> Result<()> {
+    pub(super) fn grow_index(&mut self) -> Result<()> {
         let path = self.dir.join(HEAD_FILE);
         let mut table = vec![0u8; (self.head.slots * SLOT_SIZE) as usize];
         self.head_file.read_exact_at(&mut table, HEAD_SIZE).map_err(|e| Error::io("cannot read index", &path, e))?;
@@ -465,25 +490,7 @@ impl<'c> Writer<'c> {
         gauge.check(&self.dir, self.config.reserve_bytes, frame.len() as u64)?;
         self.write_at_end(&frame)?;
         if let Some((slot, replaced)) = slot {
-            // An event that expires (a deleted or poisoned route, a
-            // withdrawn announcement, a route made with kn_expires) is
-            // garbage to come, not live data: compaction is weighed
-            // against the ids that stay (see `wants_compaction`).
-            let expiring = event.contains(crate::event::KN_EXPIRES);
-            if replaced {
-                self.head.garbage += 1;
-                if expiring {
-                    self.head.live = self.head.live.saturating_sub(1);
-                }
-            } else {
-                self.head.used += 1;
-                if expiring {
-                    self.head.garbage += 1;
-                } else {
-                    self.head.live += 1;
-                }
-            }
-            self.write_slot(slot, id_hash(id), digest)?;
+            self.write_indexed(event, slot, replaced, digest)?;
         }
         let offset = self.head.active_len;
         self.count_appended(seq + 1, frame.len() as u64)?;
@@ -533,7 +540,7 @@ impl<'c> Writer<'c> {
     /// with one positioned write, synced under `sync=always`; on any
     /// failure (ENOSPC, EIO...) cuts the segment back, so that no partial
     /// record is left behind.
-    fn write_at_end(&mut self, frames: &[u8]) -> Result<()> {
+    pub(super) fn write_at_end(&mut self, frames: &[u8]) -> Result<()> {
         let end = self.head.active_len;
         let path = || self.dir.join(segment_name(self.head.active));
         let written = if failpoint("append-eio") {
@@ -561,7 +568,7 @@ impl<'c> Writer<'c> {
     /// under `sync=always`: the head is derived data, but a stale index
     /// after a power cut could misjudge duplicates, so it is kept as
     /// durable as the log).
-    fn count_appended(&mut self, next_seq: u64, bytes: u64) -> Result<()> {
+    pub(super) fn count_appended(&mut self, next_seq: u64, bytes: u64) -> Result<()> {
         self.head.next_seq = next_seq;
         self.head.active_len += bytes;
         self.write_head()?;

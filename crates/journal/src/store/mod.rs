@@ -18,11 +18,13 @@ use crate::watch::Hub;
 pub use crate::ids::{fresh_id, now};
 
 mod admin;
+mod group;
 mod held;
 mod job;
 mod lifecycle;
 mod names;
 mod nowait;
+mod nowait_group;
 mod outbox;
 mod outbox_delivery;
 mod outbox_state;
@@ -113,6 +115,9 @@ pub struct Store {
     /// Events of this process's posts stored and being forwarded inline,
     /// by topic, for a drain that finds them pending (`outbox::InFlight`).
     in_flight: Mutex<HashMap<Topic, Vec<(u64, Event)>>>,
+    /// The posts of this process waiting for each topic, stored together
+    /// (`group.rs`, `Config::group_commit`).
+    groups: group::Groups,
     /// The marks of this process's tunnels on the topics they read
     /// (`readers.rs`).
     readers: Mutex<readers::Marks>,
@@ -247,6 +252,7 @@ impl Store {
             access,
             deferred: Default::default(),
             in_flight: Default::default(),
+            groups: Default::default(),
             readers: Default::default(),
             extra_sweep: OnceLock::new(),
             shared_config: OnceLock::new(),

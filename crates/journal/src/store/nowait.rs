@@ -32,7 +32,7 @@ use super::{Destination, Kept, Store};
 
 /// How many times [`Store::notify_nowait`] tries a lock, yielding the CPU
 /// in between, before it leaves the post to a thread that may wait.
-const NOWAIT_LOCK_TRIES: usize = 8;
+pub(super) const NOWAIT_LOCK_TRIES: usize = 8;
 
 /// The most active routes a post made at once forwards along; a topic
 /// with more is left to [`Store::notify`] (a fan-out is better carried
@@ -41,12 +41,12 @@ const NOWAIT_ROUTES: usize = 4;
 
 /// A destination of a post made at once, locked: the copy it takes
 /// (`None`: the route's filter leaves the event out) and its writer.
-struct Target<'s> {
-    route: &'s ListedRoute,
-    topic: Topic,
-    copy: Option<Event>,
-    writer: Option<Writer<'s>>,
-    kept: (Option<Topic>, Kept),
+pub(super) struct Target<'s> {
+    pub(super) route: &'s ListedRoute,
+    pub(super) topic: Topic,
+    pub(super) copy: Option<Event>,
+    pub(super) writer: Option<Writer<'s>>,
+    pub(super) kept: (Option<Topic>, Kept),
 }
 
 impl Store {
@@ -64,7 +64,9 @@ impl Store {
     /// it, with the same answer. `None`, having done nothing: call
     /// [`Store::notify`].
     pub fn notify_nowait(&self, topic: &Topic, event: Event) -> Option<Result<PostReport>> {
-        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() {
+        // Posts of this process queued for the topic go together, after
+        // them (group commit): this one joins them.
+        if topic.is_reserved() || self.config.sync == SyncPolicy::Always || self.is_shared() || self.grouping_now(topic) {
             return None;
         }
         let mut kept = self.take_kept(topic);
@@ -155,7 +157,7 @@ impl Store {
     /// topic of this store other than `topic`, with no content transform
     /// (a request to another server), and every failure a route may meet
     /// one that keeps it for a retry (poisoning writes `kn_routes`).
-    fn forwards_at_once(&self, topic: &Topic, active: &[&ListedRoute]) -> bool {
+    pub(super) fn forwards_at_once(&self, topic: &Topic, active: &[&ListedRoute]) -> bool {
         let inline = self.config.forward_inline;
         if active.len() > NOWAIT_ROUTES || (inline > 0 && active.len() > inline) || active.len() > self.config.max_forwards || self.config.forward_retries == 0 || !self.keeps_forwarded(topic) {
             return false;
@@ -178,7 +180,7 @@ impl Store {
     /// the log, its routes are still at `generation` and `event` is one
     /// append; else `None` with the files back in `files` (unless they no
     /// longer match the log).
-    fn try_writer(&self, topic: &Topic, files: &mut Option<TopicFiles>, generation: u64, event: &Event, tries: usize) -> Option<Writer<'_>> {
+    pub(super) fn try_writer(&self, topic: &Topic, files: &mut Option<TopicFiles>, generation: u64, event: &Event, tries: usize) -> Option<Writer<'_>> {
         let held = files.as_ref()?;
         // Another thread of this process posting to the topic holds the
         // lock for a few system calls: try a few times before handing
@@ -208,7 +210,7 @@ impl Store {
     /// nothing pending), and each destination's files, each to take its
     /// copy in one append. `None`, with everything given back, when one is
     /// busy or anything is otherwise.
-    fn lock_forwarding<'s>(&'s self, topic: &Topic, active: &[&'s ListedRoute], event: &Event, forwarded: &mut Option<File>) -> Option<(Outbox, Vec<Target<'s>>)> {
+    pub(super) fn lock_forwarding<'s>(&'s self, topic: &Topic, active: &[&'s ListedRoute], event: &Event, forwarded: &mut Option<File>) -> Option<(Outbox, Vec<Target<'s>>)> {
         // Kept with this set of the topic's files, or with another one
         // (posts at once keep several).
         let file = forwarded.take().or_else(|| self.take_forwarded(topic))?;
@@ -283,7 +285,7 @@ impl Store {
     /// Gives back every lock [`Store::lock_forwarding`] took, having
     /// written nothing with them: the destinations' files to the cache,
     /// the `.forwarded` file, open, to `forwarded`.
-    fn unlock_forwarding(&self, forwarded: &mut Option<File>, outbox: Option<Outbox>, targets: Vec<Target<'_>>) {
+    pub(super) fn unlock_forwarding(&self, forwarded: &mut Option<File>, outbox: Option<Outbox>, targets: Vec<Target<'_>>) {
         for target in targets {
             if let Some(writer) = target.writer {
                 self.keep(writer, target.kept);
@@ -333,7 +335,7 @@ impl Store {
 /// Whether `outbox`'s state, read under its lock, shows nothing pending
 /// on a topic whose last event is `last` (read under the topic's lock):
 /// every event forwarded, no route lagging.
-fn nothing_pending(outbox: &Outbox, last: u64) -> bool {
+pub(super) fn nothing_pending(outbox: &Outbox, last: u64) -> bool {
     outbox.state.as_ref().is_some_and(|state| state.cursor == last && state.lagging.is_empty())
 }
 

@@ -270,6 +270,15 @@ impl Store {
     /// is released. Fails only with the own event's
     /// [`ErrorKind::TooManyDeliveries`] or an I/O error of the state.
     pub(super) fn drain(&self, topic: &Topic, own: Option<Own<'_>>, routes: &RouteList, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
+        let first = own.as_ref().map_or(u64::MAX, |own| own.seq);
+        self.drain_from(topic, own, first, routes, report, queue)
+    }
+
+    /// [`Store::drain`] for a group of posts stored together, whose
+    /// events from `first` to the own event's are this drain's: a topic
+    /// without a forwarding state starts it just before `first` (nothing
+    /// older is known to be pending), not before the own event.
+    pub(super) fn drain_from(&self, topic: &Topic, own: Option<Own<'_>>, first: u64, routes: &RouteList, report: &mut PostReport, queue: &mut VecDeque<Job>) -> Result<()> {
         let dir = self.dir(topic);
         let mut outbox = Outbox::lock_kept(&dir, self.take_forwarded(topic), &self.config)?;
         let t = now();
@@ -281,8 +290,9 @@ impl Store {
         let upto = end.saturating_sub(u64::from(own.is_some()));
         let mut state = match outbox.state.clone() {
             Some(state) => state,
-            // New (or unreadable): nothing before this post is pending.
-            None => State::at(upto),
+            // New (or unreadable): nothing before this post (or its
+            // group) is pending.
+            None => State::at(upto.min(first.saturating_sub(1))),
         };
         let before = state.clone();
         // Events pending before this drain's own (a deferred notify's,

@@ -76,7 +76,8 @@ impl Store {
         let payload = SharedPayload::take_from(&mut event, &self.config).map(Arc::new);
         let id = event.id().unwrap_or(b"").to_vec();
         let mut report = PostReport { id, ..PostReport::default() };
-        let stored = self.run(Job { topic: topic.clone(), event, payload, stored: None }, &mut report, defer)?;
+        let job = Job { topic: topic.clone(), event, payload, stored: None };
+        let stored = if self.groups_posts(&job) { self.run_grouped(job, &mut report, defer)? } else { self.run(job, &mut report, defer)? };
         report.duplicate = !stored;
         Ok(report)
     }
@@ -144,7 +145,7 @@ impl Store {
     /// `Config::forward_inline`, and the outbox recorded it. Anything that
     /// cannot be read or written here forwards before the answer instead.
     /// Routes read here are kept in `job` for that forwarding.
-    fn defer_forwarding(&self, job: &mut Job) -> bool {
+    pub(super) fn defer_forwarding(&self, job: &mut Job) -> bool {
         let limit = self.config.forward_inline;
         let Some(stored) = &mut job.stored else { return false };
         if limit == 0 {
@@ -329,7 +330,7 @@ impl Store {
     /// routes of that generation if kept, and the files kept, unlocked.
     /// Returns those, with what was written when this process's readers
     /// are `waiting` for it ([`Store::appended_written`]).
-    fn after_append(&self, mut writer: Writer<'_>, kept: (Option<Topic>, Kept), waiting: bool, wrote: bool) -> (u64, Option<RouteList>, Option<log::Written>) {
+    pub(super) fn after_append(&self, mut writer: Writer<'_>, kept: (Option<Topic>, Kept), waiting: bool, wrote: bool) -> (u64, Option<RouteList>, Option<log::Written>) {
         if wrote && writer.wants_compaction() {
             let _ = writer.compact_wanted(now());
         }

@@ -1,0 +1,109 @@
+//! Group commit on `serve`'s event loop: the small notifies to one topic
+//! that the server has in hand at once (eight publishers to a chat room)
+//! are gathered and made together ([`Handler::handle_nowait_group`]: one
+//! append of all their records, one forwarding pass), each answered as
+//! alone (crates/journal/FORMAT.md, "Group commit").
+//!
+//! The first notify to a topic with none waiting starts the group's task
+//! (its own, so that a client going away leaves no one without an
+//! answer), which yields to the event loop's other tasks while each turn
+//! brings more notifies to the topic (at most [`GATHER_TURNS`]; no timer:
+//! a notify alone waits for nothing but a turn or two of the scheduler),
+//! then takes the list and makes it. A notify the group could not make
+//! at once goes back to its own task, for the usual way that may wait.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+
+use crate::handler::{Handler, Reply};
+use crate::request::Request;
+use crate::response::Response;
+
+/// The most turns of the scheduler a leading notify yields for others
+/// to join it (each after one that brought some).
+const GATHER_TURNS: usize = 4;
+
+/// What a gathered notify's task gets back: its answer, or its request
+/// to make the usual way.
+pub(crate) type Made = Result<Response, Request>;
+
+/// The notifies gathered by topic, each with where its answer goes.
+type Waiting = HashMap<Vec<u8>, Vec<(Request, oneshot::Sender<Made>)>>;
+
+/// The small notifies waiting to be made together, by the topic they
+/// name (as given, before it is resolved).
+#[derive(Default)]
+pub(crate) struct Gathering {
+    waiting: Mutex<Waiting>,
+}
+
+impl Gathering {
+    fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `request`, a notify [`Handler::nowait_topic`] named `topic`
+    /// for, with the others to that topic in hand ([`Gathering::enqueue`];
+    /// `start` is given the topic when this one is the first, to run
+    /// [`Gathering::make`] on a task of its own): `Ok` with its answer,
+    /// `Err(Some(request))` for the caller to make the usual way,
+    /// `Err(None)` if the group ended without an answer for it (a bug).
+    pub(crate) async fn notify(&self, topic: Vec<u8>, request: Request, start: impl FnOnce(Vec<u8>)) -> Result<Response, Option<Request>> {
+        let (answer, leads) = self.enqueue(&topic, request);
+        if leads {
+            start(topic);
+        }
+        match answer.await {
+            Ok(made) => made.map_err(Some),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// Queues `request`, a notify [`Handler::nowait_topic`] named `topic`
+    /// for, with the others to that topic in hand: where its answer will
+    /// come (`Ok` with it, `Err` with the request to make the usual way),
+    /// and whether it is the first, for which the caller starts
+    /// [`Gathering::make`] on a task of its own (so that a client going
+    /// away cannot leave the others without an answer).
+    pub(crate) fn enqueue(&self, topic: &[u8], request: Request) -> (oneshot::Receiver<Made>, bool) {
+        let (sender, answer) = oneshot::channel();
+        let mut waiting = self.waiting();
+        match waiting.get_mut(topic) {
+            Some(list) => {
+                list.push((request, sender));
+                (answer, false)
+            }
+            None => {
+                waiting.insert(topic.to_vec(), vec![(request, sender)]);
+                (answer, true)
+            }
+        }
+    }
+
+    /// Makes the notifies queued for `topic`: yields to the event loop's
+    /// other tasks while each turn brings more (at most [`GATHER_TURNS`]),
+    /// then makes them as one group and sends each its answer.
+    pub(crate) async fn make(&self, handler: &Handler, topic: &[u8]) {
+        let mut had = 0;
+        for _ in 0..GATHER_TURNS {
+            tokio::task::yield_now().await;
+            let now = self.waiting().get(topic).map_or(0, Vec::len);
+            if now == had {
+                break;
+            }
+            had = now;
+        }
+        let list = self.waiting().remove(topic).unwrap_or_default();
+        let requests: Vec<&Request> = list.iter().map(|(request, _)| request).collect();
+        let replies = handler.handle_nowait_group(&requests);
+        drop(requests);
+        for ((request, sender), reply) in list.into_iter().zip(replies) {
+            let _ = sender.send(match reply {
+                Some(Reply::Done(response)) => Ok(response),
+                _ => Err(request),
+            });
+        }
+    }
+}
