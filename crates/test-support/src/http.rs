@@ -38,6 +38,11 @@ fn agent() -> &'static ureq::Agent {
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(Some(Duration::from_secs(30)))
+            // A new connection per request: a pooled one that the web
+            // server closed meanwhile (Apache ends idle keep-alive
+            // connections, sooner under load) failed a test once with
+            // "Peer disconnected", and ureq does not send again.
+            .max_idle_connections(0)
             .build()
             .into()
     })
