@@ -366,10 +366,17 @@ pub(crate) fn lock(file: &std::fs::File, kind: LockKind, config: &crate::Config)
             LockKind::Shared => file.lock_shared(),
         };
     }
+    try_until_lock_wait(config, || try_lock(file, kind, config))
+}
+
+/// Shared mode's wait for a lock: `try_once` until it succeeds, pausing
+/// between tries (doubling from `LOCK_PAUSE_MIN` to `LOCK_PAUSE_MAX`), and
+/// `TimedOut` once `config.lock_wait` has passed.
+fn try_until_lock_wait(config: &crate::Config, mut try_once: impl FnMut() -> std::io::Result<bool>) -> std::io::Result<()> {
     let started = std::time::Instant::now();
     let mut pause = LOCK_PAUSE_MIN;
     loop {
-        if try_lock(file, kind, config)? {
+        if try_once()? {
             return Ok(());
         }
         let waited = started.elapsed();
@@ -427,22 +434,7 @@ pub(crate) fn lock_byte(file: &std::fs::File, at: u64, kind: LockKind, wait: boo
     if config.shared != Shared::On {
         return byte_call(file, at, Some(kind), libc::F_OFD_SETLKW);
     }
-    let started = std::time::Instant::now();
-    let mut pause = LOCK_PAUSE_MIN;
-    loop {
-        if try_once()? {
-            return Ok(true);
-        }
-        let waited = started.elapsed();
-        if waited >= config.lock_wait {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("still locked by another process after {} ms (KN_LOCK_WAIT_MS)", waited.as_millis()),
-            ));
-        }
-        std::thread::sleep(pause.min(config.lock_wait - waited));
-        pause = (pause * 2).min(LOCK_PAUSE_MAX);
-    }
+    try_until_lock_wait(config, try_once).map(|()| true)
 }
 
 /// Releases this open file description's lock on the byte `at` of
