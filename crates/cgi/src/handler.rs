@@ -198,6 +198,19 @@ impl Handler {
     /// nothing, for any other request: call [`Handler::handle_deferring`]
     /// where waiting is allowed.
     pub fn handle_nowait(&self, request: &Request) -> Option<Reply> {
+        let params = self.nowait_notify_params(request)?;
+        let format = Format::from_param(params.get("kn_response_format")).ok()?;
+        let who = crate::session::principal_nowait(&self.store, request)?;
+        let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
+        let page = Page::new(request.server_url());
+        Some(cross_origin(request, self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))])))
+    }
+
+    /// The parameters of a request that [`Handler::handle_nowait`] (and
+    /// [`Handler::nowait_topic`]) may take: a single notify, without
+    /// `kn_status_to`, to a store whose name is configured; `None` for any
+    /// other request.
+    pub(super) fn nowait_notify_params<'r>(&self, request: &'r Request) -> Option<&'r Params> {
         #[cfg(feature = "failpoints")]
         if request.param("kn_failpoint_panic").is_some() {
             return None;
@@ -210,11 +223,7 @@ impl Handler {
         if !notify || !request.method().is_supported() || params.get("kn_status_to").is_some() || !self.store.knows_names(&request.names()) {
             return None;
         }
-        let format = Format::from_param(params.get("kn_response_format")).ok()?;
-        let who = crate::session::principal_nowait(&self.store, request)?;
-        let outcome = self.notify_nowait(params, request.path_info(), &self.store.as_user(&who))?;
-        let page = Page::new(request.server_url());
-        Some(cross_origin(request, self.done(format, &page, vec![outcome_event(outcome, params.get("kn_status_from"))])))
+        Some(params)
     }
 
     fn handle_now(&self, request: &Request) -> Reply {

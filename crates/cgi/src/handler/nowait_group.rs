@@ -25,18 +25,7 @@ impl Handler {
     /// gathers the notifies to one topic it has in hand
     /// ([`Handler::handle_nowait_group`]); `None` for any other request.
     pub fn nowait_topic(&self, request: &Request) -> Option<Vec<u8>> {
-        #[cfg(feature = "failpoints")]
-        if request.param("kn_failpoint_panic").is_some() {
-            return None;
-        }
-        let params = request.params();
-        let notify = match params.get("do_method") {
-            Some(method) => method == b"notify",
-            None => request.has_params() && request.method().as_str() == "POST",
-        };
-        if !notify || !request.method().is_supported() || params.get("kn_status_to").is_some() || !self.store.knows_names(&request.names()) {
-            return None;
-        }
+        let params = self.nowait_notify_params(request)?;
         Some(params.get("kn_to").unwrap_or(request.path_info()).to_vec())
     }
 
