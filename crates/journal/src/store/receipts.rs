@@ -86,7 +86,7 @@ impl Store {
             }
             let jdir = self.dir(&journal);
             let holds = self.copy_in(&jdir, id, &route, record.stored_secs)?;
-            let state = read_receipts(&jdir);
+            let state = read_receipts(&jdir, &self.config);
             journals.push(Receipt {
                 journal,
                 holds,

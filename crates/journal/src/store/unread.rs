@@ -277,7 +277,7 @@ impl Store {
         if end <= cursor {
             return Ok(0);
         }
-        let confirmed = read_receipts(&jdir).confirmed;
+        let confirmed = read_receipts(&jdir, &self.config).confirmed;
         let mut reading = LogCursor::at(cursor, 0, 0, 0);
         let mut moved_to = cursor;
         let mut posted = 0;
