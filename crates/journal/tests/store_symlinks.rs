@@ -60,3 +60,21 @@ fn a_route_into_a_symlinked_topic_delivers_nothing_there() {
     let _ = store.notify(&chat, event("second"));
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing was written through a link");
 }
+
+#[test]
+fn a_store_whose_own_path_has_a_link_works_and_a_file_in_a_topics_path_is_no_link() {
+    // The check covers the components below the root only: a root
+    // reached through a link (/var/lib -> /srv) is the operator's choice.
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(dir.path().join("real")).expect("real");
+    symlink(dir.path().join("real"), dir.path().join("via")).expect("link to the root's parent");
+    let store = Store::open(dir.path().join("via/kn_events")).expect("store");
+    let chat = Topic::parse("/what/chat").unwrap();
+    store.notify(&chat, event("fine")).expect("a post below a linked root");
+    assert_eq!(store.events(&chat, &Selection::all()).expect("read").events.len(), 1);
+    // A plain file where a topic's directory would be: not a link, and
+    // not a topic either (the answer says what it is, not "symbolic link").
+    fs::write(dir.path().join("real/kn_events/what/file"), b"x").expect("a file");
+    let err = store.notify(&Topic::parse("/what/file/x").unwrap(), event("no")).unwrap_err();
+    assert!(!err.to_string().contains("symbolic link"), "{err}");
+}

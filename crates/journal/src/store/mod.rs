@@ -126,6 +126,15 @@ pub struct Store {
     /// `config`, shared with what outlives a borrow of the store (a
     /// tunnel's `SentTracker`, `receipts_file.rs`): cloned once.
     shared_config: OnceLock<Arc<Config>>,
+    /// The root, open (`O_PATH`) at its first use by
+    /// [`Store::checked_dir`]; `None` if it could not be opened.
+    root_dir: OnceLock<Option<std::os::fd::OwnedFd>>,
+}
+
+/// `dir` open as a place only (`O_PATH`), for `openat2` to start from.
+fn open_dir_path(dir: &Path) -> Option<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY).open(dir).ok().map(std::os::fd::OwnedFd::from)
 }
 
 /// The kept topics: up to [`KEPT_PER_TOPIC`] sets of files per topic, so
@@ -256,6 +265,7 @@ impl Store {
             readers: Default::default(),
             extra_sweep: OnceLock::new(),
             shared_config: OnceLock::new(),
+            root_dir: OnceLock::new(),
         })
     }
 
@@ -388,6 +398,11 @@ impl Store {
     /// store, even if someone planted `kn_events/evil -> /elsewhere`.
     /// Missing components are fine (the topic is not created yet).
     fn checked_dir(&self, topic: &Topic) -> Result<PathBuf> {
+        match self.link_below_root(topic) {
+            Some(false) => return Ok(self.dir(topic)),
+            // Walked below, to name the link.
+            Some(true) | None => {}
+        }
         let mut dir = self.config.root.clone();
         for segment in topic.segments() {
             dir.push(segment);
@@ -404,6 +419,39 @@ impl Store {
             }
         }
         Ok(self.dir(topic))
+    }
+
+    /// Whether a component of `topic`'s path below the root is a symbolic
+    /// link, told by one `openat2` from the root (`RESOLVE_NO_SYMLINKS`)
+    /// instead of an `lstat` per component; a missing component ends the
+    /// check there, as the walk of [`Store::checked_dir`] does. `None`
+    /// where the kernel cannot tell (no `openat2`: Linux before 5.6, or a
+    /// filter refusing it; no descriptor of the root): walk then.
+    fn link_below_root(&self, topic: &Topic) -> Option<bool> {
+        use std::os::fd::AsRawFd;
+        let path = topic.segments().collect::<Vec<_>>().join("/");
+        if path.is_empty() {
+            return Some(false);
+        }
+        let root = self.root_dir.get_or_init(|| open_dir_path(&self.config.root)).as_ref()?;
+        let path = std::ffi::CString::new(path).ok()?;
+        // SAFETY: a plain C struct of integers, all zero a valid value.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+        // SAFETY: a NUL-terminated path and a struct that live across the
+        // call; the descriptor it returns is closed at once.
+        let fd = unsafe { libc::syscall(libc::SYS_openat2, root.as_raw_fd(), path.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>()) };
+        if fd >= 0 {
+            // SAFETY: a descriptor this call opened and nothing else holds.
+            unsafe { libc::close(fd as libc::c_int) };
+            return Some(false);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => Some(false),
+            Some(libc::ELOOP) => Some(true),
+            _ => None,
+        }
     }
 
     /// Takes one set of what the store keeps of `topic` out of the cache
