@@ -398,10 +398,9 @@ impl Store {
     /// store, even if someone planted `kn_events/evil -> /elsewhere`.
     /// Missing components are fine (the topic is not created yet).
     fn checked_dir(&self, topic: &Topic) -> Result<PathBuf> {
-        match self.link_below_root(topic) {
-            Some(false) => return Ok(self.dir(topic)),
-            // Walked below, to name the link.
-            Some(true) | None => {}
+        // A link (walked below, to name it) or no answer: walk.
+        if let Some(false) = self.link_below_root(topic) {
+            return Ok(self.dir(topic));
         }
         let mut dir = self.config.root.clone();
         for segment in topic.segments() {
