@@ -4,13 +4,19 @@
 //! append of all their records, one forwarding pass), each answered as
 //! alone (crates/journal/FORMAT.md, "Group commit").
 //!
-//! The first notify to a topic with none waiting starts the group's task
-//! (its own, so that a client going away leaves no one without an
-//! answer), which yields to the event loop's other tasks while each turn
-//! brings more notifies to the topic (at most [`GATHER_TURNS`]; no timer:
-//! a notify alone waits for nothing but a turn or two of the scheduler),
-//! then takes the list and makes it. A notify the group could not make
-//! at once goes back to its own task, for the usual way that may wait.
+//! The first notify to a topic with no group under way starts the
+//! topic's leader, a task of its own (so that a client going away leaves
+//! no one without an answer), which yields to the event loop's other
+//! tasks while each turn brings more notifies to the topic (at most
+//! [`GATHER_TURNS`]; no timer: a notify alone waits for nothing but a turn
+//! or two of the scheduler), then takes the list and makes it. The
+//! notifies that arrive while a group is being made wait for the same
+//! leader, which makes them next, gathered the same way, and ends when a
+//! group leaves none waiting: this process makes one group of a topic at
+//! a time, so a group never finds the topic's locks held by the group
+//! before it (which would send it to the blocking path, one post at a
+//! time). A notify the group could not make at once goes back to its own
+//! task, for the usual way that may wait.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -82,28 +88,61 @@ impl Gathering {
         }
     }
 
-    /// Makes the notifies queued for `topic`: yields to the event loop's
-    /// other tasks while each turn brings more (at most [`GATHER_TURNS`]),
-    /// then makes them as one group and sends each its answer.
+    /// Makes the notifies queued for `topic`, as its leader: yields to
+    /// the event loop's other tasks while each turn brings more (at most
+    /// [`GATHER_TURNS`]), makes them as one group and sends each its
+    /// answer; then again with those that came meanwhile, until a group
+    /// leaves none waiting. Should a group panic (a bug), the topic's
+    /// waiting notifies are dropped (each answered as a bug) and the next
+    /// one starts a new leader.
     pub(crate) async fn make(&self, handler: &Handler, topic: &[u8]) {
-        let mut had = 0;
-        for _ in 0..GATHER_TURNS {
-            tokio::task::yield_now().await;
-            let now = self.waiting().get(topic).map_or(0, Vec::len);
-            if now == had {
-                break;
+        let mut leading = Leading { gathering: self, topic, done: false };
+        loop {
+            let mut had = self.waiting().get(topic).map_or(0, Vec::len);
+            for turn in 0..GATHER_TURNS {
+                tokio::task::yield_now().await;
+                let now = self.waiting().get(topic).map_or(0, Vec::len);
+                if now == had && turn > 0 {
+                    break;
+                }
+                had = now;
             }
-            had = now;
+            let list = self.waiting().get_mut(topic).map(std::mem::take).unwrap_or_default();
+            let requests: Vec<&Request> = list.iter().map(|(request, _)| request).collect();
+            let replies = handler.handle_nowait_group(&requests);
+            drop(requests);
+            for ((request, sender), reply) in list.into_iter().zip(replies) {
+                let _ = sender.send(match reply {
+                    Some(Reply::Done(response)) => Ok(response),
+                    _ => Err(request),
+                });
+            }
+            // Those that came meanwhile are the next group; none: done
+            // (under the lock that queues them, so none is left behind).
+            let mut waiting = self.waiting();
+            if waiting.get(topic).is_none_or(Vec::is_empty) {
+                waiting.remove(topic);
+                leading.done = true;
+                return;
+            }
         }
-        let list = self.waiting().remove(topic).unwrap_or_default();
-        let requests: Vec<&Request> = list.iter().map(|(request, _)| request).collect();
-        let replies = handler.handle_nowait_group(&requests);
-        drop(requests);
-        for ((request, sender), reply) in list.into_iter().zip(replies) {
-            let _ = sender.send(match reply {
-                Some(Reply::Done(response)) => Ok(response),
-                _ => Err(request),
-            });
+    }
+}
+
+/// A topic's leader ([`Gathering::make`]) under way: should it stop
+/// without ending its loop (a panic, a dropped task), the topic's entry
+/// goes, so that the next notify starts a new leader rather than waiting
+/// for one that is gone.
+struct Leading<'g> {
+    gathering: &'g Gathering,
+    topic: &'g [u8],
+    done: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.gathering.waiting().remove(self.topic);
         }
     }
 }
