@@ -175,17 +175,18 @@ impl Store {
         for (target, copies) in targets.into_iter().zip(copies) {
             let Target { route, topic: dest, writer, mut kept, .. } = target;
             let Some(mut writer) = writer else { continue };
-            // The copies of the events stored, with whose they are.
-            let run: Vec<(usize, u64, Event)> = copies.into_iter().enumerate().filter_map(|(i, c)| Some((i, stored[i]?, c?))).collect();
-            let events: Vec<&Event> = run.iter().map(|(_, _, c)| c).collect();
+            // The copies of the events stored (moved, not cloned), and
+            // whose they are.
+            let (run, owned): (Vec<(usize, u64)>, Vec<Event>) =
+                copies.into_iter().enumerate().filter_map(|(i, c)| Some(((i, stored[i]?), c?))).unzip();
             let waking = self.appending(&dest);
             let appended: Vec<Result<Appended>> = if dest.is_journal() {
-                let owned: Vec<Event> = events.iter().map(|e| (*e).clone()).collect();
                 match writer.append_run(&owned, now().max(0.0) as u64, &self.gauge) {
                     Ok(seqs) => seqs.into_iter().map(|s| Ok(Appended::Stored(s))).collect(),
                     Err(err) => run.iter().map(|_| Err(copy_error(&err))).collect(),
                 }
             } else {
+                let events: Vec<&Event> = owned.iter().collect();
                 writer.append_batch(&events, now().max(0.0) as u64, &self.gauge)
             };
             let wrote = appended.iter().any(|a| matches!(a, Ok(Appended::Stored(_))));
@@ -193,7 +194,7 @@ impl Store {
             kept.1.files = Some(writer.release());
             self.appended_written(waking, wrote, written);
             self.put_kept(kept);
-            for ((i, seq, copy), appended) in run.iter().zip(appended) {
+            for (((i, seq), copy), appended) in run.iter().zip(&owned).zip(appended) {
                 reports[*i].deliveries += 1;
                 match appended {
                     Ok(Appended::Stored(at)) => reports[*i].writes.push(Write { topic: dest.clone(), id: copy.id().unwrap_or(b"").to_vec(), checkpoint: at }),
