@@ -92,6 +92,10 @@ pub const MOUNT: &str = "/kn";
 /// Where the Prometheus figures are served ([`ServeConfig::metrics`]).
 pub const METRICS_PATH: &str = "/metrics";
 
+/// How often `serve` gives the memory malloc holds free back to the
+/// system ([`give_back_freed_memory`]).
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+
 /// One-shot requests running at once: [`IN_PLACE`] on the async workers,
 /// the rest on a pool of their own (a runtime of its own, [`Pool`]).
 /// Bounded so that a burst of requests (a thousand browsers reconnecting
@@ -231,6 +235,7 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<st
         .record_server_names(kn_journal::own_host_name(), &names)
         .map_err(|e| Error::io("cannot record the server's names in the store", std::io::Error::other(e.to_string())))?;
     tokio::spawn(sweeper(server.store.clone()));
+    tokio::spawn(give_back_freed_memory());
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut signal = std::pin::pin!(crate::shutdown::signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
@@ -292,6 +297,24 @@ async fn sweeper(store: Arc<Store>) {
     }
 }
 
+/// In the background, every [`TRIM_EVERY`]: the pages malloc holds
+/// free are given back to the system (`malloc_trim`). A held tunnel
+/// frees its connection's hyper buffers once its head is out
+/// (crate::serve_held), but glibc keeps freed chunks between live ones
+/// resident: at 10,000 held, 20 % of the RSS (issue 31, memory per idle
+/// subscriber; docs/benchmarks/fanout.md). Only `serve` does this, never
+/// the CGI.
+async fn give_back_freed_memory() {
+    let mut every = tokio::time::interval(TRIM_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages; it takes the arenas' locks.
+        let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+    }
+}
+
 /// In the background, once a second: the deliveries waiting in the
 /// store's outbox for a retry (a route that failed transiently) or a
 /// population, whose topic may see no other post for a long time.
@@ -334,11 +357,13 @@ async fn connection(
                 Box::pin(async move { Ok::<_, Infallible>(server.respond(request, peer).await) });
             answer
         });
-        let mut serving = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(io), service);
+        // Boxed, so that the task holding a tunnel does not keep room
+        // for hyper's connection once it is gone.
+        let mut serving = Box::new(http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(io), service));
         let mut told = false;
         let served = loop {
             if !told && closing.is_closing() {
-                Pin::new(&mut serving).graceful_shutdown();
+                Pin::new(&mut *serving).graceful_shutdown();
                 told = true;
             }
             tokio::select! {

@@ -124,7 +124,9 @@ impl ConnIo {
     /// Back from hyper: `read` is what hyper read past its last request.
     /// The tunnel hyper wrote the head of, if it did.
     pub(crate) fn back(&mut self, read: Bytes) -> Option<Held> {
-        self.prefix = read;
+        // A copy: hyper's bytes share its read buffer's whole allocation
+        // (8 KiB), even when empty, which would stay as long as the tunnel.
+        self.prefix = if read.is_empty() { Bytes::new() } else { Bytes::copy_from_slice(&read) };
         self.handoff.take()
     }
 
@@ -399,9 +401,9 @@ mod tests {
     #[test]
     fn chunked_heads_keep_the_connection_unless_it_says_close() {
         let written = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
-        let (head, framing) = framing(written).unwrap();
+        let (head, framed) = framing(written).unwrap();
         assert_eq!(head, &written[..written.len() - 5]);
-        assert_eq!(framing, Framing { chunked: true, keep: true });
+        assert_eq!(framed, Framing { chunked: true, keep: true });
         let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
         assert_eq!(framing(closing).unwrap().1, Framing { chunked: true, keep: false });
     }
