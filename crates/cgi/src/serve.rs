@@ -348,13 +348,18 @@ async fn connection(
         let for_requests = server.clone();
         let service = service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(handoff.clone());
+            let answering = handoff.answering();
             let server = for_requests.clone();
             // Boxed: hyper keeps the allocation of a request's future for
             // as long as its connection lives (reused for the next
             // request), and `respond`'s is about 3.5 KiB; boxed, only the
             // pointer stays (issue 31, memory per idle subscriber).
             let answer: Pin<Box<dyn Future<Output = Result<hyper::Response<Body>, Infallible>> + Send>> =
-                Box::pin(async move { Ok::<_, Infallible>(server.respond(request, peer).await) });
+                Box::pin(async move {
+                    let reply = server.respond(request, peer).await;
+                    drop(answering);
+                    Ok::<_, Infallible>(reply)
+                });
             answer
         });
         // Boxed, so that the task holding a tunnel does not keep room
@@ -373,8 +378,12 @@ async fn connection(
         };
         let parts = serving.into_parts();
         io = parts.io.into_inner();
-        // A failed connection (the client went away) concerns no one else.
-        let held = if served.is_ok() { io.back(parts.read_buf) } else { None };
+        // A tunnel whose head hyper wrote whole is held even if hyper then
+        // failed (the end of the stream in the middle of a request sent
+        // behind it: its bytes come back in `read_buf`, for after the
+        // tunnel). Any other failed connection (the client went away)
+        // concerns no one else.
+        let held = io.back(parts.read_buf);
         let Some(held) = held else {
             if served.is_ok() {
                 io.shut_down().await;
@@ -383,7 +392,8 @@ async fn connection(
         };
         let reader = server.readers.handle();
         match crate::serve_held::follow(server.store.clone(), reader, held, &mut io, server.closing.clone()).await {
-            Ended::Keep if !closing.is_closing() => continue,
+            // After a failure, no more requests on this connection.
+            Ended::Keep if served.is_ok() && !closing.is_closing() => continue,
             _ => return io.shut_down().await,
         }
     }
@@ -655,6 +665,12 @@ impl Server {
             Ok(Ok((Reply::Tunnel(tunnel), after))) => {
                 if !after.is_empty() {
                     tokio::task::spawn_blocking(move || after.run());
+                }
+                if handoff.as_ref().is_some_and(|h| h.is_armed()) {
+                    // Sent in the same read as a tunnel's request (pipelined):
+                    // one tunnel per connection at once.
+                    self.readers.handle().spawn_blocking(move || drop(tunnel));
+                    return self.busy(&query, "a tunnel is open on this connection already: open another on a connection of its own");
                 }
                 match self.tunnels.clone().try_acquire_owned() {
                     Ok(permit) => self.stream(tunnel, permit, handoff, head_request),

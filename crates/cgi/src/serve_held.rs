@@ -35,7 +35,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -76,6 +76,19 @@ pub(crate) struct Held {
 pub struct HandOff {
     state: AtomicU8,
     held: Mutex<Option<Held>>,
+    /// Requests whose answer is being made ([`Answering`]): hyper must
+    /// not find the end of the stream while one is (a request pipelined
+    /// behind the tunnel's).
+    answering: AtomicUsize,
+}
+
+/// A request being answered on a connection ([`HandOff::answering`]).
+pub(crate) struct Answering(Arc<HandOff>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.answering.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl HandOff {
@@ -84,6 +97,24 @@ impl HandOff {
     pub(crate) fn arm(&self, held: Held) {
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(held);
         self.state.store(ARMED, Ordering::Release);
+    }
+
+    /// Counts a request as being answered until the guard is dropped.
+    pub(crate) fn answering(self: &Arc<Self>) -> Answering {
+        self.answering.fetch_add(1, Ordering::AcqRel);
+        Answering(self.clone())
+    }
+
+    /// hyper may end its connection: the tunnel's head is written and no
+    /// request behind it is being answered.
+    fn may_end(&self) -> bool {
+        self.state.load(Ordering::Acquire) == FLUSHED && self.answering.load(Ordering::Acquire) == 0
+    }
+
+    /// A tunnel's response went out on this connection: a request
+    /// pipelined behind it cannot open another.
+    pub(crate) fn is_armed(&self) -> bool {
+        self.state.load(Ordering::Acquire) != IDLE
     }
 
     /// The response body reached its end (`Body::HandOff`).
@@ -139,8 +170,10 @@ impl ConnIo {
 impl AsyncRead for ConnIo {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.handoff.state.load(Ordering::Acquire) == FLUSHED {
-            // The end of the stream, as hyper sees it: it closes.
+        if this.handoff.may_end() {
+            // The end of the stream, as hyper sees it: it closes. While a
+            // request sent behind the tunnel's is answered, hyper reads
+            // on (the rest of its body, or the client's close).
             return Poll::Ready(Ok(()));
         }
         if !this.prefix.is_empty() {
@@ -171,7 +204,7 @@ impl AsyncWrite for ConnIo {
         // hyper flushes its writer once its own buffer is empty: after
         // the body's end, all of the tunnel's head is in `head`. Its next
         // read (this task, woken now) ends its connection.
-        if this.handoff.state.compare_exchange(ENDED, FLUSHED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if this.handoff.state.compare_exchange(ENDED, FLUSHED, Ordering::AcqRel, Ordering::Acquire).is_ok() || this.handoff.may_end() {
             cx.waker().wake_by_ref();
             return Poll::Ready(Ok(()));
         }
@@ -192,18 +225,23 @@ pub(crate) struct Framing {
     pub(crate) keep: bool,
 }
 
-/// Splits what hyper wrote for a tunnel into its head and framing; `None`
-/// if it is not a head followed by nothing or by the terminating chunk.
-pub(crate) fn framing(written: &[u8]) -> Option<(&[u8], Framing)> {
+/// Splits what hyper wrote for a tunnel into its head, its framing and
+/// what hyper wrote after the tunnel's response: the answers to requests
+/// the client sent behind it in the same read (pipelined), which hyper
+/// answered at once; they go out after the tunnel's end. `None` if it is
+/// not a head followed by nothing or by the terminating chunk.
+pub(crate) fn framing(written: &[u8]) -> Option<(&[u8], Framing, &[u8])> {
     let end = written.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     let (head, rest) = written.split_at(end);
     let lower = head.to_ascii_lowercase();
     let has = |line: &[u8]| lower.windows(line.len()).any(|w| w == line);
     let chunked = has(b"\r\ntransfer-encoding: chunked\r\n");
-    match (chunked, rest) {
-        (true, LAST_CHUNK) => Some((head, Framing { chunked, keep: !has(b"\r\nconnection: close\r\n") })),
-        (false, b"") => Some((head, Framing { chunked, keep: false })),
-        _ => None,
+    if chunked && rest.starts_with(LAST_CHUNK) {
+        Some((head, Framing { chunked, keep: !has(b"\r\nconnection: close\r\n") }, &rest[LAST_CHUNK.len()..]))
+    } else if !chunked && rest.is_empty() {
+        Some((head, Framing { chunked, keep: false }, b""))
+    } else {
+        None
     }
 }
 
@@ -230,8 +268,8 @@ pub(crate) async fn follow(
 ) -> Ended {
     let Held { mut tunnel, permit: _permit } = held;
     let written = std::mem::take(&mut io.head);
-    let Some((head, framing)) = framing(&written) else { return Ended::Close };
-    let mut out = Out { io, framing, gone: false };
+    let Some((head, framing, pipelined)) = framing(&written) else { return Ended::Close };
+    let mut out = Out { io, framing, gone: false, pipelined: pipelined.to_vec() };
     let mut first = head.to_vec();
     drop(written);
     out.frame(&mut first, &tunnel.take_first());
@@ -309,6 +347,9 @@ struct Out<'a> {
     /// Bytes past the request arrived: no more reads (as hyper, which
     /// stops reading mid-response once it holds some).
     gone: bool,
+    /// hyper's answers to requests pipelined behind the tunnel's, sent
+    /// after its end ([`framing`]).
+    pipelined: Vec<u8>,
 }
 
 impl Out<'_> {
@@ -358,6 +399,10 @@ impl Out<'_> {
         if !self.framing.chunked || self.write(LAST_CHUNK.to_vec()).await.is_err() {
             return Ended::Close;
         }
+        let pipelined = std::mem::take(&mut self.pipelined);
+        if self.write(pipelined).await.is_err() {
+            return Ended::Close;
+        }
         // Bytes of a next request already read (`gone`) go to hyper first.
         if keep && self.framing.keep {
             Ended::Keep
@@ -401,17 +446,21 @@ mod tests {
     #[test]
     fn chunked_heads_keep_the_connection_unless_it_says_close() {
         let written = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
-        let (head, framed) = framing(written).unwrap();
+        let (head, framed, pipelined) = framing(written).unwrap();
         assert_eq!(head, &written[..written.len() - 5]);
         assert_eq!(framed, Framing { chunked: true, keep: true });
+        assert!(pipelined.is_empty());
         let closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
         assert_eq!(framing(closing).unwrap().1, Framing { chunked: true, keep: false });
+        let mut behind = written.to_vec();
+        behind.extend_from_slice(b"HTTP/1.1 200 Notified\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(framing(&behind).unwrap().2, b"HTTP/1.1 200 Notified\r\ncontent-length: 0\r\n\r\n", "a pipelined answer");
     }
 
     #[test]
     fn http_1_0_heads_are_close_delimited() {
         let written = b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
-        assert_eq!(framing(written).unwrap(), (&written[..], Framing { chunked: false, keep: false }));
+        assert_eq!(framing(written).unwrap(), (&written[..], Framing { chunked: false, keep: false }, &b""[..]));
     }
 
     #[test]

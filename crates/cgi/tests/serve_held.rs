@@ -94,6 +94,29 @@ fn http_1_1_tunnels_are_chunked_and_the_connection_serves_the_next_request() {
     assert!(String::from_utf8_lossy(rest).starts_with("HTTP/1.1 200 Notified"), "{}", String::from_utf8_lossy(rest));
 }
 
+/// A notify sent in the same write as the tunnel's request (pipelined)
+/// is answered after the tunnel's end, in order; a second tunnel
+/// pipelined behind a first is refused (`503`), the first kept.
+#[test]
+fn requests_pipelined_behind_a_tunnel_are_answered_after_it() {
+    let (serve, _dir) = start(&[("KN_TUNNEL_MAX_TIME", "1")]);
+    let mut stream = connect(&serve);
+    let body = "kn_to=/who/p/s/1/kn_journal&kn_payload=behind&kn_response_format=simple";
+    let mut both = b"GET /kn/who/p/s/1/kn_journal?kn_response_format=simple HTTP/1.1\r\nHost: t\r\n\r\n".to_vec();
+    write!(both, "POST /kn HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    both.extend_from_slice(b"GET /kn/who/p/s/2/kn_journal?kn_response_format=simple HTTP/1.1\r\nHost: t\r\n\r\n");
+    stream.write_all(&both).unwrap();
+    let mut seen = Vec::new();
+    assert!(read_until(&mut stream, &mut seen, Duration::from_secs(5), |s| find(s, b"HTTP/1.1 503").is_some_and(|at| find(&s[at..], b"\r\n\r\n").is_some())), "{}", String::from_utf8_lossy(&seen));
+    let head_end = find(&seen, b"\r\n\r\n").unwrap() + 4;
+    assert!(seen.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&seen));
+    let (chunks, rest) = dechunk(&seen[head_end..]);
+    assert!(find(&chunks[0], b"Watching topic").is_some());
+    let rest = String::from_utf8_lossy(rest);
+    let notified = rest.find("HTTP/1.1 200 Notified").unwrap_or_else(|| panic!("{rest}"));
+    assert!(rest[notified..].contains("HTTP/1.1 503"), "{rest}");
+}
+
 /// HTTP/1.0: no chunk framing, the pieces as they are, the connection
 /// closed at the tunnel's end.
 #[test]
