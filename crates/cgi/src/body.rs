@@ -29,6 +29,10 @@ pub enum Body {
     /// A complete body with what is to run once it is sent (started, a
     /// moment later, when hyper is done with the body).
     Then(Option<Bytes>, Option<AfterReply>),
+    /// A held tunnel's: none, of unknown length, so that hyper writes the
+    /// head of a streamed response; the tunnel's task writes the rest
+    /// (crate::serve_held).
+    HandOff(Option<std::sync::Arc<crate::serve_held::HandOff>>),
 }
 
 impl Drop for Body {
@@ -69,6 +73,12 @@ impl hyper::body::Body for Body {
         match self.get_mut() {
             Body::Full(bytes) | Body::Then(bytes, _) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Body::Stream(rx) => rx.poll_recv(cx).map(|piece| piece.map(|b| Ok(Frame::data(b)))),
+            Body::HandOff(handoff) => {
+                if let Some(handoff) = handoff.take() {
+                    handoff.body_ended();
+                }
+                Poll::Ready(None)
+            }
         }
     }
 
@@ -80,7 +90,7 @@ impl hyper::body::Body for Body {
         match self {
             Body::Full(Some(b)) | Body::Then(Some(b), _) => SizeHint::with_exact(b.len() as u64),
             Body::Full(None) | Body::Then(None, _) => SizeHint::with_exact(0),
-            Body::Stream(_) => SizeHint::default(),
+            Body::Stream(_) | Body::HandOff(_) => SizeHint::default(),
         }
     }
 }

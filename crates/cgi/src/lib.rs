@@ -79,6 +79,7 @@ mod shutdown;
 mod serve_auth;
 mod serve_body;
 mod serve_gather;
+mod serve_held;
 mod serve_tunnel;
 mod static_files;
 pub mod stream_access;

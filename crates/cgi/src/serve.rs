@@ -53,13 +53,14 @@
 //! ```
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH};
 use hyper::server::conn::http1;
@@ -69,8 +70,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use kn_journal::{Config, Store};
 use kn_wire::{status_event, Format, Page, Params};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::Authentication;
 pub use crate::body::Body;
@@ -81,6 +81,7 @@ use crate::serve_auth::{Gate, Refusal};
 use crate::serve_body::{BodyBudget, Refused};
 use crate::request::{HttpRequest, Limits, Request};
 use crate::response::Response;
+use crate::serve_held::{ConnIo, Ended, HandOff, Held};
 use crate::shutdown::{Closing, Shutdown};
 use crate::{Error, ErrorKind};
 
@@ -91,10 +92,9 @@ pub const MOUNT: &str = "/kn";
 /// Where the Prometheus figures are served ([`ServeConfig::metrics`]).
 pub const METRICS_PATH: &str = "/metrics";
 
-/// How many tunnel pieces may wait for a slow client before the tunnel
-/// itself waits: enough to never stall on a burst, small enough that a
-/// stuck client holds little memory.
-const TUNNEL_QUEUE: usize = 8;
+/// How often `serve` gives the memory malloc holds free back to the
+/// system ([`give_back_freed_memory`]).
+const TRIM_EVERY: Duration = Duration::from_secs(5);
 
 /// One-shot requests running at once: [`IN_PLACE`] on the async workers,
 /// the rest on a pool of their own (a runtime of its own, [`Pool`]).
@@ -235,6 +235,7 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<st
         .record_server_names(kn_journal::own_host_name(), &names)
         .map_err(|e| Error::io("cannot record the server's names in the store", std::io::Error::other(e.to_string())))?;
     tokio::spawn(sweeper(server.store.clone()));
+    tokio::spawn(give_back_freed_memory());
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
     let mut signal = std::pin::pin!(crate::shutdown::signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
@@ -296,6 +297,24 @@ async fn sweeper(store: Arc<Store>) {
     }
 }
 
+/// In the background, every [`TRIM_EVERY`]: the pages malloc holds
+/// free are given back to the system (`malloc_trim`). A held tunnel
+/// frees its connection's hyper buffers once its head is out
+/// (crate::serve_held), but glibc keeps freed chunks between live ones
+/// resident: at 10,000 held, 20 % of the RSS (issue 31, memory per idle
+/// subscriber; docs/benchmarks/fanout.md). Only `serve` does this, never
+/// the CGI.
+async fn give_back_freed_memory() {
+    let mut every = tokio::time::interval(TRIM_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages; it takes the arenas' locks.
+        let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+    }
+}
+
 /// In the background, once a second: the deliveries waiting in the
 /// store's outbox for a retry (a route that failed transiently) or a
 /// population, whose topic may see no other post for a long time.
@@ -310,27 +329,74 @@ async fn retry_lagging_forwarding(store: Arc<Store>) {
 }
 
 /// Serves one connection; `_permit` counts it against the cap until it
-/// closes; `watcher` closes it after its response when the server stops.
+/// closes; `_watcher` until it closes too, the server's stop closing it
+/// after its response (through `closing`, as hyper-util's `Watcher::watch`
+/// would). A tunnel's socket is taken back from hyper once its head is
+/// written and served by crate::serve_held, then handed to a new hyper
+/// connection if the client keeps it after the tunnel.
 async fn connection(
     server: Arc<Server>,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     _permit: OwnedSemaphorePermit,
-    watcher: hyper_util::server::graceful::Watcher,
+    _watcher: hyper_util::server::graceful::Watcher,
 ) {
-    let service = service_fn(move |request| {
-        let server = server.clone();
-        // Boxed: hyper keeps the allocation of a request's future for as
-        // long as its connection lives (reused for the next request), and
-        // `respond`'s is about 3.5 KiB; boxed inside, only the pointer's
-        // small wrapper stays, the rest is freed with the response. A
-        // connection held by a tunnel for hours holds only what it needs
-        // (issue 31, memory per idle subscriber).
-        async move { Ok::<_, Infallible>(Box::pin(server.respond(request, peer)).await) }
-    });
-    // A failed connection (the client went away) concerns no one else.
-    let serving = http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(stream), service);
-    let _ = watcher.watch(serving).await;
+    let mut closing = server.closing.clone();
+    let mut io = ConnIo::new(stream);
+    loop {
+        let handoff = io.next_handoff();
+        let for_requests = server.clone();
+        let service = service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(handoff.clone());
+            let answering = handoff.answering();
+            let server = for_requests.clone();
+            // Boxed: hyper keeps the allocation of a request's future for
+            // as long as its connection lives (reused for the next
+            // request), and `respond`'s is about 3.5 KiB; boxed, only the
+            // pointer stays (issue 31, memory per idle subscriber).
+            let answer: Pin<Box<dyn Future<Output = Result<hyper::Response<Body>, Infallible>> + Send>> =
+                Box::pin(async move {
+                    let reply = server.respond(request, peer).await;
+                    drop(answering);
+                    Ok::<_, Infallible>(reply)
+                });
+            answer
+        });
+        // Boxed, so that the task holding a tunnel does not keep room
+        // for hyper's connection once it is gone.
+        let mut serving = Box::new(http1::Builder::new().timer(TokioTimer::new()).serve_connection(TokioIo::new(io), service));
+        let mut told = false;
+        let served = loop {
+            if !told && closing.is_closing() {
+                Pin::new(&mut *serving).graceful_shutdown();
+                told = true;
+            }
+            tokio::select! {
+                served = std::future::poll_fn(|cx| serving.poll_without_shutdown(cx)) => break served,
+                _ = closing.wait(), if !told => {}
+            }
+        };
+        let parts = serving.into_parts();
+        io = parts.io.into_inner();
+        // A tunnel whose head hyper wrote whole is held even if hyper then
+        // failed (the end of the stream in the middle of a request sent
+        // behind it: its bytes come back in `read_buf`, for after the
+        // tunnel). Any other failed connection (the client went away)
+        // concerns no one else.
+        let held = io.back(parts.read_buf);
+        let Some(held) = held else {
+            if served.is_ok() {
+                io.shut_down().await;
+            }
+            return;
+        };
+        let reader = server.readers.handle();
+        match crate::serve_held::follow(server.store.clone(), reader, held, &mut io, server.closing.clone()).await {
+            // After a failure, no more requests on this connection.
+            Ended::Keep if served.is_ok() && !closing.is_closing() => continue,
+            _ => return io.shut_down().await,
+        }
+    }
 }
 
 /// Answers the first request of a connection past the cap with `503` and
@@ -492,6 +558,7 @@ impl Server {
 
     async fn pubsub(self: Arc<Self>, request: hyper::Request<Incoming>, path_info: Vec<u8>, peer: SocketAddr) -> hyper::Response<Body> {
         let (parts, incoming) = request.into_parts();
+        let handoff = parts.extensions.get::<Arc<HandOff>>().cloned();
         let query = parts.uri.query().unwrap_or("").as_bytes().to_vec();
         let head_request = parts.method == hyper::Method::HEAD;
         let max = self.limits.max_body();
@@ -599,8 +666,14 @@ impl Server {
                 if !after.is_empty() {
                     tokio::task::spawn_blocking(move || after.run());
                 }
+                if handoff.as_ref().is_some_and(|h| h.is_armed()) {
+                    // Sent in the same read as a tunnel's request (pipelined):
+                    // one tunnel per connection at once.
+                    self.readers.handle().spawn_blocking(move || drop(tunnel));
+                    return self.busy(&query, "a tunnel is open on this connection already: open another on a connection of its own");
+                }
                 match self.tunnels.clone().try_acquire_owned() {
-                    Ok(permit) => self.stream(tunnel, permit),
+                    Ok(permit) => self.stream(tunnel, permit, handoff, head_request),
                     Err(_) => {
                         // Ends the tunnel's watch; nothing was sent yet.
                         self.readers.handle().spawn_blocking(move || drop(tunnel));
@@ -680,21 +753,21 @@ impl Server {
         }
     }
 
-    /// Starts streaming a tunnel: the status event and the initial events
-    /// go out with the head; a task follows the topic from then on.
-    fn stream(self: &Arc<Self>, mut tunnel: Box<TunnelReply>, permit: OwnedSemaphorePermit) -> hyper::Response<Body> {
-        let (tx, rx) = mpsc::channel(TUNNEL_QUEUE);
-        // A fresh channel has room for both.
-        let _ = tx.try_send(Bytes::from(tunnel.take_first()));
-        let initial = tunnel.take_initial();
-        if !initial.is_empty() {
-            let _ = tx.try_send(Bytes::from(initial));
-        }
-        let mut reply = with_head(&tunnel.head, Body::Stream(rx));
+    /// Starts a tunnel: its head goes out through hyper, then the
+    /// connection's task takes the socket and follows the topic
+    /// (crate::serve_held). A `HEAD` gets the head alone and no tunnel.
+    fn stream(self: &Arc<Self>, tunnel: Box<TunnelReply>, permit: OwnedSemaphorePermit, handoff: Option<Arc<HandOff>>, head_request: bool) -> hyper::Response<Body> {
+        let mut reply = with_head(&tunnel.head, Body::HandOff(None));
         // Proxies must pass each piece on at once.
         reply.headers_mut().insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
-        let reader = self.readers.handle();
-        tokio::spawn(follow(self.store.clone(), reader, tunnel, tx, permit, self.closing.clone()));
+        match handoff {
+            Some(handoff) if !head_request => {
+                handoff.arm(Held { tunnel, permit });
+                *reply.body_mut() = Body::HandOff(Some(handoff));
+            }
+            // Ends the tunnel's watch; nothing is sent.
+            _ => drop(self.readers.handle().spawn_blocking(move || drop((tunnel, permit)))),
+        }
         reply
     }
 
@@ -716,86 +789,6 @@ impl Server {
             },
         };
         crate::metrics_http::answer(&self.figures, scrape, request, peer).await
-    }
-}
-
-/// Follows a tunnel until the client goes away, `kn_expires` passes or the
-/// server stops (`closing`: then a last status event ends it):
-/// arm a wakeup, read what is new, send it; when nothing is (or the read
-/// caught up), await the wakeup, the keep-alive timer or the deadline
-/// (whose trailer is written on `reader`'s blocking threads, as are reads
-/// that may be large). `_permit` counts the tunnel against the cap until it ends.
-async fn follow(
-    store: Arc<Store>,
-    reader: tokio::runtime::Handle,
-    mut tunnel: Box<TunnelReply>,
-    tx: mpsc::Sender<Bytes>,
-    _permit: OwnedSemaphorePermit,
-    mut closing: Closing,
-) {
-    let (keep_alive, every) = tunnel.keep_alive();
-    // With change notification, a wakeup comes with every append; a lost
-    // one (an inotify queue overflow) is caught by the re-read at the next
-    // keep-alive. Without it, re-read every poll interval, as a
-    // `kn_presence` tunnel does to look at who is connected.
-    let poll = if tunnel.is_notified() && !tunnel.must_poll() { every } else { tunnel.poll_interval() };
-    let deadline = tunnel.deadline().map(Instant::from_std);
-    let mut last_write = Instant::now();
-    // Reads that may be large go to `reader`'s threads (crate::serve_tunnel).
-    let mut reads = crate::serve_tunnel::Reads::default();
-    loop {
-        if closing.is_closing() {
-            let _ = tx.send(Bytes::from(tunnel.closing())).await;
-            return;
-        }
-        let listener = tunnel.listen();
-        let Some((back, chunk)) = reads.next(&store, &reader, tunnel).await else { return };
-        tunnel = back;
-        match chunk {
-            Ok(Some(chunk)) => {
-                reads.sent(tx.capacity() == 0);
-                if tx.send(Bytes::from(chunk)).await.is_err() {
-                    return;
-                }
-                last_write = Instant::now();
-                // Read again only if that read may have left something
-                // behind; else the wakeup armed before it says when to.
-                if !tunnel.caught_up() {
-                    continue;
-                }
-            }
-            Ok(None) => {}
-            // The topic's files are unreadable: end the response; the
-            // client reconnects and gets a status saying why.
-            Err(_) => return,
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            let store = store.clone();
-            if let Ok(trailer) = reader.spawn_blocking(move || tunnel.finish(&store)).await {
-                let _ = tx.send(Bytes::from(trailer)).await;
-            }
-            return;
-        }
-        let keep_alive_at = last_write + every;
-        if now >= keep_alive_at {
-            if tx.send(Bytes::from_static(keep_alive)).await.is_err() {
-                return;
-            }
-            last_write = now;
-            continue;
-        }
-        let mut wake = keep_alive_at.min(now + poll);
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = listener => {}
-            _ = tokio::time::sleep_until(wake) => {}
-            // The connection is gone: drop the tunnel (and its watch) now.
-            _ = tx.closed() => return,
-            _ = closing.wait() => {}
-        }
     }
 }
 
