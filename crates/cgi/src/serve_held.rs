@@ -256,8 +256,8 @@ pub(crate) enum Ended {
 }
 
 /// Serves a held tunnel on `io` until it ends: the head hyper wrote and
-/// the first pieces, then the tunnel's events as `serve::follow` did
-/// through hyper (the same reads, keep-alives, deadline and closing
+/// the first pieces, then the tunnel's events as they went
+/// through hyper before (the same reads, keep-alives, deadline and closing
 /// event), each piece in `framing`.
 pub(crate) async fn follow(
     store: Arc<Store>,
@@ -278,7 +278,7 @@ pub(crate) async fn follow(
         return Ended::Close;
     }
     let (keep_alive, every) = tunnel.keep_alive();
-    // As in `serve::follow`: notified tunnels re-read at each keep-alive,
+    // Notified tunnels re-read at each keep-alive,
     // the others every poll interval.
     let poll = if tunnel.is_notified() && !tunnel.must_poll() { every } else { tunnel.poll_interval() };
     let deadline = tunnel.deadline().map(Instant::from_std);

@@ -169,13 +169,8 @@ pub(crate) fn read_receipts(dir: &Path, config: &Config) -> JournalReceipts {
 }
 
 /// The whole text of an open `.receipts` (empty when not readable).
-fn read_text(mut file: &File) -> String {
-    use std::io::Read;
-    let mut text = String::new();
-    match file.read_to_string(&mut text) {
-        Ok(_) => text,
-        Err(_) => String::new(),
-    }
+fn read_text(file: &File) -> String {
+    std::io::read_to_string(file).unwrap_or_default()
 }
 
 /// Changes the `.receipts` of the journal in `dir` with `change`, under
