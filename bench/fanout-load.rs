@@ -6,6 +6,7 @@
 //! fanout-load kn|nchan HOST:PORT latency S      # 1 subscriber, S timed round trips (after 20 unrecorded)
 //! fanout-load kn|nchan HOST:PORT busy N E C     # N SSE subscribers, C publishers at once posting E events in all
 //! fanout-load kn|nchan HOST:PORT hold N         # open N subscribers, print "ready", hold until stdin closes
+//! fanout-load kn|nchan HOST:PORT lone N K       # N SSE subscribers (settled), K events each published alone
 //! fanout-load apache CGI STORE                  # pubsub.cgi under Apache: print "apache port=P pid=PID threads=T", stop when stdin closes
 //! ```
 //!
@@ -52,7 +53,10 @@
 //! drains of consecutive events overlap and share appends; S1 the last
 //! event, alone, timed as the first), `busy subscribers=N publishers=C events=E secs=S
 //! req_per_sec=R deliveries=D` (every subscriber got every event), `latency n=S p50=.. p90=.. p99=.. ms` or, for `hold`,
-//! `ready N` when every subscriber is open.
+//! `ready N` when every subscriber is open, `lone subscribers=N events=K
+//! p50_secs=.. min_secs=.. max_secs=..` for `lone` (the time from a
+//! publish until every subscriber has its event, each event published
+//! once the one before reached all: a chat message to a room of N).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -62,7 +66,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | busy N E C | hold N), or fanout-load apache CGI STORE";
+const USAGE: &str = "usage: fanout-load kn|nchan HOST:PORT (fanout N E | latency S | busy N E C | hold N | lone N K), or fanout-load apache CGI STORE";
 
 /// How long the whole fan-out, or one round trip, may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -477,6 +481,26 @@ async fn measure_fanout(run: Run, n: usize, e: usize, mut events: mpsc::Unbounde
     Ok(())
 }
 
+/// `lone`: `k` events, each published once the one before reached every
+/// one of the `n` subscribers (settled first, so no event is cold).
+async fn lone(run: Run, n: usize, k: usize) -> Result<(), String> {
+    let mut events = open_subscribers(&run, n).await?;
+    if let Some(path) = std::env::var_os("FANOUT_READY") {
+        let _ = std::fs::write(path, b"ready\n");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut secs = Vec::with_capacity(k);
+    for seq in 0..k {
+        secs.push(publish_to_all(&run, n, seq, &mut events).await?);
+        // The subscribers' readers are idle again before the next.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    secs.sort_by(f64::total_cmp);
+    let at = |q: f64| secs.get(((secs.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    println!("lone subscribers={n} events={k} p50_secs={:.4} min_secs={:.4} max_secs={:.4}", at(0.5), at(0.0), at(1.0));
+    Ok(())
+}
+
 /// `publishers` keep-alive connections posting `e` events in all, at once,
 /// to `n` subscribers: the publish rate while every event is delivered.
 async fn busy(run: Run, n: usize, e: usize, publishers: usize) -> Result<(), String> {
@@ -651,6 +675,7 @@ fn main() -> std::process::ExitCode {
             ("latency", Some(s), _) => latency(run, s).await,
             ("busy", Some(n), Some(e)) => busy(run, n, e, c.unwrap_or(8)).await,
             ("hold", Some(n), _) => hold(run, n).await,
+            ("lone", Some(n), Some(k)) => lone(run, n, k).await,
             _ => Err(USAGE.to_string()),
         }
     });

@@ -264,3 +264,24 @@ fn a_drain_stops_at_what_it_may_hold_and_the_next_pass_carries_the_rest_in_order
     }
     assert_eq!(listed(dir.path()), 0);
 }
+
+#[test]
+fn a_route_restored_into_a_journal_takes_the_copies_stored_after_it() {
+    // A drain keeps each journal's routes (none, as a rule) with its
+    // files for the journal's route generation: a route written into the
+    // journal's `kn_routes` since (by a tool restoring routes) must be
+    // seen by the next drain.
+    let dir = scratch("kn-journal-deferred-restored-");
+    let store = open(dir.path(), 1);
+    let journals = subscribe(&store, 2);
+    post(&store, "e0");
+    store.complete_deferred(&t(SRC));
+    assert_eq!(ids(&store, &journals[0]), ["e0"]);
+    assert!(ids(&store, &t("/what/further")).is_empty());
+    store.post(&journals[0].routes(), ev(&[("kn_id", "restored"), ("kn_payload", "/what/further")])).unwrap();
+    post(&store, "e1");
+    store.complete_deferred(&t(SRC));
+    assert_eq!(ids(&store, &journals[0]), ["e0", "e1"]);
+    assert_eq!(ids(&store, &journals[1]), ["e0", "e1"]);
+    assert_eq!(ids(&store, &t("/what/further")), ["e1"], "the copy stored after the route went along it");
+}

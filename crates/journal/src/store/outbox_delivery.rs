@@ -16,11 +16,11 @@ use crate::remote::{self, RemoteFailure};
 use crate::stats::Counter;
 use crate::topic::Topic;
 
-use super::job::{Job, SourceUrls};
+use super::job::{Job, SourceUrls, Stored};
 use super::outbox_state::{Lag, State};
 use super::report::{PostReport, Write};
 use super::read::Selection;
-use super::routes::ListedRoute;
+use super::routes::{ListedRoute, RouteList};
 use super::{Destination, Store};
 
 /// How many events of one topic a drain reads back from the log at once;
@@ -423,10 +423,16 @@ impl Store {
         // has an active route unless a tool restored one into its
         // `kn_routes` (a route made after the append above does not
         // carry these copies: they were stored before it).
+        // The journal's routes are read once per route generation and
+        // kept with its files (almost always none): not a lookup of its
+        // `kn_routes` directory per append. Routes that cannot be read
+        // are taken as present: the queued jobs then read them and say why.
         let t = now();
-        let routed = match stored.first().and_then(|s| s.routes.as_ref()) {
-            Some(routes) => routes.iter().any(|r| r.route.is_active(t)),
-            None => self.dir(&dest.routes()).exists(),
+        let active = |routes: &RouteList| routes.iter().any(|r| r.route.is_active(t));
+        let routed = match stored.first() {
+            Some(Stored { routes: Some(routes), .. }) => active(routes),
+            Some(first) => self.read_routes(dest, first.routes_generation).map_or(true, |routes| active(&routes)),
+            None => false,
         };
         if routed {
             for (copy, stored) in copies.into_iter().zip(stored) {
