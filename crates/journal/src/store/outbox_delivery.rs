@@ -16,11 +16,11 @@ use crate::remote::{self, RemoteFailure};
 use crate::stats::Counter;
 use crate::topic::Topic;
 
-use super::job::{Job, SourceUrls, Stored};
+use super::job::{Job, SourceUrls};
 use super::outbox_state::{Lag, State};
 use super::report::{PostReport, Write};
 use super::read::Selection;
-use super::routes::{ListedRoute, RouteList};
+use super::routes::ListedRoute;
 use super::{Destination, Store};
 
 /// How many events of one topic a drain reads back from the log at once;
@@ -422,18 +422,14 @@ impl Store {
         // go further. Static routes from a journal are refused, so none
         // has an active route unless a tool restored one into its
         // `kn_routes` (a route made after the append above does not
-        // carry these copies: they were stored before it).
-        // The journal's routes are read once per route generation and
-        // kept with its files (almost always none): not a lookup of its
-        // `kn_routes` directory per append. Routes that cannot be read
-        // are taken as present: the queued jobs then read them and say why.
+        // carry these copies: they were stored before it). Its routes are
+        // read once per route generation and kept with its files, not
+        // looked up per append; routes that cannot be read are taken as
+        // present: the queued jobs then read them and say why.
         let t = now();
-        let active = |routes: &RouteList| routes.iter().any(|r| r.route.is_active(t));
-        let routed = match stored.first() {
-            Some(Stored { routes: Some(routes), .. }) => active(routes),
-            Some(first) => self.read_routes(dest, first.routes_generation).map_or(true, |routes| active(&routes)),
-            None => false,
-        };
+        let routed = stored.first().is_some_and(|first| {
+            self.stored_routes(dest, first).map_or(true, |routes| routes.iter().any(|r| r.route.is_active(t)))
+        });
         if routed {
             for (copy, stored) in copies.into_iter().zip(stored) {
                 queue.push_back(Job::stored(dest.clone(), copy, None, stored));

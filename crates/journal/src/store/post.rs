@@ -151,12 +151,9 @@ impl Store {
         if limit == 0 {
             return false;
         }
-        let routes = match &stored.routes {
-            Some(routes) => Arc::clone(routes),
-            None => match self.read_routes(&job.topic, stored.routes_generation) {
-                Ok(routes) => stored.routes.insert(routes).clone(),
-                Err(_) => return false,
-            },
+        let routes = match self.stored_routes(&job.topic, stored) {
+            Ok(routes) => stored.routes.insert(routes).clone(),
+            Err(_) => return false,
         };
         let t = now();
         if routes.iter().filter(|r| r.route.is_active(t)).count() <= limit {
@@ -173,10 +170,7 @@ impl Store {
         if job.event.is_expired(t) {
             return Ok(()); // stored for duplicate suppression, never delivered
         }
-        let routes = match stored.routes {
-            Some(routes) => routes,
-            None => self.read_routes(&job.topic, stored.routes_generation)?,
-        };
+        let routes = self.stored_routes(&job.topic, &stored)?;
         if !routes.iter().any(|r| r.route.is_active(t)) {
             return Ok(());
         }
