@@ -442,11 +442,7 @@ async fn fanout(run: Run, n: usize, e: usize) -> Result<(), String> {
 async fn measure_fanout(run: Run, n: usize, e: usize, mut events: mpsc::UnboundedReceiver<Seen>, what: &str) -> Result<(), String> {
     let first = publish_to_all(&run, n, FIRST, &mut events).await?;
     let mut publisher = Client::connect(&run.addr).await?;
-    if let Some(path) = std::env::var_os("FANOUT_READY") {
-        // For a profiler: say when the subscribers are open, give it time.
-        let _ = std::fs::write(path, b"ready\n");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    say_ready().await;
     let start = Instant::now();
     let publishing_run = run.clone();
     let publishing = tokio::spawn(async move {
@@ -481,14 +477,20 @@ async fn measure_fanout(run: Run, n: usize, e: usize, mut events: mpsc::Unbounde
     Ok(())
 }
 
-/// `lone`: `k` events, each published once the one before reached every
-/// one of the `n` subscribers (settled first, so no event is cold).
-async fn lone(run: Run, n: usize, k: usize) -> Result<(), String> {
-    let mut events = open_subscribers(&run, n).await?;
+/// For a profiler or the bench's CPU count (`FANOUT_READY` names a file):
+/// says that the subscribers are open, then gives it time.
+async fn say_ready() {
     if let Some(path) = std::env::var_os("FANOUT_READY") {
         let _ = std::fs::write(path, b"ready\n");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// `lone`: `k` events, each published once the one before reached every
+/// one of the `n` subscribers (settled first, so no event is cold).
+async fn lone(run: Run, n: usize, k: usize) -> Result<(), String> {
+    let mut events = open_subscribers(&run, n).await?;
+    say_ready().await;
     let mut secs = Vec::with_capacity(k);
     for seq in 0..k {
         secs.push(publish_to_all(&run, n, seq, &mut events).await?);
