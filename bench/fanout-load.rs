@@ -513,6 +513,7 @@ async fn busy(run: Run, n: usize, e: usize, publishers: usize) -> Result<(), Str
     for _ in 0..publishers {
         clients.push(Client::connect(&run.addr).await?);
     }
+    say_ready().await;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for mut client in clients {
