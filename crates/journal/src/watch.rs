@@ -223,6 +223,9 @@ pub struct Hub {
     /// Per watched directory, the appends of this process whose change
     /// events the notifier has not seen yet (see [`Hub::appending`]).
     own: Own,
+    /// The working directory when the hub was made, against which
+    /// relative directories are keyed ([`Hub::key`]).
+    cwd: Option<PathBuf>,
 }
 
 type Own = Arc<Mutex<HashMap<OsString, Arc<AtomicU64>>>>;
@@ -238,7 +241,7 @@ impl Hub {
                 (None, Some(unavailable("inotify_init", &e, why)))
             }
         };
-        Hub { topics, watcher: Mutex::new(watcher), no_watcher, own }
+        Hub { topics, watcher: Mutex::new(watcher), no_watcher, own, cwd: std::env::current_dir().ok() }
     }
 
     /// Starts delivering wakeups for appends in `dir`.
@@ -249,7 +252,7 @@ impl Hub {
     pub fn subscribe(self: &Arc<Hub>, dir: &Path) -> Subscription {
         // Key and watch by the absolute path, as `appending` looks it up
         // (the default root is the relative `./kn_events`).
-        let dir = &*key(dir);
+        let dir = &*self.key(dir);
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let (first, signal, created, written) = {
             let mut map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
@@ -286,7 +289,7 @@ impl Hub {
     /// Wakes the readers of `dir` as an append seen by the notifier
     /// would: for appends seen elsewhere (`changes.rs`).
     pub(crate) fn wake(&self, dir: &Path) {
-        let dir = key(dir);
+        let dir = self.key(dir);
         let map = self.topics.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(readers) = map.get(dir.as_os_str()) {
             readers.created.fetch_add(1, Ordering::SeqCst);
@@ -327,7 +330,7 @@ impl Hub {
     /// goes out); an overflow of the kernel's queue does too. A count too
     /// low only costs a wakeup for nothing.
     pub fn appending(&self, dir: &Path) -> Option<Appending> {
-        let dir = key(dir);
+        let dir = self.key(dir);
         let dir = dir.as_os_str();
         let map = self.topics.lock().ok()?;
         let readers = map.get(dir)?;
@@ -409,15 +412,21 @@ impl Hub {
     }
 }
 
-/// The path `dir`'s readers are kept and watched under: `dir` itself
-/// when absolute (as a store's topic directories are when its root is),
-/// else made absolute. Maps keyed by it hash its bytes, not its
-/// components one by one as a `Path` key would: every append looks it up.
-fn key(dir: &Path) -> Cow<'_, Path> {
-    if dir.is_absolute() {
-        Cow::Borrowed(dir)
-    } else {
-        Cow::Owned(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
+impl Hub {
+    /// The path `dir`'s readers are kept and watched under: `dir` itself
+    /// when absolute (as a store's topic directories are when its root
+    /// is), else joined to the working directory the hub was made in,
+    /// without its `.` components: the default root is the relative
+    /// `./kn_events`, and asking the system for the working directory
+    /// on every append cost a `getcwd` each. Maps keyed by it hash its
+    /// bytes, not its components one by one as a `Path` key would: every
+    /// append looks it up.
+    fn key<'a>(&self, dir: &'a Path) -> Cow<'a, Path> {
+        match &self.cwd {
+            _ if dir.is_absolute() => Cow::Borrowed(dir),
+            Some(cwd) => Cow::Owned(cwd.join(dir).components().collect()),
+            None => Cow::Owned(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())),
+        }
     }
 }
 
@@ -561,6 +570,19 @@ mod tests {
     use std::io::Write;
     use std::sync::mpsc;
     use std::time::Instant;
+
+    /// A relative directory is keyed as its absolute path is, with or
+    /// without `./`, without asking for the working directory again.
+    #[test]
+    fn a_relative_directory_is_keyed_as_its_absolute_path() {
+        let hub = Hub::new();
+        let cwd = std::env::current_dir().unwrap();
+        let absolute = cwd.join("kn_events").join("what");
+        assert_eq!(hub.key(Path::new("kn_events/what")), absolute.as_path());
+        assert_eq!(hub.key(Path::new("./kn_events/./what")), absolute.as_path());
+        assert_eq!(hub.key(&absolute), absolute.as_path());
+        assert!(matches!(hub.key(&absolute), Cow::Borrowed(_)));
+    }
 
     /// One thread keeps subscribing to new directories while another keeps
     /// appending to a watched one: the notifier's callback and `subscribe`
