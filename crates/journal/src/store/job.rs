@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::error::Result;
 use crate::event::Event;
 use crate::log::SharedPayload;
 use crate::topic::Topic;
@@ -23,6 +24,18 @@ pub(super) struct Stored {
     /// Listed as in flight ([`Store::append_event`]'s `list`): to be
     /// unlisted with `outbox::InFlight` once forwarded.
     pub(super) listed: bool,
+}
+
+impl Store {
+    /// The routes of `topic` that `stored` (an append to it) holds, kept
+    /// for the route generation it read under the topic's lock; else read
+    /// now, and kept for that generation ([`Store::read_routes`]).
+    pub(super) fn stored_routes(&self, topic: &Topic, stored: &Stored) -> Result<RouteList> {
+        match &stored.routes {
+            Some(routes) => Ok(Arc::clone(routes)),
+            None => self.read_routes(topic, stored.routes_generation),
+        }
+    }
 }
 
 /// The URLs a forwarded copy names its source topic by.

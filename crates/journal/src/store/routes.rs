@@ -11,7 +11,6 @@ use crate::ids::{fresh_id, now};
 use crate::log;
 use crate::topic::Topic;
 
-use super::job::Stored;
 use super::{Destination, Store};
 use super::report::{Poisoned, PostReport, Write};
 use super::read::Selection;
@@ -154,16 +153,6 @@ impl Store {
             }
         }
         Ok(routes)
-    }
-
-    /// The routes of `topic` that `stored` (an append to it) holds, kept
-    /// for the route generation it read under the topic's lock; else read
-    /// now, and kept for that generation ([`Store::read_routes`]).
-    pub(super) fn stored_routes(&self, topic: &Topic, stored: &Stored) -> Result<RouteList> {
-        match &stored.routes {
-            Some(routes) => Ok(Arc::clone(routes)),
-            None => self.read_routes(topic, stored.routes_generation),
-        }
     }
 
     /// The routes of `topic` (active and inactive), oldest first.
