@@ -477,6 +477,15 @@ async fn measure_fanout(run: Run, n: usize, e: usize, mut events: mpsc::Unbounde
     Ok(())
 }
 
+/// The `q` quantile of `sorted` (0.0 is the least, 1.0 the greatest; 0
+/// when there is none).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        len => sorted[((len as f64 * q) as usize).min(len - 1)],
+    }
+}
+
 /// For a profiler or the bench's CPU count (`FANOUT_READY` names a file):
 /// says that the subscribers are open, then gives it time.
 async fn say_ready() {
@@ -498,7 +507,7 @@ async fn lone(run: Run, n: usize, k: usize) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     secs.sort_by(f64::total_cmp);
-    let at = |q: f64| secs.get(((secs.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    let at = |q| quantile(&secs, q);
     println!("lone subscribers={n} events={k} p50_secs={:.4} min_secs={:.4} max_secs={:.4}", at(0.5), at(0.0), at(1.0));
     Ok(())
 }
@@ -576,7 +585,7 @@ async fn latency(run: Run, samples: usize) -> Result<(), String> {
         }
     }
     times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    let at = |q| quantile(&times, q);
     println!("latency n={samples} p50={:.3} p90={:.3} p99={:.3} ms", at(0.5), at(0.9), at(0.99));
     Ok(())
 }
