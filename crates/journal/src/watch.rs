@@ -410,9 +410,7 @@ impl Hub {
             }
         }
     }
-}
 
-impl Hub {
     /// The path `dir`'s readers are kept and watched under: `dir` itself
     /// when absolute (as a store's topic directories are when its root
     /// is), else joined to the working directory the hub was made in,
@@ -422,8 +420,10 @@ impl Hub {
     /// bytes, not its components one by one as a `Path` key would: every
     /// append looks it up.
     fn key<'a>(&self, dir: &'a Path) -> Cow<'a, Path> {
+        if dir.is_absolute() {
+            return Cow::Borrowed(dir);
+        }
         match &self.cwd {
-            _ if dir.is_absolute() => Cow::Borrowed(dir),
             Some(cwd) => Cow::Owned(cwd.join(dir).components().collect()),
             None => Cow::Owned(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())),
         }
