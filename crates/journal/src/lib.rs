@@ -291,8 +291,8 @@
 //!
 //! * [`access`]: access rules (who may post, read, route where) and
 //!   [`Store::as_user`], the checked API a server calls with its user.
-//! * [`streams`]: Durable Streams (an HTTP streaming protocol) on the same
-//!   store.
+//! * Durable Streams (an HTTP streaming protocol) on the same store: the
+//!   `kn-streams` crate of this workspace, built on [`logs`].
 //! * [`HttpRemote`]: the one outbound HTTP client (remote routes, content
 //!   transforms), under the [`OutboundPolicy`].
 //! * [`Exposition`]: the store's figures in the Prometheus text format.

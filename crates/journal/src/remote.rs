@@ -444,7 +444,7 @@ fn excerpt(body: &[u8]) -> String {
 }
 
 /// An explicitly configured HTTP proxy (`http://host:port`), checked when
-/// it is parsed so that a [`Config`] holding one always builds a client.
+/// it is parsed so that a [`Config`](crate::Config) holding one always builds a client.
 ///
 /// ```
 /// use kn_journal::HttpProxy;

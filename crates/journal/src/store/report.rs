@@ -45,8 +45,8 @@ pub struct PostReport {
     /// Routes that failed and were poisoned.
     pub poisoned: Vec<Poisoned>,
     /// The event was stored and its forwarding left pending in the
-    /// outbox ([`Store::notify_deferring`]): the caller completes it with
-    /// [`Store::complete_deferred`] once it has answered. `writes` then
+    /// outbox ([`Store::notify_deferring`](crate::Store::notify_deferring)): the caller completes it with
+    /// [`Store::complete_deferred`](crate::Store::complete_deferred) once it has answered. `writes` then
     /// holds no forwarded copy.
     pub forwarding_deferred: bool,
     /// Deliveries along routes so far, counted against `max_forwards`
