@@ -5,7 +5,12 @@
 //! before. With a rules file (docs/ACCESS.md) a scrape needs `read` on the
 //! pseudo-topic [`METRICS_TOPIC`] (`/kn_metrics`), checked like any
 //! request of that user: an anonymous client refused is answered `401`
-//! with a Basic challenge, a user refused `403`.
+//! with a Basic challenge, a user refused `403`. The user is the one
+//! `serve`'s gate ([`crate::serve_auth::Gate`]) found, as for `/kn`: a
+//! scrape never checks a password itself, so wrong passwords sent to
+//! `/metrics` count toward the same per-address back-off (`429`), queue
+//! (`503`) and thread cap as those sent anywhere else, and bad
+//! credentials are `401` whether or not there are rules.
 //!
 //! **Cost.** A scrape does O(1) store I/O: it reads the shared counters
 //! (`.stats`, one file) on the request pool, and takes the store's size
@@ -20,7 +25,6 @@
 //! connections, Durable Streams (appends, bytes, live readers) and
 //! `kn_build_info`.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -31,7 +35,6 @@ use kn_journal::access::Operation;
 use kn_streams::Streams;
 use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONTENT_TYPE};
 
-use crate::auth::{Authentication, Identity};
 use crate::handler::AUTH_REALM;
 use crate::body::Body;
 
@@ -134,30 +137,39 @@ impl Figures {
 pub(crate) struct Scrape {
     pub store: Arc<Store>,
     pub streams: Option<Arc<Streams>>,
-    pub auth: Arc<Authentication>,
     pub pool: tokio::runtime::Handle,
     pub serve: ServeGauges,
 }
 
-/// Answers a request for `/metrics`: `405` unless `GET` or `HEAD`, the
-/// access check, then the page.
-pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::Request<hyper::body::Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
-    let head_request = request.method() == Method::HEAD;
-    if request.method() != Method::GET && !head_request {
-        let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n".into());
-        reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return reply;
+/// `405` unless the request for `/metrics` is a `GET` or a `HEAD` (asked
+/// before the gate: nothing else is ever answered there).
+pub(crate) fn not_allowed(request: &hyper::Request<hyper::body::Incoming>) -> Option<hyper::Response<Body>> {
+    if request.method() == Method::GET || request.method() == Method::HEAD {
+        return None;
     }
+    let mut reply = plain(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n".into());
+    reply.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    Some(reply)
+}
+
+/// Answers a `GET` or `HEAD` of `/metrics` made by `user` (`None`:
+/// anonymous), whom `serve`'s gate identified: the access check, then
+/// the page.
+pub(crate) async fn answer(figures: &Figures, scrape: Scrape, request: &hyper::Request<hyper::body::Incoming>, user: Option<String>) -> hyper::Response<Body> {
+    if let Some(refused) = not_allowed(request) {
+        return refused;
+    }
+    let head_request = request.method() == Method::HEAD;
     let headers: Vec<(String, Vec<u8>)> = request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
     let param = request.uri().query().and_then(|q| {
         q.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == crate::bearer::TOKEN_PARAM).map(|(_, v)| crate::streams::percent_decode(v))
     });
-    let Scrape { store, streams, auth, pool, serve } = scrape;
-    // The rules (a `stat` of their file at most once a second), the user's
-    // password and the counters' file lock: blocking work, on the request
-    // pool, of a cost that does not grow with the store.
+    let Scrape { store, streams, pool, serve } = scrape;
+    // The rules (a `stat` of their file at most once a second), a token's
+    // signature and the counters' file lock: blocking work, on the
+    // request pool, of a cost that does not grow with the store.
     let checked = pool.spawn_blocking(move || {
-        allowed(&store, &auth, &headers, param, peer)?;
+        allowed(&store, user.as_deref(), &headers, param)?;
         store.counters().map(|counters| (counters, store.grouped_posts())).map_err(|e| Refusal::Failed(e.to_string()))
     });
     let (counters, grouped) = match checked.await {
@@ -197,8 +209,8 @@ enum Refusal {
 /// Whether the request may scrape: always without access rules; else the
 /// user (identified as for `/kn`: a bearer token, in the `Authorization`
 /// header as Prometheus' `authorization` sends it, the cookie or
-/// `kn_token`; else the login) needs `read` on [`METRICS_TOPIC`].
-fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], param: Option<String>, peer: SocketAddr) -> Result<(), Refusal> {
+/// `kn_token`; else `login`, the gate's) needs `read` on [`METRICS_TOPIC`].
+fn allowed(store: &Store, login: Option<&str>, headers: &[(String, Vec<u8>)], param: Option<String>) -> Result<(), Refusal> {
     let rules = match store.access_rules() {
         Ok(None) => return Ok(()),
         Ok(Some(rules)) => rules,
@@ -206,11 +218,7 @@ fn allowed(store: &Store, auth: &Authentication, headers: &[(String, Vec<u8>)], 
     };
     let header = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_slice());
     let bearer = crate::stream_access::Bearer { authorization: header("authorization"), cookies: header("cookie"), param };
-    let who = match auth.identify(headers, peer.ip()) {
-        Identity::Anonymous => crate::stream_access::principal(store, &bearer, None).map_err(Refusal::Token)?,
-        Identity::User(name) => crate::stream_access::principal(store, &bearer, Some(&name)).map_err(Refusal::Token)?,
-        Identity::BadCredentials => return Err(Refusal::Unauthorized("the user name or password is not valid".into())),
-    };
+    let who = crate::stream_access::principal(store, &bearer, login).map_err(Refusal::Token)?;
     let topic = Topic::parse(METRICS_TOPIC).map_err(|e| Refusal::Failed(e.to_string()))?;
     match rules.check(&who, Operation::Read, &topic) {
         Ok(()) => Ok(()),

@@ -774,13 +774,22 @@ impl Server {
     // ----- /metrics ---------------------------------------------------------
 
     /// The Prometheus page (crate::metrics_http): O(1) store I/O, under
-    /// the access rules.
+    /// the access rules, for the user the gate found (its back-off, queue
+    /// and thread cap, as for `/kn`).
     async fn metrics(&self, request: &hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
+        if let Some(refused) = crate::metrics_http::not_allowed(request) {
+            return refused;
+        }
+        let headers: Vec<(String, Vec<u8>)> =
+            request.headers().iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+        let user = match self.gate.identify(&headers, peer.ip()).await {
+            Ok(user) => user,
+            Err(refusal) => return refusal.plain_reply(RETRY_AFTER_SECS),
+        };
         let (connections, tunnels) = self.caps;
         let scrape = crate::metrics_http::Scrape {
             store: self.store.clone(),
             streams: self.streams.clone(),
-            auth: self.gate.authentication(),
             pool: self.pool.clone(),
             serve: crate::metrics_http::ServeGauges {
                 open_tunnels: (tunnels - self.tunnels.available_permits()) as u64,

@@ -77,10 +77,27 @@ impl Refusal {
             Refusal::TooLong(_) => {}
         }
     }
+
+    /// The refusal as a plain-text reply (`/v1/stream/`, `/metrics`),
+    /// with [`Refusal::add_headers`]'s headers.
+    pub(crate) fn plain_reply(&self, busy_retry_after: u32) -> hyper::Response<crate::body::Body> {
+        let (code, _, message) = self.status();
+        let mut reply = crate::body::plain_owned(hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::UNAUTHORIZED), format!("{message}\n"));
+        self.add_headers(&mut reply, busy_retry_after);
+        reply
+    }
 }
 
 /// The authentication of one `serve`: checks off the event loop, bounded,
 /// with a per-address back-off (see the module documentation).
+///
+/// The one way in: the gate owns the server's [`Authentication`] and
+/// gives it to no one, so every entry point of `serve` that needs to know
+/// who a request is (`/kn`, `/v1/stream/`, `/metrics`) asks
+/// [`Gate::identify`], and every password checked anywhere in `serve` is
+/// counted by the same back-off, queue and thread cap (issue 37, item 2:
+/// `/metrics` had been handed the authentication itself and checked
+/// passwords on the request pool, outside all three).
 pub(crate) struct Gate {
     auth: Arc<Authentication>,
     max_credentials: usize,
@@ -111,12 +128,6 @@ impl Gate {
             capacity: threads.saturating_add(config.auth_queue),
             backoff: Mutex::new(Backoff::new(config)),
         })
-    }
-
-    /// The authentication behind the gate, for a blocking check made
-    /// elsewhere (`/metrics`, on the request pool).
-    pub(crate) fn authentication(&self) -> Arc<Authentication> {
-        self.auth.clone()
     }
 
     /// True when some way of authenticating is configured (else every
