@@ -1,6 +1,6 @@
 //! Shared mode: is the store on a file system that several hosts mount at
 //! once (FUSE, NFS), and what can be checked of that mount's settings
-//! (docs/SCALE-OUT.md, DEPLOY.md "Several web servers on GlusterFS").
+//! (docs/SCALE-OUT.md, docs/DEPLOY.md "Several web servers on one store").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -149,7 +149,7 @@ pub struct MountCheck {
 }
 
 /// The GlusterFS volume options that shared mode needs: (option,
-/// required value, GlusterFS 10's default). DEPLOY.md says what goes
+/// required value, GlusterFS 10's default). docs/DEPLOY.md says what goes
 /// wrong without each.
 pub const GLUSTER_VOLUME_OPTIONS: &[(&str, &str, &str)] = &[
     ("performance.write-behind", "off", "on"),

@@ -4,7 +4,7 @@
 //! A walk costs a `stat` per file: on a store of 100,000 files, tens to
 //! hundreds of milliseconds of I/O. A server that walked on every scrape
 //! of `/metrics` handed any client a lever on its disk and on the threads
-//! its requests run on (RELIABILITY.md, "Work a request makes that grows
+//! its requests run on (docs/RELIABILITY.md, "Work a request makes that grows
 //! with the store"). The cache walks at most once per
 //! [`Config::metrics_refresh`](crate::Config::metrics_refresh), one walk
 //! at a time, on a thread of its own; a scrape reads the last figures from

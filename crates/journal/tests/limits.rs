@@ -1,5 +1,5 @@
-//! The limits that keep one request from costing without bound (docs/
-//! RELIABILITY.md, "Hostile input"): topic depth and name length, content
+//! The limits that keep one request from costing without bound
+//! (docs/RELIABILITY.md, "Hostile input"): topic depth and name length, content
 //! filters compiled once per route list, the initial population of a route
 //! counted against `max_forwards`, and selections held to `max_selected`
 //! events. Each at its boundary, with its status.

@@ -1,6 +1,6 @@
 //! The names a store knows itself by (`Config::server_url` and `.names`):
 //! every URL of this machine a request reached the server by is one of
-//! them (PROTOCOL.md: "the server also remembers every URL it has been
+//! them (PROTOCOL.md 6: the original "remembered every URL it was
 //! reached by"), in a bounded set that what requests claim can move around
 //! but never grow, and a fresh store takes its first name from elsewhere
 //! once (docs/RELIABILITY.md, "Hostile input"); `serve`'s own names and an

@@ -1,4 +1,4 @@
-//! Tunnels of the journal (PROTOCOL.md section 4): the initial selection
+//! Tunnels of the journal (PROTOCOL.md 3.4): the initial selection
 //! then what others post, woken across threads and processes by change
 //! notification, with polling as the fallback; split from semantics.rs.
 

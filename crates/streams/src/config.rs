@@ -33,8 +33,8 @@ pub struct StreamsConfig {
     /// answering `204 No Content`.
     pub long_poll: Duration,
     /// How long an SSE response (`live=sse`) stays open; the client then
-    /// reconnects from its last offset (PROTOCOL.md of Durable Streams,
-    /// 5.8: about 60 s, for CDN collapsing).
+    /// reconnects from its last offset (the Durable Streams protocol,
+    /// section 5.8: about 60 s, for CDN collapsing).
     pub sse_max_time: Duration,
     /// Largest body of a stream `PUT` or `POST`, in bytes (more: `413`).
     pub max_append_bytes: usize,

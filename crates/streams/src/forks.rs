@@ -1,7 +1,7 @@
 //! Forks (Durable Streams, "Forking"): what a fork copies of its source,
 //! how deep a chain of forks may grow (`StreamsConfig::max_fork_depth`),
 //! and the fork counters that keep a deleted source until its last fork
-//! goes (docs/DURABLE-STREAMS.md, "Forks").
+//! goes (docs/DURABLE-STREAMS.md, "Operations").
 //!
 //! A chain's length comes from clients, so nothing here recurses along
 //! it: a delete that releases a chain of soft-deleted ancestors walks up

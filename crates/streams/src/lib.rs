@@ -1,4 +1,4 @@
-//! Durable Streams (github.com/durable-streams, PROTOCOL.md v1.0) on the
+//! Durable Streams (github.com/durable-streams, its protocol v1.0) on the
 //! same store: append-only byte streams with opaque offsets, idempotent
 //! producers, TTLs, forks and closing, and the bridge to PubSub topics.
 //!

@@ -291,7 +291,7 @@ pub(super) fn rebuild_head(dir: &Path, config: &Config, ordinary: bool) -> Resul
         Some(&f) => f,
         None => {
             // A new topic: at 1, or after the last seq of a topic of this
-            // name that the sweep removed (FORMAT.md, "`.removed`").
+            // name that the sweep removed (FORMAT.md, "Readers and checkpoints").
             let first = super::removed::first_seq(config, dir)?;
             let path = dir.join(segment_name(first));
             open_rw(&path, true).map_err(|e| Error::io("cannot create segment", &path, e))?;

@@ -63,7 +63,7 @@ pub(crate) use batch::copy_error;
 
 pub(crate) const LOCK_FILE: &str = ".lock";
 /// The file of a log directory that holds its head (next seq, active
-/// segment, the `kn_id` index): FORMAT.md, "Head".
+/// segment, the `kn_id` index): FORMAT.md, "`.head`".
 pub const HEAD_FILE: &str = ".head";
 
 /// Modes of files and directories the store creates: group-writable so the

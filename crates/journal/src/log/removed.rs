@@ -2,7 +2,7 @@
 //! root, so that a topic created again after the sweep removed it goes on
 //! numbering after its predecessor instead of starting again at 1. A
 //! checkpoint a client holds from the old topic then never names an event
-//! of the new one (FORMAT.md, "`.removed`: numbering that continues").
+//! of the new one (FORMAT.md, "Readers and checkpoints").
 //!
 //! A fixed table of [`SLOTS`] slots, each the highest last seq of the
 //! removed topics whose name hashes there and a tag saying whether that

@@ -1,6 +1,7 @@
 //! Status events held back until new routes' initial populations have
-//! been delivered (PROTOCOL.md 3.3: "the populated events travel the
-//! route before the status event is produced").
+//! been delivered (PROTOCOL.md 3.3: on a static route "the populated
+//! events travel the route first and the route's status event comes after
+//! them").
 //!
 //! A server answers a route request first and carries the route's
 //! population after (so that a client that reads its tunnel only once it
@@ -14,7 +15,7 @@
 //! Should the process die in between, the next background pass
 //! ([`Store::complete_held_statuses`]: `serve` every second, pubsub.cgi
 //! with its sweep slices, `kn gc`) finds the file unlocked, carries the
-//! populations and posts the statuses (FORMAT.md, "Held status events").
+//! populations and posts the statuses (FORMAT.md, "`.heartbeat`, `.names`, temporaries": `.held/`).
 //! A crash after the posts and before the removal posts them twice: at
 //! least once, never before the population.
 

@@ -1,10 +1,11 @@
 //! The server's names: every absolute URL that names this server, so that
 //! an absolute `kn_to`, `kn_from`, `kn_status_to` or route destination
-//! starting with one of them is a local topic (PROTOCOL.md: "the server
-//! also remembers every URL it has been reached by").
+//! starting with one of them is a local topic (PROTOCOL.md 6: the
+//! original "remembered every URL it was reached by", this server keeps a
+//! bounded list).
 //!
 //! Where names come from, and how long they stay (`.names`, FORMAT.md
-//! "Server names"):
+//! "`.heartbeat`, `.names`, temporaries"):
 //!
 //! * the configured `KN_SERVER_URL` (never written to the file);
 //! * **pinned** names: `kn names add`, the legacy import, and any line

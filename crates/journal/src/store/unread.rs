@@ -4,8 +4,8 @@
 //! journal's client has not confirmed within that time, one escalation
 //! event to that topic.
 //!
-//! Such a route is registered in `.unread/` (FORMAT.md, "Unread
-//! escalations"), one file per route, with beside it the route's cursor:
+//! Such a route is registered in `.unread/` (FORMAT.md, "Receipts:
+//! `.receipts` and `.unread/`"), one file per route, with beside it the route's cursor:
 //! the journal's checkpoint up to which its copies were looked at. The
 //! background passes (`serve` every second, pubsub.cgi's sweep slices,
 //! `kn gc`: [`Store::complete_unread_escalations`]) take a registration's
