@@ -43,6 +43,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[(
     "the Durable Streams protocol's own text, laid beside the repository for its sessions and CI; the protocol's public home is named in the same sentence",
 )];
 
+/// Documents a packaged text names that the package does not install,
+/// with why: `(the packaged file, the document as written, reason)`.
+const PACKAGE_ALLOWED: &[(&str, &str, &str)] =
+    &[("README.md", ".ci/README.md", "how CI runs the suites: for contributors, who work from the repository, not for an installation")];
+
 /// Folders never read: build output, third-party and recorded files.
 const SKIPPED: &[&str] = &[
     "target",
@@ -97,14 +102,18 @@ fn files() -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![root().to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             let name = rel(&path);
             if SKIPPED.iter().any(|s| name == *s || path.file_name().is_some_and(|n| n == *s)) {
                 continue;
             }
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             if kind.is_dir() {
                 dirs.push(path);
             } else if is_text(&path) {
@@ -311,8 +320,7 @@ fn rustdoc(text: &str) -> String {
 
 // ----- the checks ------------------------------------------------------------
 
-static DOC_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?:\.\./|\./)*(?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.md\b").unwrap());
+static DOC_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?:\.\./|\./)*(?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.md\b").unwrap());
 
 /// A citation of sections: a document, then `section(s)` and numbers.
 static CITATION: LazyLock<Regex> = LazyLock::new(|| {
@@ -366,12 +374,15 @@ fn check_mentions(path: &Path, text: &str, docs: &[PathBuf], cache: &mut HashMap
         }
         let within = if name.contains('/') { None } else { shipped.as_deref() };
         let candidates = find_doc(path, name, within, docs);
-        let Some(first) = candidates.first() else { continue }; // reported above
-        let whole = c.get(0).map_or("", |m| m.as_str()).trim_end().split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some(first) = candidates.first() else {
+            continue;
+        }; // reported above
+        let whole = c.get(0).map_or("", |m| m.as_str()).split_whitespace().collect::<Vec<_>>().join(" ");
+        let whole = whole.trim_end_matches([';', ',', '.', ':', ')']);
         // The section is in one of the documents the name may mean.
         let mut cited = |what: String, found: &dyn Fn(&Doc) -> bool| {
             if !candidates.iter().any(|d| found(read_doc(d, cache))) {
-                report.fail(path, &whole, format!("{} has no {what}", rel(first)));
+                report.fail(path, whole, format!("{} has no {what}", rel(first)));
             }
         };
         if let Some(nums) = c.name("nums") {
@@ -403,7 +414,11 @@ fn check_links(path: &Path, markdown: &str, is_rustdoc: bool, cache: &mut HashMa
         if is_rustdoc {
             // Intra-doc links name items (`crate::Store`, `Config::new`).
             if dest.contains('/') || dest.ends_with(".md") {
-                report.fail(path, dest, "a rustdoc link to a file: docs.rs and cargo doc cannot follow it (name the document in text, or link an item)");
+                report.fail(
+                    path,
+                    dest,
+                    "a rustdoc link to a file: docs.rs and cargo doc cannot follow it (name the document in text, or link an item)",
+                );
             }
             continue;
         }
@@ -465,7 +480,9 @@ fn every_reference_to_a_document_section_or_path_resolves() {
         if path.ends_with("tests/doc_refs.rs") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
         check_mentions(path, &text, &docs, &mut cache, &mut report);
         if path.extension().is_some_and(|e| e == "md") {
             check_links(path, &text, false, &mut cache, &mut report);
@@ -507,7 +524,9 @@ fn packaged_docs() -> BTreeSet<PathBuf> {
     for word in words.split_whitespace() {
         match word.split_once("*") {
             Some((dir, ext)) => {
-                let Ok(entries) = std::fs::read_dir(root().join(dir)) else { continue };
+                let Ok(entries) = std::fs::read_dir(root().join(dir)) else {
+                    continue;
+                };
                 for e in entries.flatten() {
                     if e.file_name().to_string_lossy().ends_with(ext) {
                         docs.insert(lexical(&e.path()));
@@ -538,16 +557,36 @@ fn the_package_ships_every_document_it_sends_a_reader_to() {
     }
     let mut missing = Vec::new();
     for path in &readers {
-        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
         let prose = prose(path, &text);
         for m in DOC_NAME.find_iter(&prose) {
             if in_url(&prose, m.start()) {
                 continue;
             }
             let candidates = find_doc(path, m.as_str(), None, &docs);
+            let allowed = PACKAGE_ALLOWED.iter().any(|(f, d, _)| rel(path) == *f && m.as_str() == *d);
             // Unresolved names are the other test's to report.
-            if !candidates.is_empty() && !candidates.iter().any(|c| packaged.contains(c)) {
+            if !allowed && !candidates.is_empty() && !candidates.iter().any(|c| packaged.contains(c)) {
                 missing.push(format!("  {}: `{}` ({} is not installed)", rel(path), m.as_str(), rel(&candidates[0])));
+            }
+        }
+        // A relative link of an installed document reaches an installed file.
+        if path.extension().is_some_and(|e| e == "md") && packaged.contains(path) {
+            for event in Parser::new_ext(&text, markdown_options()) {
+                let (Event::Start(Tag::Link { dest_url, .. }) | Event::Start(Tag::Image { dest_url, .. })) = event else {
+                    continue;
+                };
+                let file = dest_url.split('#').next().unwrap_or("");
+                if file.is_empty() || dest_url.contains("://") || dest_url.starts_with("mailto:") {
+                    continue;
+                }
+                let target = lexical(&path.parent().unwrap_or(root()).join(file));
+                // A folder is there when a document in it is.
+                if !packaged.contains(&target) && !packaged.iter().any(|d| d.starts_with(&target) && target.is_dir()) {
+                    missing.push(format!("  {}: link `{dest_url}` ({} is not installed)", rel(path), rel(&target)));
+                }
             }
         }
     }
@@ -579,4 +618,37 @@ fn citations_are_read_as_a_reader_reads_them() {
     assert_eq!(heading_number("1a. Anonymous visitors: sessions"), Some("1a"));
     assert_eq!(heading_number("Appendix: the legacy store"), None);
     assert_eq!(slug("3.7 The other `methods`"), "37-the-other-methods");
+}
+
+/// The check reports what a reader would not find, and only that.
+#[test]
+fn broken_references_are_reported_and_sound_ones_are_not() {
+    let docs: Vec<PathBuf> = files().into_iter().filter(|f| f.extension().is_some_and(|e| e == "md")).collect();
+    let check = |file: &str, text: &str| -> Vec<String> {
+        let mut report = Report::default();
+        let mut cache = HashMap::new();
+        let path = root().join(file);
+        check_mentions(&path, text, &docs, &mut cache, &mut report);
+        if file.ends_with(".rs") {
+            check_links(&path, &rustdoc(text), true, &mut cache, &mut report);
+        } else {
+            check_links(&path, text, false, &mut cache, &mut report);
+        }
+        report.broken.into_iter().map(|b| b.reference).collect()
+    };
+    // Sound: a section, a titled section, a run-in heading, a link with its anchor.
+    let sound = "PROTOCOL.md 3.7, ACCESS.md section 1b, (crates/journal/FORMAT.md, \"Group commit\"), \
+                 PROTOCOL.md's appendix, [the protocol](PROTOCOL.md#37-the-other-methods)";
+    assert_eq!(check("docs/NEW.md", sound), Vec::<String>::new());
+    let broken = "PROTOCOL.md 42.1; docs/NOPE.md; (FORMAT.md, \"No such part\"); [x](PROTOCOL.md#no-such-anchor); [y](gone.md)";
+    // `gone.md` twice: named, and linked.
+    assert_eq!(
+        check("docs/NEW.md", broken),
+        ["docs/NOPE.md", "gone.md", "PROTOCOL.md 42.1", "FORMAT.md, \"No such part\"", "PROTOCOL.md#no-such-anchor", "gone.md"]
+    );
+    // kn-journal's docs: a bare name must be in the crate; a path names
+    // the repository; rustdoc follows no link to a file.
+    assert_eq!(check("crates/journal/src/new.rs", "//! See PROTOCOL.md 3.3 and docs/DEPLOY.md.\n"), Vec::<String>::new());
+    assert_eq!(check("crates/journal/src/new.rs", "//! See DEPLOY.md.\n"), ["DEPLOY.md"]);
+    assert_eq!(check("crates/journal/src/new.rs", "//! See [the protocol](../../../docs/PROTOCOL.md).\n"), ["../../../docs/PROTOCOL.md"]);
 }
