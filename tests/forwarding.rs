@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kn_journal::{Config, Counter, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_journal::{Config, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_journal::internal::Counter;
 use support::{Apache, Dir, Serve};
 
 const SERVER_URL: &str = "http://127.0.0.1:8080/kn";

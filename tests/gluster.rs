@@ -464,7 +464,7 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let mut cluster = Cluster::start("scale");
-    let required: Vec<(&str, &str)> = kn_journal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
+    let required: Vec<(&str, &str)> = kn_journal::internal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
     let volume = cluster.volume("r", &required);
     let mount_a = cluster.mount(&volume, "a", MOUNT_OPTIONS);
     let mount_b = cluster.mount(&volume, "b", MOUNT_OPTIONS);
@@ -679,7 +679,7 @@ fn a_writer_killed_on_one_host_tears_nothing_the_other_reads() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut cluster = Cluster::start("kill");
-    let required: Vec<(&str, &str)> = kn_journal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
+    let required: Vec<(&str, &str)> = kn_journal::internal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
     let volume = cluster.volume("k", &required);
     let mount_a = cluster.mount(&volume, "a", MOUNT_OPTIONS);
     let mount_b = cluster.mount(&volume, "b", MOUNT_OPTIONS);

@@ -241,7 +241,7 @@ fn removal_racing_with_tunnels_posts_and_routes_in_other_processes_leaves_nothin
     assert!(wrong.is_empty(), "{} answers other than success or 404 Expired, e.g. {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
     // The race was real: journals were removed while in use.
     let store = kn_journal::Store::open(&root).unwrap();
-    let removed = store.counters().unwrap().get(kn_journal::Counter::JournalsRemoved);
+    let removed = store.counters().unwrap().get(kn_journal::internal::Counter::JournalsRemoved);
     println!("{counts:?} runs; {} answers, {} of them 404 Expired; {removed} journals removed", answers.load(Ordering::Relaxed), expired.load(Ordering::Relaxed));
     assert!(removed > 0, "no journal was removed: {counts:?}");
     assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
@@ -309,8 +309,8 @@ fn a_cgi_request_sweeps_a_slice_when_due_and_serve_sweeps_in_the_background() {
     assert!(!root.join("who").exists());
     let store = kn_journal::Store::open(&root).unwrap();
     assert!(store.routes(&kn_journal::Topic::parse("/what/chat").unwrap()).unwrap().is_empty());
-    assert_eq!(store.counters().unwrap().get(kn_journal::Counter::JournalsRemoved), 1);
-    assert!(store.counters().unwrap().get(kn_journal::Counter::Sweeps) >= 4);
+    assert_eq!(store.counters().unwrap().get(kn_journal::internal::Counter::JournalsRemoved), 1);
+    assert!(store.counters().unwrap().get(kn_journal::internal::Counter::Sweeps) >= 4);
     // serve, with no request at all.
     let root = dir.path().join("serve");
     let gone = stale_journal(&root);

@@ -42,7 +42,7 @@ fn presence_across_two_hosts_of_a_glusterfs_volume() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let mut cluster = Cluster::start("presence");
-    let required: Vec<(&str, &str)> = kn_journal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
+    let required: Vec<(&str, &str)> = kn_journal::internal::GLUSTER_VOLUME_OPTIONS.iter().map(|&(o, v, _)| (o, v)).collect();
     let volume = cluster.volume("p", &required);
     let mount_a = cluster.mount(&volume, "a", MOUNT_OPTIONS);
     let mount_b = cluster.mount(&volume, "b", MOUNT_OPTIONS);

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kn_cgi::{Handler, HttpRequest, Limits, Options, Reply, Request};
-use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Remote, RemoteReply, Store, Topic, KN_PAYLOAD};
+use kn_journal::{Event, Remote, RemoteReply, Store, Topic, KN_PAYLOAD};
+use kn_journal::internal::{decode_record, encode_record, Decoded, Record};
 use kn_wire::form::{self, Params};
 use kn_wire::simple;
 
@@ -90,7 +91,7 @@ fn assert_round_trip(event: &Event) {
     assert_eq!(decoded[0], expected, "simple-format round trip");
 }
 
-/// `kn_journal::decode_record`: arbitrary bytes, then encode → decode.
+/// `kn_journal::internal::decode_record`: arbitrary bytes, then encode → decode.
 pub fn record_decode(data: &[u8]) {
     match decode_record(data) {
         Decoded::Record(record, len) => {

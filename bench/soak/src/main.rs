@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use client::{Client, Tunnel};
-use kn_journal::{Store, Topic, Usage};
+use kn_journal::{Store, Topic};
+use kn_journal::internal::Usage;
 
 /// The soak benchmark: N page loads against a real server, with the
 /// store's growth and the notify latency before and after.
@@ -333,7 +334,7 @@ fn measure(run: &Run, store: &Store, probe: &mut Tunnel, label: &str, probes: u6
         p50: pick(0.50),
         p99: pick(0.99),
         probe_misses,
-        removed: store.counters().map_err(|e| e.to_string())?.get(kn_journal::Counter::JournalsRemoved),
+        removed: store.counters().map_err(|e| e.to_string())?.get(kn_journal::internal::Counter::JournalsRemoved),
     })
 }
 

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use kn_journal::access::{AsUser, Operation};
-use kn_journal::{
-    parse_expires, Destination, ErrorKind as JournalKind, Event, HeldStatuses, Resume, Selection, Store, Topic, Write, KN_PAYLOAD,
-};
+use kn_journal::{ErrorKind as JournalKind, Event, Resume, Selection, Store, Topic, Write, KN_PAYLOAD};
+use kn_journal::internal::{parse_expires, Destination, HeldStatuses};
 use kn_wire::{js, status_event, Format, Page, Params};
 
 use crate::request::Request;
@@ -556,7 +555,7 @@ impl Handler {
         }
         let deadline = match params.get("kn_expires") {
             Some(v) => {
-                let t = kn_journal::now();
+                let t = kn_journal::internal::now();
                 let at = parse_expires(v, t).map_err(|e| Failure::journal(e, "Bad request"))?;
                 at.and_then(|at| tunnel_deadline(at - t))
             }

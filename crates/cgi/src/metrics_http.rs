@@ -33,7 +33,8 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, StatusCode};
 use kn_journal::access::Operation;
 use kn_streams::Streams;
-use kn_journal::{Counters, Exposition, Store, Topic, UsageCache, PROMETHEUS_CONTENT_TYPE};
+use kn_journal::{Store, Topic};
+use kn_journal::internal::{Counters, Exposition, UsageCache, PROMETHEUS_CONTENT_TYPE};
 
 use crate::handler::AUTH_REALM;
 use crate::body::Body;

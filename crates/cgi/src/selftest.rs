@@ -71,7 +71,7 @@ fn server_names(store: &Store, reached_by: &[&str]) -> Result<(), String> {
         usable_url(&name).map_err(|why| format!("the server name '{name}' ({}/.names) {why}", store.root().display()))?;
     }
     for url in reached_by {
-        if !matches!(store.resolve(format!("{url}/what/kn_selftest").as_bytes()), Ok(kn_journal::Destination::Local(_))) {
+        if !matches!(store.resolve(format!("{url}/what/kn_selftest").as_bytes()), Ok(kn_journal::internal::Destination::Local(_))) {
             return Err(format!(
                 "this request reached the server by '{url}', which the store does not take for one of its names ({}): absolute URLs by it would be remote; add it with `kn names add {url}` (KN_MAX_NAMES is {})",
                 store.server_names().join(", "),
@@ -116,7 +116,7 @@ impl Tree {
             next += 1;
             let entries = fs::read_dir(&dir).map_err(|e| format!("cannot list '{}': {e}", dir.display()))?;
             for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(kn_journal::PROBE_PREFIX) {
+                if entry.file_name().to_string_lossy().starts_with(kn_journal::internal::PROBE_PREFIX) {
                     continue;
                 }
                 let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };

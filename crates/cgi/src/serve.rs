@@ -201,7 +201,7 @@ impl ServeConfig {
 ///
 /// Errors: the store cannot be opened, the address cannot be bound.
 pub fn serve(config: ServeConfig) -> Result<(), Error> {
-    kn_journal::raise_open_file_limit(u64::MAX);
+    kn_journal::internal::raise_open_file_limit(u64::MAX);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS + IN_PLACE)
@@ -232,7 +232,7 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<st
     // clients reach this server by for local ones, as it does.
     server
         .store
-        .record_server_names(kn_journal::own_host_name(), &names)
+        .record_server_names(kn_journal::internal::own_host_name(), &names)
         .map_err(|e| Error::io("cannot record the server's names in the store", std::io::Error::other(e.to_string())))?;
     tokio::spawn(sweeper(server.store.clone()));
     tokio::spawn(give_back_freed_memory());
@@ -832,7 +832,7 @@ fn own_names(local: SocketAddr, public_url: Option<&str>) -> Vec<String> {
     if local.ip().is_unspecified() {
         names.push(format!("http://127.0.0.1:{port}{MOUNT}"));
         names.push(format!("http://localhost:{port}{MOUNT}"));
-        let host = kn_journal::own_host_name();
+        let host = kn_journal::internal::own_host_name();
         if !host.is_empty() {
             names.push(format!("http://{host}:{port}{MOUNT}"));
         }
@@ -850,7 +850,7 @@ async fn refresh_names(store: Arc<Store>, names: Vec<String>) {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         let store = store.clone();
         let names = names.clone();
-        let _ = tokio::task::spawn_blocking(move || store.record_server_names(kn_journal::own_host_name(), &names)).await;
+        let _ = tokio::task::spawn_blocking(move || store.record_server_names(kn_journal::internal::own_host_name(), &names)).await;
     }
 }
 

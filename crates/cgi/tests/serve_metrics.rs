@@ -7,7 +7,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use kn_journal::{Counter, Event, Store, Topic};
+use kn_journal::{Event, Store, Topic};
+use kn_journal::internal::Counter;
 use kn_test_support::raw::{Conn, Reply, Tunnel};
 use kn_test_support::{wait_for, Serve};
 use prometheus_parse::{LineInfo, Scrape, Value};

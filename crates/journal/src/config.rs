@@ -699,7 +699,7 @@ impl Config {
 /// crates beside the core (`kn_streams::StreamsConfig`).
 ///
 /// ```
-/// assert_eq!(kn_journal::env_setting::<u64>("KN_NO_SUCH_SETTING").unwrap(), None);
+/// assert_eq!(kn_journal::internal::env_setting::<u64>("KN_NO_SUCH_SETTING").unwrap(), None);
 /// ```
 pub fn env_setting<T: std::str::FromStr>(name: &str) -> Result<Option<T>, Error> {
     match std::env::var(name) {
@@ -719,7 +719,7 @@ pub fn env_setting<T: std::str::FromStr>(name: &str) -> Result<Option<T>, Error>
 /// sets under a hard limit of 20,000, 6,553 under 65,536.
 ///
 /// ```
-/// assert!(kn_journal::default_open_topics() >= 1024);
+/// assert!(kn_journal::internal::default_open_topics() >= 1024);
 /// ```
 pub fn default_open_topics() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -214,7 +214,7 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
 /// `now + N`, otherwise an absolute epoch time.
 ///
 /// ```
-/// use kn_journal::parse_expires;
+/// use kn_journal::internal::parse_expires;
 /// assert_eq!(parse_expires(b"+20.5", 100.0).unwrap(), Some(120.5));
 /// assert_eq!(parse_expires(b"1796018695", 0.0).unwrap(), Some(1796018695.0));
 /// assert_eq!(parse_expires(b"infinity", 5.0).unwrap(), None);
@@ -249,7 +249,7 @@ pub fn parse_expires(value: &[u8], now: f64) -> Result<Option<f64>, Error> {
 /// followed by two hex digits stays as it is.
 ///
 /// ```
-/// use kn_journal::decode_escapes;
+/// use kn_journal::internal::decode_escapes;
 /// assert_eq!(decode_escapes(b"a=3Ab=zz=4", b'='), b"a:b=zz=4");
 /// assert_eq!(decode_escapes(b"%2e%2E%+1", b'%'), b"..%+1");
 /// ```

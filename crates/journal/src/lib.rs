@@ -287,15 +287,65 @@
 //! assert_eq!(err.to_string(), "bad topic name '/what/../etc': segment '..' starts or ends with '.'");
 //! ```
 //!
+//! # What is stable
+//!
+//! kn-journal follows semantic versioning (while at 0.x, a change of the
+//! minor version, 0.1 to 0.2, may break the API; a patch release never
+//! does) for what this page lists, and nothing else:
+//!
+//! * **The store**: [`Store`] ([`open`](Store::open),
+//!   [`open_with`](Store::open_with), [`notify`](Store::notify),
+//!   [`events`](Store::events), [`tunnel`](Store::tunnel),
+//!   [`route`](Store::route), [`delete_route`](Store::delete_route),
+//!   [`routes`](Store::routes), [`sweep`](Store::sweep),
+//!   [`compact`](Store::compact), [`verify`](Store::verify),
+//!   [`as_user`](Store::as_user),
+//!   [`root`](Store::root), [`config`](Store::config)) and what those
+//!   return: [`PostReport`], [`Write`], [`Poisoned`], [`RouteReport`],
+//!   [`Route`], [`Selected`], [`Resume`], [`TunnelStart`], [`Tunnel`],
+//!   [`SweepReport`], [`VerifyReport`], [`VerifyProblem`],
+//!   [`CompactReport`].
+//! * **The protocol's vocabulary**: [`Topic`] and its reserved segments
+//!   ([`JOURNAL_SEGMENT`], [`ROUTES_SEGMENT`], [`SUBTOPICS_SEGMENT`],
+//!   [`PRESENCE_SEGMENT`]) and limits ([`MAX_TOPIC_DEPTH`],
+//!   [`MAX_TOPIC_BYTES`], [`MAX_SEGMENT_BYTES`]); [`Event`] and the
+//!   element names ([`KN_PAYLOAD`], [`KN_ID`], [`KN_TIME_T`],
+//!   [`KN_EXPIRES`], [`KN_ROUTE_CHECKPOINT`], [`KN_ROUTE_ID`],
+//!   [`KN_ROUTE_LOCATION`], [`KN_ROUTED_FROM`], [`STATUS`]);
+//!   [`Selection`]; [`fresh_id`].
+//! * **Settings and errors**: [`Config`] (its fields and `KN_*`
+//!   variables: fields may be added in a minor version, so build one with
+//!   [`Config::new`] or [`Config::from_env`] and set fields, as above),
+//!   [`SyncPolicy`], [`Shared`], [`OutboundPolicy`], [`HttpProxy`];
+//!   [`Error`], [`ErrorKind`] (non-exhaustive in spirit: match with a `_`
+//!   arm), [`Result`].
+//! * **Access control**: the [`access`] module ([`access::Rules`],
+//!   [`access::Principal`], [`access::AsUser`]).
+//! * **Outbound deliveries**: the [`Remote`] trait and [`RemoteReply`];
+//!   [`HttpRemote`] and [`HttpRemoteBuilder`] with the default feature
+//!   `http`.
+//! * **The files**: the store's on-disk format (`FORMAT.md` beside this
+//!   crate) is read by every later version; a version that changes it says
+//!   so in `CHANGELOG.md` and reads the older files.
+//!
+//! Everything else the crate compiles is for the programs of the knpubsub
+//! workspace (the server, its tools, Durable Streams, tests and benches):
+//! the `#[doc(hidden)]` module `internal` (the record encoding, the
+//! server's names, counters and metrics, the logs Durable Streams keeps,
+//! mount checks) and the [`Store`] methods these pages do not list above
+//! (a server's event loop, deferred forwarding, receipts, presence,
+//! administration). They are documented for the workspace's readers and
+//! may change in any release; an embedder that needs one asks for it to be
+//! made stable. `CHANGELOG.md` beside this crate records each change.
+//!
 //! # What else is here
 //!
 //! * [`access`]: access rules (who may post, read, route where) and
 //!   [`Store::as_user`], the checked API a server calls with its user.
 //! * Durable Streams (an HTTP streaming protocol) on the same store: the
-//!   `kn-streams` crate of this workspace, built on [`logs`].
+//!   `kn-streams` crate of this workspace.
 //! * [`HttpRemote`]: the one outbound HTTP client (remote routes, content
 //!   transforms), under the [`OutboundPolicy`].
-//! * [`Exposition`]: the store's figures in the Prometheus text format.
 //! * Maintenance: [`Store::sweep`] (stale journals and empty topics),
 //!   compaction, verification and repair ([`Store::verify`]).
 //!
@@ -304,15 +354,18 @@
 //! (docs/ARCHITECTURE.md has the whole project's map.)
 //!
 //! Data flows one way: [`Store`] -> `log` -> files; nothing below imports
-//! anything above it.
+//! anything above it. `lib.rs` re-exports the stable API at the root and
+//! the rest in `internal`; a new public item goes into `internal` unless
+//! it is meant to be stable (then it is listed above and in
+//! `CHANGELOG.md`).
 //!
 //! * `store/mod.rs`: [`Store`] itself: opening, configuration, server names
 //!   (from configuration and `.names`, never from requests) and
-//!   [`Store::resolve`], topic directories and their size limits, the cache
-//!   of kept topic files, [`raise_open_file_limit`].
-//! * `store/post.rs`: [`Store::notify`] / [`Store::post`]: the job queue,
+//!   `Store::resolve`, topic directories and their size limits, the cache
+//!   of kept topic files, `raise_open_file_limit`.
+//! * `store/post.rs`: [`Store::notify`] / `Store::post`: the job queue,
 //!   storing an event, `kn_subtopics` announcements, forwarding, poisoning.
-//! * `store/nowait.rs`: [`Store::notify_nowait`], a notify made without
+//! * `store/nowait.rs`: `Store::notify_nowait`, a notify made without
 //!   waiting for any lock (a server's event loop), routes and all when its
 //!   forwarding is the simple kind; anything else is left untouched.
 //! * `store/routes.rs`: [`Store::route`], [`Store::delete_route`], [`Route`],
@@ -324,27 +377,27 @@
 //! * `store/lifecycle.rs`: topics, compaction, verify and repair, journal
 //!   heartbeats and expiry.
 //! * `store/sweep.rs`: [`Store::sweep`] (a bounded slice) and
-//!   [`Store::sweep_all`] ([`SweepReport`]): stale journals removed with
+//!   `Store::sweep_all` ([`SweepReport`]): stale journals removed with
 //!   the routes into them and their announcement, empty topics pruned;
 //!   `store/sweep_extra.rs`: the rest of a slice (orphan blobs, and the
 //!   pass a layer above registers: expired streams).
-//! * `store/admin.rs`: tools' APIs: [`TopicStat`], restore, setting a
+//! * `store/admin.rs`: tools' APIs: `TopicStat`, restore, setting a
 //!   heartbeat.
 //! * `log/`: one topic's files, knowing nothing of the store: `segment`
-//!   (names, scans, reads, [`LogCursor`]), `head` (the `.head` and its
+//!   (names, scans, reads, `LogCursor`), `head` (the `.head` and its
 //!   `kn_id` index), `writer` (the locked appender), `compact`
 //!   ([`CompactReport`], retention), `verify`, `blob` (large payloads
 //!   stored once in the root's `.blobs/`, hard-linked into each topic
 //!   that holds them; readers put them back), `blob_gc` (the sweep's
 //!   bounded pass removing orphan blobs past their grace).
-//! * [`logs`]: the public face of `log` and `watch` for a layer that keeps
-//!   logs of its own in the store (Durable Streams, the `kn-streams`
-//!   crate); nothing in this crate imports it.
+//! * `logs.rs` (`internal::logs`): the face of `log` and `watch` for a
+//!   layer that keeps logs of its own in the store (Durable Streams, the
+//!   `kn-streams` crate); nothing in this crate imports it.
 //! * `watch.rs`: the process-wide change notifier that wakes tunnels.
-//! * `stats.rs`: [`Counters`] of the sweep, the outbox and poisoned routes,
+//! * `stats.rs`: `Counters` of the sweep, the outbox and poisoned routes,
 //!   shared by every process in the root's `.stats`. `metrics.rs`: the
-//!   Prometheus text format ([`Exposition`]). `usage.rs`: the store's size
-//!   from one walk ([`Usage`]) and a server's cache of it ([`UsageCache`]).
+//!   Prometheus text format (`Exposition`). `usage.rs`: the store's size
+//!   from one walk (`Usage`) and a server's cache of it (`UsageCache`).
 //! * `access/`: [`access`] control: the rules file ([`access::Rules`]),
 //!   who asks ([`access::Principal`]), the checked request API
 //!   ([`access::AsUser`], from [`Store::as_user`]), what a reader is shown
@@ -354,8 +407,8 @@
 //!   names; `topic.rs`: [`Topic`]; `config.rs`: [`Config`]; `remote.rs`:
 //!   what a remote delivery is ([`Remote`]) and the outbound policy;
 //!   `http.rs`: the one HTTP client, the default feature `http` (without
-//!   it remote deliveries are refused); `error.rs`: [`Error`]; `ids.rs`: the clock ([`now`]) and
-//!   [`fresh_id`].
+//!   it remote deliveries are refused); `error.rs`: [`Error`]; `ids.rs`:
+//!   the clock (`now`) and [`fresh_id`].
 //!
 //! Every outbound HTTP request of the project (remote route deliveries,
 //! content transforms, sensor posts, `kn-replay`, `kn-feed`) goes through
@@ -380,7 +433,7 @@ mod event;
 mod http;
 mod ids;
 mod log;
-pub mod logs;
+mod logs;
 mod metrics;
 mod record;
 mod remote;
@@ -391,19 +444,61 @@ mod topic;
 mod usage;
 mod watch;
 
-pub use changes::CHANGES_FILE;
-pub use config::{default_open_topics, env_setting, Config, Shared, SyncPolicy};
-pub use shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
+// The stable API (see "What is stable" above).
+pub use config::{Config, Shared, SyncPolicy};
 pub use error::{Error, ErrorKind, Result};
-pub use event::*;
+pub use event::{Event, KN_EXPIRES, KN_ID, KN_PAYLOAD, KN_ROUTED_FROM, KN_ROUTE_CHECKPOINT, KN_ROUTE_ID, KN_ROUTE_LOCATION, KN_TIME_T, STATUS};
 #[cfg(feature = "http")]
 pub use http::{HttpRemote, HttpRemoteBuilder};
-pub use log::{CompactReport, LogCursor};
-pub use logs::STREAMS_DIR;
-pub use metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
-pub use record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
-pub use remote::*;
-pub use stats::{Counter, Counters, STATS_FILE};
-pub use store::*;
-pub use usage::{Cached, Usage, UsageCache};
+pub use ids::fresh_id;
+pub use log::CompactReport;
+pub use remote::{HttpProxy, OutboundPolicy, Remote, RemoteReply};
+pub use store::{
+    Poisoned, PostReport, Resume, Route, RouteReport, Selected, Selection, Store, SweepReport, Tunnel, TunnelStart, VerifyProblem,
+    VerifyReport, Write,
+};
 pub use topic::{Topic, JOURNAL_SEGMENT, MAX_SEGMENT_BYTES, MAX_TOPIC_BYTES, MAX_TOPIC_DEPTH, PRESENCE_SEGMENT, ROUTES_SEGMENT, SUBTOPICS_SEGMENT};
+
+// This crate's own code names the internal items from the root as well
+// (`crate::now`), as it did before they moved out of the public root.
+#[allow(unused_imports)]
+pub(crate) use internal::*;
+
+/// What the other crates of the knpubsub workspace (kn-cgi, kn-sensors,
+/// kn-streams, kn-wire, the tests, benches and fuzz targets) use beyond the
+/// stable API: the record encoding, the server's names and counters, the
+/// metrics exposition, the logs of one's own that kn-streams keeps, mount
+/// checks and the like.
+///
+/// **Not part of the stable API**: anything here may change or go in any
+/// release, a patch release included. An embedder that needs one of these
+/// asks for it to be made stable instead.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::changes::CHANGES_FILE;
+    pub use crate::config::{default_open_topics, env_setting};
+    pub use crate::event::{
+        decode_escapes, format_time, is_hop_by_hop, parse_expires, KN_PRESENCE, KN_PRESENCE_JOURNAL, KN_PRESENCE_LEFT, KN_PRESENCE_ROUTE,
+        KN_PRESENCE_SINCE,
+    };
+    pub use crate::ids::now;
+    pub use crate::log::LogCursor;
+    pub use crate::metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
+    pub use crate::record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
+    pub use crate::remote::{content_transform, deliver, deliver_to, parse_content_transform, RemoteFailure};
+    pub use crate::shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
+    pub use crate::stats::{Counter, Counters, STATS_FILE};
+    pub use crate::store::{
+        own_host_name, presence_id, raise_open_file_limit, Destination, HeldStatuses, NameKind, PresenceChanges, Receipt, Receipts,
+        ServerName, TopicStat, HEARTBEAT_EVERY, KN_POISONED, KN_POISONED_BEFORE, KN_UNREAD_AFTER, KN_UNREAD_ROUTE, KN_UNREAD_TO,
+        LEAVE_KEPT_SECS, NAME_TTL_SECS, PROBE_PREFIX, REMOVING_PREFIX,
+    };
+    pub use crate::usage::{Cached, Usage, UsageCache};
+    pub use crate::logs::STREAMS_DIR;
+
+    /// The logs of one's own kept in the store by a layer above it
+    /// (Durable Streams, the `kn-streams` crate).
+    pub mod logs {
+        pub use crate::logs::*;
+    }
+}

@@ -15,7 +15,8 @@
 //! counters, base units (bytes, seconds).
 //!
 //! ```
-//! use kn_journal::{Counter, Exposition, Store};
+//! use kn_journal::{Store};
+//! use kn_journal::internal::{Counter, Exposition};
 //! let dir = tempfile::tempdir().unwrap();
 //! let store = Store::open(dir.path()).unwrap();
 //! store.count(Counter::Sweeps, 2).unwrap();

@@ -327,7 +327,7 @@ impl fmt::Display for Prefix {
 /// the [`OutboundPolicy`] against the URI it returns.
 ///
 /// ```
-/// use kn_journal::parse_content_transform;
+/// use kn_journal::internal::parse_content_transform;
 ///
 /// assert_eq!(parse_content_transform(b"http://t/x").unwrap(), ("http://t/x", &b"kn_payload"[..]));
 /// assert_eq!(parse_content_transform(b" http://t/x\ttext ").unwrap(), ("http://t/x", &b"text"[..]));

@@ -109,7 +109,8 @@ fn walk(root: &Path) -> Result<Usage> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use kn_journal::{Store, UsageCache};
+/// use kn_journal::{Store};
+/// use kn_journal::internal::{UsageCache};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let cache = UsageCache::new(Arc::new(Store::open(dir.path()).unwrap()));

@@ -8,7 +8,8 @@ use common::RulesFixture as Fixture;
 
 
 use kn_journal::access::{Operation, Principal, KN_ROUTE_CREATOR};
-use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic, KN_POISONED};
+use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic};
+use kn_journal::internal::KN_POISONED;
 
 const RULES: &str = "\
 group staff: anna bob
@@ -130,7 +131,7 @@ fn a_route_whose_creator_lost_the_right_stops_delivering_visibly() {
     assert!(report.poisoned[0].reason.contains("user 'bob' may not read '/what/staff/plans'"), "{:?}", report.poisoned);
     // `kn routes --all` shows why.
     let route = store.all_routes(&staff).unwrap().into_iter().find(|r| r.id() == b"r1").unwrap();
-    assert!(!route.is_active(kn_journal::now()));
+    assert!(!route.is_active(kn_journal::internal::now()));
     let why = String::from_utf8_lossy(route.event.get(KN_POISONED).unwrap()).into_owned();
     assert!(why.starts_with("access: user 'bob' may not read"), "{why}");
 }

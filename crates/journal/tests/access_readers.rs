@@ -10,7 +10,8 @@ use common::RulesFixture as Fixture;
 use std::time::Duration;
 
 use kn_journal::access::{Principal, KN_ROUTE_SESSION};
-use kn_journal::{ErrorKind, Event, Selection, Topic, KN_POISONED, KN_POISONED_BEFORE};
+use kn_journal::{ErrorKind, Event, Selection, Topic};
+use kn_journal::internal::{KN_POISONED, KN_POISONED_BEFORE};
 
 const RULES: &str = "\
 group staff: anna bob

@@ -11,7 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 mod common;
 
 use common::{ev, scratch, t};
-use kn_journal::{decode_record, Config, Decoded, Event, Selection, Store, Topic};
+use kn_journal::{Config, Event, Selection, Store, Topic};
+use kn_journal::internal::{decode_record, Decoded};
 
 fn config(root: &Path) -> Config {
     let mut c = Config::new(root);

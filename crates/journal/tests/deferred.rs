@@ -159,7 +159,7 @@ fn a_stale_journal_poisons_its_route_and_the_others_get_everything() {
     let active = store.routes(&t(SRC)).unwrap();
     assert!(active.iter().any(|r| r.id() == b"r0"));
     assert!(!active.iter().any(|r| r.id() == b"r2"), "the route into the stale journal is poisoned");
-    assert_eq!(store.counters().unwrap().get(kn_journal::Counter::PoisonedStale), 1);
+    assert_eq!(store.counters().unwrap().get(kn_journal::internal::Counter::PoisonedStale), 1);
     assert_eq!(listed(dir.path()), 0);
 }
 

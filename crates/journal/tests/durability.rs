@@ -17,7 +17,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kn_journal::{decode_record, Config, Decoded, ErrorKind, Event, Selection, Store, Topic};
+use kn_journal::{Config, ErrorKind, Event, Selection, Store, Topic};
+use kn_journal::internal::{decode_record, Decoded};
 
 // ----- harness -------------------------------------------------------------
 

@@ -6,7 +6,8 @@
 //! once (docs/RELIABILITY.md, "Hostile input"); `serve`'s own names and an
 //! administrator's stay.
 
-use kn_journal::{Config, Destination, ErrorKind, NameKind, Store, Topic};
+use kn_journal::{Config, ErrorKind, Store, Topic};
+use kn_journal::internal::{Destination, NameKind};
 
 fn names_file(store: &Store) -> String {
     std::fs::read_to_string(store.root().join(".names")).unwrap_or_default()

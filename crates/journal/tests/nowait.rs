@@ -124,7 +124,7 @@ fn a_routed_post_made_at_once_is_forwarded_as_notify_forwards_it() {
     assert!(reopened.complete_forwarding(&topic).unwrap().writes.is_empty());
     assert_eq!(checkpoints(&reopened, &journal), ["1", "2", "3", "4"]);
     // No drain found an event of these posts still to forward.
-    assert_eq!(reopened.counters().unwrap().get(kn_journal::Counter::DeliveriesRecovered), 0);
+    assert_eq!(reopened.counters().unwrap().get(kn_journal::internal::Counter::DeliveriesRecovered), 0);
 }
 
 #[test]

@@ -214,6 +214,6 @@ fn a_route_the_policy_no_longer_allows_is_poisoned_as_refused() {
     assert_eq!(report.poisoned.len(), 1, "{report:?}");
     listener.assert_silent("a URL the policy forbids");
     let counters = store.counters().expect("counters");
-    assert_eq!(counters.get(kn_journal::Counter::PoisonedRefused), 1);
-    assert_eq!(counters.get(kn_journal::Counter::PoisonedOther), 0);
+    assert_eq!(counters.get(kn_journal::internal::Counter::PoisonedRefused), 1);
+    assert_eq!(counters.get(kn_journal::internal::Counter::PoisonedOther), 0);
 }

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{config, ev, scratch, t};
 
-use kn_journal::{
-    Config, Event, Selection, Store, Tunnel, KN_PRESENCE, KN_PRESENCE_JOURNAL, KN_PRESENCE_SINCE,
-};
+use kn_journal::{Config, Event, Selection, Store, Tunnel};
+use kn_journal::internal::{KN_PRESENCE, KN_PRESENCE_JOURNAL, KN_PRESENCE_SINCE};
 
 fn fast(root: &Path, debounce: Duration) -> Config {
     let mut c = config(root);
@@ -105,7 +104,7 @@ fn a_read_gives_the_connected_journals_and_a_tunnel_gets_joins_and_leaves() {
     assert_eq!(text(&leave, KN_PRESENCE_JOURNAL), "/who/anna/kn_journal");
     assert_eq!(
         leave.id(),
-        Some(kn_journal::presence_id(&t("/who/anna/kn_journal")).as_bytes()),
+        Some(kn_journal::internal::presence_id(&t("/who/anna/kn_journal")).as_bytes()),
         "one id per journal"
     );
 

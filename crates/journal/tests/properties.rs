@@ -3,7 +3,8 @@
 
 use std::path::{Component, Path};
 
-use kn_journal::{decode_record, encode_record, Decoded, Event, Record, Topic};
+use kn_journal::{Event, Topic};
+use kn_journal::internal::{decode_record, encode_record, Decoded, Record};
 use proptest::prelude::*;
 
 /// One valid topic segment: allowed bytes, not starting or ending with `.`.

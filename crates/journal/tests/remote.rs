@@ -11,7 +11,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kn_journal::{content_transform, deliver, Config, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
+use kn_journal::{Config, ErrorKind, Event, HttpRemote, OutboundPolicy, Remote};
+use kn_journal::internal::{content_transform, deliver};
 
 use kn_test_support::read_head;
 use kn_test_support::Received as Seen;

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod common;
 use common::{config, ev, scratch, t};
 
-use kn_journal::{Config, Destination, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_journal::{Config, ErrorKind, Event, OutboundPolicy, Selection, Store, Topic};
+use kn_journal::internal::Destination;
 
 // ----- harness ------------------------------------------------------------
 
@@ -360,7 +361,7 @@ fn silent_remote_keeps_the_route_and_the_post_returns_within_the_timeout() {
             assert!(report.poisoned.is_empty(), "{report:?}");
             assert_eq!(store.routes(&t("/a")).unwrap().len(), 1, "the route is kept");
             assert_eq!(store.outbox_pending().unwrap(), 1, "the delivery waits in the outbox");
-            assert_eq!(store.counters().unwrap().get(kn_journal::Counter::DeliveriesRetried), 1);
+            assert_eq!(store.counters().unwrap().get(kn_journal::internal::Counter::DeliveriesRetried), 1);
         }
     }
 }
@@ -398,8 +399,8 @@ fn a_remote_5xx_is_retried_forward_retries_times_then_poisoned_as_unreachable() 
     assert_eq!(answered, 3, "the first delivery and two retries");
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "no fourth attempt");
     let counters = store.counters().unwrap();
-    assert_eq!(counters.get(kn_journal::Counter::DeliveriesRetried), 3);
-    assert_eq!(counters.get(kn_journal::Counter::PoisonedUnreachable), 1);
+    assert_eq!(counters.get(kn_journal::internal::Counter::DeliveriesRetried), 3);
+    assert_eq!(counters.get(kn_journal::internal::Counter::PoisonedUnreachable), 1);
     assert_eq!(store.outbox_pending().unwrap(), 0);
 
     // A retry waits for its time: with a long backoff nothing is tried.

@@ -9,7 +9,8 @@ use std::time::Duration;
 mod common;
 use common::{config, ev, scratch, t, SERVER};
 
-use kn_journal::{Config, Counter, ErrorKind, Selection, Store, Topic};
+use kn_journal::{Config, ErrorKind, Selection, Store, Topic};
+use kn_journal::internal::Counter;
 
 
 fn open() -> (tempfile::TempDir, Store) {
@@ -255,7 +256,7 @@ fn a_deletion_without_kn_expires_expires_after_the_tombstone_ttl() {
     store.delete_route(&t("/a"), b"r1", None).unwrap();
     let r1 = store.all_routes(&t("/a")).unwrap().remove(0);
     let at: f64 = r1.event.get_str("kn_expires").unwrap().parse().unwrap();
-    assert!((at - (kn_journal::now() + 42.0)).abs() < 3.0, "{at}");
+    assert!((at - (kn_journal::internal::now() + 42.0)).abs() < 3.0, "{at}");
     // Watchers of kn_routes see it until then.
     assert_eq!(payloads(&store, &t("/a/kn_routes")), [""]);
 }
@@ -277,7 +278,7 @@ fn an_old_route_into_a_journal_that_does_not_exist_is_deleted_a_young_one_kept()
     let (_dir, store) = open();
     let source = t("/quiet");
     // Made long ago (an import, or a version without .sources) and now.
-    store.restore(&source.routes(), ev(&[("kn_id", "old"), ("kn_payload", &format!("{SERVER}/who/x/kn_journal")), ("kn_time_t", "1000")]), kn_journal::now()).unwrap();
+    store.restore(&source.routes(), ev(&[("kn_id", "old"), ("kn_payload", &format!("{SERVER}/who/x/kn_journal")), ("kn_time_t", "1000")]), kn_journal::internal::now()).unwrap();
     store.route(&source, b"/who/y/kn_journal", ev(&[("kn_id", "young")])).unwrap();
     let report = store.sweep_all(None).unwrap();
     assert_eq!(report.routes_removed, 1, "{report:?}");

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod common;
 use common::{config, ev, scratch, t};
 
-use kn_journal::{encode_record, Config, ErrorKind, Event, Record, Selection, Store};
+use kn_journal::{Config, ErrorKind, Event, Selection, Store};
+use kn_journal::internal::{encode_record, Record};
 
 use common::journal::*;
 

@@ -32,7 +32,8 @@ use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kn_journal::{format_time, Event, Store, Topic, KN_EXPIRES, KN_ID, KN_PAYLOAD, KN_ROUTE_CHECKPOINT, KN_TIME_T};
+use kn_journal::{Event, Store, Topic, KN_EXPIRES, KN_ID, KN_PAYLOAD, KN_ROUTE_CHECKPOINT, KN_TIME_T};
+use kn_journal::internal::format_time;
 
 use crate::{SensorError, SensorErrorKind};
 
@@ -72,7 +73,7 @@ pub fn parse_event(bytes: &[u8]) -> Option<Event> {
 /// Decodes `=XX` escapes (uppercase or lowercase hex); a `=` not followed
 /// by two hex digits stays as it is.
 pub fn unescape(bytes: &[u8]) -> Vec<u8> {
-    kn_journal::decode_escapes(bytes, b'=')
+    kn_journal::internal::decode_escapes(bytes, b'=')
 }
 
 /// What [`import`] did.
@@ -278,7 +279,7 @@ fn import_events(
             *existing.entry(fingerprint(&event)).or_default() += 1;
         }
     }
-    let t = kn_journal::now();
+    let t = kn_journal::internal::now();
     for name in order {
         let path = dir.join(&name);
         let read = read_file(&path, &name);

@@ -48,7 +48,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kn_journal::{format_time, now, Destination, Event, HttpRemote, Remote, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
+use kn_journal::{Event, HttpRemote, Remote, Selection, Store, Topic, KN_EXPIRES, KN_ID, KN_ROUTED_FROM, KN_ROUTE_LOCATION, KN_TIME_T};
+use kn_journal::internal::{format_time, now, Destination};
 
 use crate::{SensorError, SensorErrorKind};
 

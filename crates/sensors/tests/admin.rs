@@ -296,7 +296,7 @@ fn names_lists_adds_and_removes_the_server_names() {
     ok(kn(&["names", "add", "http://alias.example/kn"]));
     assert_eq!(ok(kn(&["names", "list"])), "http://main.example/kn\tpinned\nhttp://alias.example/kn\tpinned\n");
     let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.resolve(b"http://alias.example/kn/a").unwrap(), kn_journal::Destination::Local(topic("/a")));
+    assert_eq!(store.resolve(b"http://alias.example/kn/a").unwrap(), kn_journal::internal::Destination::Local(topic("/a")));
     ok(kn(&["names", "remove", "http://alias.example/kn"]));
     assert_eq!(ok(kn(&["names"])), "http://main.example/kn\tpinned\n");
     let bad = kn(&["names", "add", "alias.example"]);

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use kn_journal::{Counter, Event, Selection, Store, Topic};
+use kn_journal::{Event, Selection, Store, Topic};
+use kn_journal::internal::Counter;
 
 fn kn(root: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kn")).arg("--root").arg(root).args(args).stdin(Stdio::null()).output().unwrap()

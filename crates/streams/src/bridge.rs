@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 use super::state::{name, op};
 use super::{Entry, StreamResult, Streams};
 use kn_journal::Event;
-use kn_journal::logs::{self as log, LogCursor, Writer};
-use kn_journal::Record;
+use kn_journal::internal::logs::{self as log, LogCursor, Writer};
+use kn_journal::internal::Record;
 use kn_journal::Topic;
 
 /// The element marking an event that came from a stream (its path): the
@@ -68,7 +68,7 @@ impl Streams {
             return Ok(());
         }
         let path = entry.state.path.clone();
-        let now = kn_journal::now();
+        let now = kn_journal::internal::now();
         for r in records {
             let mut e = Event::new();
             e.set(name::OP, op::APPEND);

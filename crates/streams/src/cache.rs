@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use super::state::State;
 use super::{lock, snapshot, Streams};
-use kn_journal::logs::{LogCursor, TopicFiles};
-use kn_journal::Record;
+use kn_journal::internal::logs::{LogCursor, TopicFiles};
+use kn_journal::internal::Record;
 
 /// What a process knows of one stream between requests.
 #[derive(Default)]

@@ -21,7 +21,8 @@
 
 use std::time::Duration;
 
-use kn_journal::{env_setting, Error, ErrorKind};
+use kn_journal::{Error, ErrorKind};
+use kn_journal::internal::env_setting;
 
 /// The Durable Streams settings (module documentation: the table).
 #[derive(Clone, Debug)]

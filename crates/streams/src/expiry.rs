@@ -111,7 +111,7 @@ impl Streams {
         if budget.is_some() {
             let next = if start + report.looked >= names.len() { String::new() } else { last };
             if self.dir.is_dir() {
-                kn_journal::logs::write_cursor(&cursor_path, &next);
+                kn_journal::internal::logs::write_cursor(&cursor_path, &next);
             }
         }
         report

@@ -2,7 +2,7 @@
 //! and their bytes (counted in memory, per process: an append is far too
 //! frequent for the store's shared `.stats`), and the live reads waiting
 //! now. How many streams the store holds comes from a walk
-//! ([`Usage::streams`](kn_journal::Usage::streams)).
+//! ([`Usage::streams`](kn_journal::internal::Usage::streams)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -11,8 +11,8 @@
 use super::state::{has_data, name, op};
 use super::{json, offset, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
 use kn_journal::Event;
-use kn_journal::logs::{self as log, LogCursor};
-use kn_journal::Record;
+use kn_journal::internal::logs::{self as log, LogCursor};
+use kn_journal::internal::Record;
 
 /// A fork's source as read for the copy.
 pub(super) struct ForkSource {

@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kn_journal::Event;
-use kn_journal::logs::{self as log, LogCursor, SpaceGauge, Writer};
-use kn_journal::Record;
+use kn_journal::internal::logs::{self as log, LogCursor, SpaceGauge, Writer};
+use kn_journal::internal::Record;
 use kn_journal::Store;
 
 mod bridge;
@@ -78,7 +78,7 @@ use state::{has_data, name, op};
 
 /// The directory of the store root holding the streams, one directory
 /// each, named by the `xxh3_128` of the stream's path in hex.
-pub use kn_journal::STREAMS_DIR;
+pub use kn_journal::internal::STREAMS_DIR;
 
 /// File whose modification time is a stream's last read or write, for a
 /// sliding `Stream-TTL`.
@@ -474,7 +474,7 @@ impl Streams {
         let (segment, len) = w.end();
         let placed = entry.verify.is_none()
             && entry.cursor.as_ref().is_some_and(|c| c.ino() != 0 && c.segment() == segment && c.offset() == len && c.last_seq() == w.last_seq());
-        let stored_secs = kn_journal::now() as u64;
+        let stored_secs = kn_journal::internal::now() as u64;
         // This process's live readers of the stream, if any, wake at once.
         // (One that starts waiting after this look is woken by the change
         // notification of the write, as for another process's append.)

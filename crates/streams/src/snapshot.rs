@@ -20,7 +20,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::state::State;
-use kn_journal::Record;
+use kn_journal::internal::Record;
 
 /// The snapshot's file name, in the stream's directory.
 pub(crate) const SNAPSHOT_FILE: &str = ".state";
@@ -68,9 +68,9 @@ pub(crate) fn frame_of(record: &Record) -> (u64, u64) {
         Some(blob) => {
             let mut bare = record.event.clone();
             bare.remove(kn_journal::KN_PAYLOAD);
-            kn_journal::logs::encode_event(record.seq, record.stored_secs, &bare, Some(blob))
+            kn_journal::internal::logs::encode_event(record.seq, record.stored_secs, &bare, Some(blob))
         }
-        None => kn_journal::logs::encode_event(record.seq, record.stored_secs, &record.event, None),
+        None => kn_journal::internal::logs::encode_event(record.seq, record.stored_secs, &record.event, None),
     };
     (frame.len() as u64, xxhash_rust::xxh3::xxh3_64(&frame))
 }
@@ -85,7 +85,7 @@ pub(crate) fn load(dir: &Path) -> Option<(Mark, State)> {
     let crc = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
     let len = u32::from_le_bytes(bytes[12..16].try_into().ok()?) as usize;
     let body = bytes.get(HEADER..HEADER + len)?;
-    if kn_journal::logs::crc32c(&[body]) != crc {
+    if kn_journal::internal::logs::crc32c(&[body]) != crc {
         return None;
     }
     let snapshot: Snapshot = rmp_serde::from_slice(body).ok()?;
@@ -109,11 +109,11 @@ pub(crate) fn store(dir: &Path, mark: &Mark, state: &State, sync: bool) -> std::
     let body = rmp_serde::to_vec_named(&SnapshotOf { mark, state }).map_err(std::io::Error::other)?;
     let mut bytes = Vec::with_capacity(HEADER + body.len());
     bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&kn_journal::logs::crc32c(&[&body]).to_le_bytes());
+    bytes.extend_from_slice(&kn_journal::internal::logs::crc32c(&[&body]).to_le_bytes());
     bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&body);
     let tmp = dir.join(TEMP_FILE);
-    let f = kn_journal::logs::open_shared(&tmp, false)?;
+    let f = kn_journal::internal::logs::open_shared(&tmp, false)?;
     f.write_all_at(&bytes, 0)?;
     f.set_len(bytes.len() as u64)?;
     if sync {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use kn_journal::Event;
-use kn_journal::Record;
+use kn_journal::internal::Record;
 
 /// Element names of stream records.
 pub(crate) mod name {

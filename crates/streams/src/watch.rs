@@ -6,7 +6,7 @@ use std::sync::Arc;
 /// Wakeups for a live read: a change in the stream's directory or its
 /// bound topic's. Hints only: re-read after each.
 pub struct StreamWatch {
-    pub(crate) subs: Vec<kn_journal::logs::Subscription>,
+    pub(crate) subs: Vec<kn_journal::internal::logs::Subscription>,
     pub(crate) poll: std::time::Duration,
     pub(crate) _live: Live,
 }
@@ -46,7 +46,7 @@ impl StreamWatch {
         let timeout = if listeners.len() > 1 { timeout.min(self.poll) } else { timeout.min(self.poll_interval()) };
         match listeners.into_iter().next() {
             Some(l) => {
-                kn_journal::logs::Subscription::wait(l, timeout);
+                kn_journal::internal::logs::Subscription::wait(l, timeout);
             }
             None => std::thread::sleep(timeout),
         }

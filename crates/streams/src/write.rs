@@ -4,7 +4,7 @@
 
 
 
-use kn_journal::logs::{self as log, Writer};
+use kn_journal::internal::logs::{self as log, Writer};
 use kn_journal::Event;
 
 use crate::state::{name, op};

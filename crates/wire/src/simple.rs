@@ -80,7 +80,7 @@ pub fn escape(bytes: &[u8], out: &mut Vec<u8>) {
 /// Decodes `=XX` (either case) anywhere; a `=` not followed by two hex
 /// digits stays as it is.
 pub fn unescape(bytes: &[u8]) -> Vec<u8> {
-    kn_journal::decode_escapes(bytes, b'=')
+    kn_journal::internal::decode_escapes(bytes, b'=')
 }
 
 /// Decodes one encoded event (no count): header lines up to the first

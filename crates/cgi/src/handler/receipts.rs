@@ -2,7 +2,8 @@
 //! "Receipts"): the answer's events, from what the store decides.
 
 use kn_journal::access::AsUser;
-use kn_journal::{Event, Receipt, Receipts, KN_PAYLOAD};
+use kn_journal::{Event, KN_PAYLOAD};
+use kn_journal::internal::{Receipt, Receipts};
 use kn_wire::{status_event, Format, Page};
 
 use super::{failure_event, Failure, Handler, Reply};
@@ -92,7 +93,7 @@ fn receipt_event(receipts: &Receipts, r: &Receipt) -> Event {
     if let Some(creator) = kn_journal::access::Principal::creator_of(&r.route.event).name() {
         e.set("receipt_creator", creator);
     }
-    for name in [kn_journal::KN_UNREAD_AFTER, kn_journal::KN_UNREAD_TO] {
+    for name in [kn_journal::internal::KN_UNREAD_AFTER, kn_journal::internal::KN_UNREAD_TO] {
         if let Some(v) = r.route.event.get(name) {
             e.set(name, v);
         }

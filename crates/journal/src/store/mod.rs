@@ -352,7 +352,8 @@ impl Store {
     /// in it decoded); any other `http(s)://` URL is remote.
     ///
     /// ```
-    /// use kn_journal::{Config, Destination, Store, Topic};
+    /// use kn_journal::{Config, Store, Topic};
+    /// use kn_journal::internal::{Destination};
     /// let dir = tempfile::tempdir().unwrap();
     /// let mut config = Config::new(dir.path());
     /// config.server_url = Some("http://example.org/kn".into());
@@ -536,7 +537,7 @@ impl Store {
     }
 
     /// The store's change notifier in this process, started on first use:
-    /// what a layer keeping its own logs ([`crate::logs`]) subscribes to
+    /// what a layer keeping its own logs (`kn_journal::internal::logs`) subscribes to
     /// and announces its appends through, as the store does for topics.
     pub fn hub(&self) -> &Arc<Hub> {
         self.hub.get_or_init(|| {
@@ -588,7 +589,7 @@ fn create_topic_dir(path: &Path) -> std::io::Result<()> {
 /// thousands of tunnels calls it with `u64::MAX` (the hard limit).
 ///
 /// ```
-/// kn_journal::raise_open_file_limit(1024);
+/// kn_journal::internal::raise_open_file_limit(1024);
 /// ```
 pub fn raise_open_file_limit(wanted: u64) {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

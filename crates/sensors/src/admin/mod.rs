@@ -29,7 +29,8 @@ pub mod token;
 use std::io::{self, Write};
 use std::path::Path;
 
-use kn_journal::{Counters, Event, Route, Store, Topic, TopicStat, KN_PAYLOAD};
+use kn_journal::{Event, Route, Store, Topic, KN_PAYLOAD};
+use kn_journal::internal::{Counters, TopicStat};
 
 use crate::{SensorError, SensorErrorKind};
 

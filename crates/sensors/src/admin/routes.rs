@@ -24,7 +24,8 @@
 //! assert!(again.contains("-d kn_to=http://localhost/kn/a/../b -d kn_id=r1"), "{again}");
 //! ```
 
-use kn_journal::{now, Event, Route, Store, Topic, KN_PAYLOAD, KN_POISONED};
+use kn_journal::{Event, Route, Store, Topic, KN_PAYLOAD};
+use kn_journal::internal::{now, KN_POISONED};
 
 use crate::SensorError;
 

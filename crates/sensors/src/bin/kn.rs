@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kn_journal::{Config, Exposition, Selection, Store, Topic};
+use kn_journal::{Config, Selection, Store, Topic};
+use kn_journal::internal::Exposition;
 use kn_sensors::admin::{self, EventFormat};
 use kn_sensors::{legacy, usage_error, SensorError, SensorErrorKind};
 
@@ -544,9 +545,9 @@ fn names(store: &Store, out: &mut dyn Write, action: NamesAction) -> Result<Exit
                 let from = match entries.iter().find(|e| e.url == name).map(|e| &e.kind) {
                     None if store.config().server_url.as_deref() == Some(name.as_str()) => "KN_SERVER_URL".to_string(),
                     None => "default".to_string(),
-                    Some(kn_journal::NameKind::Pinned) => "pinned".to_string(),
-                    Some(kn_journal::NameKind::Server(host)) => format!("serve on {host}"),
-                    Some(kn_journal::NameKind::Learned) => "learned from a request".to_string(),
+                    Some(kn_journal::internal::NameKind::Pinned) => "pinned".to_string(),
+                    Some(kn_journal::internal::NameKind::Server(host)) => format!("serve on {host}"),
+                    Some(kn_journal::internal::NameKind::Learned) => "learned from a request".to_string(),
                 };
                 writeln!(out, "{name}\t{from}").map_err(write_error)?;
             }
@@ -605,10 +606,10 @@ fn verify(store: &Store, out: &mut dyn Write, repair: bool, summaries: bool) -> 
 /// (a `serve` that moved or stopped: routes to them stay local for the
 /// tools, though no client reaches them any more).
 fn name_warnings(store: &Store) -> Vec<String> {
-    let host = kn_journal::own_host_name();
+    let host = kn_journal::internal::own_host_name();
     let mut warnings = Vec::new();
     for name in store.server_name_entries() {
-        let kn_journal::NameKind::Server(by) = &name.kind else { continue };
+        let kn_journal::internal::NameKind::Server(by) = &name.kind else { continue };
         if by != host {
             continue;
         }
