@@ -137,6 +137,19 @@ fn topic_canonicalisation_survives_its_corpus() {
 }
 
 #[test]
+fn response_writer_survives_its_corpus() {
+    replay_with("response_head", MUTATIONS, HEADER_TOKENS);
+}
+
+/// Tokens that hostile header text is made of (the `response_head`
+/// target): line ends, NUL, DEL, the field separator and what an injected
+/// header or body would start with.
+const HEADER_TOKENS: &[&[u8]] = &[
+    b"\r", b"\n", b"\r\n", b"\r\n\r\n", b"\0", b"\x7f", b"\t", b"\xff", b":", b": ", b" ", b"\"", b"\\", b"Set-Cookie: a=b",
+    b"Content-Type: text/html", b"<script>", b"\xce\xba", b"\xc2\x85", b"\xe2\x80\xa8", b"Status: 200 OK",
+];
+
+#[test]
 fn request_handler_survives_its_corpus() {
     // Each input opens a store and is handled twice (serve and CGI paths):
     // fewer mutations keep this to seconds.

@@ -20,7 +20,8 @@ use kn_wire::form::{self, Params};
 use kn_wire::simple;
 
 /// The names of the targets, as in `fuzz/Cargo.toml` and `fuzz/corpus/`.
-pub const TARGETS: [&str; 6] = ["form_parse", "simple_codec", "record_decode", "legacy_event", "topic_parse", "request_handle"];
+pub const TARGETS: [&str; 7] =
+    ["form_parse", "simple_codec", "record_decode", "legacy_event", "topic_parse", "request_handle", "response_head"];
 
 /// Runs the target called `name` on `data`; false for an unknown name.
 pub fn run(name: &str, data: &[u8]) -> bool {
@@ -31,6 +32,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "legacy_event" => legacy_event(data),
         "topic_parse" => topic_parse(data),
         "request_handle" => request_handle(data),
+        "response_head" => response_head(data),
         _ => return false,
     }
     true
@@ -286,4 +288,79 @@ impl Drop for TempStore {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The header block every response is written with
+/// (`kn_cgi::response`: `write_field`, `hyper_field`; a one-shot
+/// `Response`, a tunnel's `Head`, a stream's `StreamResponse`, a refused
+/// token's challenge): chunks separated by 0xFF are a reason phrase, then
+/// header name, value, name, value, ... Whatever they hold, each CGI head
+/// is one header per field whose name is a token, ends at its first blank
+/// line and holds no control character; `serve` gets the same values.
+pub fn response_head(data: &[u8]) {
+    use kn_cgi::response::{field_value, hyper_field, is_field_name, Head, Response, Status};
+    use kn_cgi::streams::StreamResponse;
+    let mut chunks = data.split(|&b| b == 0xFF).map(|c| String::from_utf8_lossy(c).into_owned());
+    let reason = chunks.next().unwrap_or_default();
+    let code = 100 + u16::from(data.first().copied().unwrap_or(0)) % 500;
+    let mut fields = Vec::new();
+    while let (Some(name), Some(value)) = (chunks.next(), chunks.next()) {
+        fields.push((name, value));
+    }
+    let mut head = Head::new(Some(Status::new(code, reason.clone())), "text/plain");
+    head.headers.extend(fields.iter().cloned());
+    let named = fields.iter().filter(|(n, _)| is_field_name(n)).count();
+    // Status, Content-Type, the named fields, Content-Length.
+    let lines = cgi_head_lines(&head.to_cgi_bytes(Some(data.len())));
+    assert_eq!(lines.len(), named + 3, "one line per field: {lines:?}");
+    assert_eq!(lines[0], ("Status".to_owned(), field_value(&format!("{code} {reason}")).into_owned()));
+    let written = lines[2..2 + named].iter();
+    for ((name, value), (line_name, line_value)) in fields.iter().filter(|(n, _)| is_field_name(n)).zip(written) {
+        assert_eq!((name, field_value(value).as_ref()), (line_name, line_value.as_str()));
+    }
+    let one_shot = Response::new(head.clone(), data.to_vec()).to_cgi_bytes();
+    let end = find_blank_line(&one_shot).expect("a blank line ends the head");
+    assert_eq!(cgi_head_lines(&one_shot[..end]), lines);
+    assert_eq!(&one_shot[end..], data, "the body follows the head unchanged");
+    // serve: the same value, or no header at all.
+    for (name, value) in &fields {
+        match hyper_field(name, value.clone()) {
+            Some((_, v)) => assert_eq!(v.as_bytes(), field_value(value).as_bytes()),
+            None => assert!(!is_field_name(name), "{name:?} dropped"),
+        }
+    }
+    // A stream's answer: names are this program's, values anything.
+    const NAMES: [&str; 4] = ["Kn-Topic", "Stream-Next-Offset", "Bad Name", "Set-Cookie:"];
+    let mut stream = StreamResponse::text(code, &reason);
+    for (i, (_, value)) in fields.iter().enumerate() {
+        stream.headers.push((NAMES[i % NAMES.len()], value.clone().into()));
+    }
+    let bytes = stream.to_cgi_bytes(true);
+    let lines = cgi_head_lines(&bytes);
+    assert!(lines.iter().all(|(n, _)| n != "Set-Cookie" && n != "Bad Name"), "{lines:?}");
+    // A refused token's challenge is one header value of printable ASCII.
+    let refused = kn_cgi::bearer::Refused { reason: kn_cgi::bearer::Reason::Malformed, message: reason };
+    let challenge = refused.challenge();
+    assert!(challenge.bytes().all(|b| (0x20..0x7f).contains(&b)), "{challenge:?}");
+}
+
+/// The end of a CGI head: just past its first blank line.
+fn find_blank_line(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// The fields of a CGI head that must end at its first blank line, each
+/// line `name: value` with a token for a name and no control character.
+fn cgi_head_lines(head: &[u8]) -> Vec<(String, String)> {
+    let end = find_blank_line(head).expect("a blank line ends the head");
+    assert_eq!(end, head.len(), "the head goes on past its blank line: {:?}", String::from_utf8_lossy(head));
+    let text = std::str::from_utf8(&head[..end - 4]).expect("a head of UTF-8");
+    text.split("\r\n")
+        .map(|line| {
+            assert!(!line.bytes().any(|b| b.is_ascii_control()), "a control character in {line:?}");
+            let (name, value) = line.split_once(": ").unwrap_or_else(|| panic!("not a header line: {line:?}"));
+            assert!(kn_cgi::response::is_field_name(name), "{line:?}");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
 }

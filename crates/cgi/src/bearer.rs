@@ -11,8 +11,11 @@
 //! present, `iss` and `aud` when `Config::token_issuer` and
 //! `Config::token_audience` are set. A token presented and refused is
 //! answered `401` with `WWW-Authenticate: Bearer error="invalid_token"`
-//! and the reason: never anonymous instead.
+//! and the reason: never anonymous instead. The reason is this program's
+//! own words: nothing of a token that was not verified (its `kid`, its
+//! `alg`, a parser's quote of either) is ever echoed.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,9 +121,19 @@ impl Refused {
         REFUSALS[self.reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The `WWW-Authenticate` header's value (RFC 6750 3).
+    /// The `WWW-Authenticate` header's value (RFC 6750 3): the
+    /// description holds only what RFC 6750 allows there (printable ASCII
+    /// but `"` and `\\`; anything else becomes `'` or a space).
     pub fn challenge(&self) -> String {
-        let description = self.message.replace(['"', '\\'], "'");
+        let description: String = self
+            .message
+            .chars()
+            .map(|c| match c {
+                '"' | '\\' => '\'',
+                ' '..='~' => c,
+                _ => ' ',
+            })
+            .collect();
         format!("Bearer error=\"invalid_token\", error_description=\"{description}\"")
     }
 }
@@ -247,7 +260,7 @@ impl Verifier {
 
     /// The signature and claims check of [`Verifier::verify`].
     fn check(&self, token: &str) -> Result<Principal, Refused> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| Refused::new(Reason::Malformed, format!("cannot read its header: {e}")))?;
+        let header = jsonwebtoken::decode_header(token).map_err(|e| Refused::new(Reason::Malformed, unreadable_header(&e)))?;
         let key = self.key(header.kid.as_deref())?;
         if header.alg != key.algorithm {
             return Err(Refused::new(Reason::WrongAlgorithm, format!("signed with {:?}, but its key is for {:?}", header.alg, key.algorithm)));
@@ -279,7 +292,8 @@ impl Verifier {
     fn key(&self, kid: Option<&str>) -> Result<&Key, Refused> {
         match kid {
             Some(STORE_KID) => self.store_key(),
-            Some(kid) => self.keys.get(kid).ok_or_else(|| Refused::new(Reason::UnknownKid, format!("no key of kid '{kid}'"))),
+            // The kid is the token's, unverified: never echoed.
+            Some(kid) => self.keys.get(kid).ok_or_else(|| Refused::new(Reason::UnknownKid, "unknown key")),
             None if self.keys.len() == 1 => Ok(self.keys.values().next().expect("one key")),
             None => Err(Refused::new(Reason::UnknownKid, "no kid, and not exactly one key configured")),
         }
@@ -323,19 +337,40 @@ fn parse_entry(entry: &str) -> Result<(&str, Key), String> {
     Ok((kid, Key { algorithm, key }))
 }
 
+/// Why a token's header cannot be read, in words of ours: the error's own
+/// text may quote the token (serde names an unknown `alg` as given).
+fn unreadable_header(e: &jsonwebtoken::errors::Error) -> &'static str {
+    match e.kind() {
+        JwtKind::InvalidToken => "not a JWT (three base64url parts)",
+        JwtKind::Base64(_) => "its header is not base64url",
+        JwtKind::Utf8(_) => "its header is not UTF-8",
+        JwtKind::Json(_) => "its header is not a JWT header (JSON naming a known alg)",
+        _ => "cannot read its header",
+    }
+}
+
+/// The refusal of a token `jsonwebtoken::decode` refused, in words of
+/// ours (the error's text may quote the token's claims).
 fn refusal(e: jsonwebtoken::errors::Error) -> Refused {
-    let reason = match e.kind() {
-        JwtKind::ExpiredSignature => Reason::Expired,
-        JwtKind::MissingRequiredClaim(claim) if claim == "exp" => Reason::Expired,
-        JwtKind::MissingRequiredClaim(claim) if claim == "iss" => Reason::WrongIssuer,
-        JwtKind::ImmatureSignature => Reason::NotYetValid,
-        JwtKind::InvalidIssuer => Reason::WrongIssuer,
-        JwtKind::InvalidAudience => Reason::WrongAudience,
-        JwtKind::InvalidSignature => Reason::BadSignature,
-        JwtKind::InvalidAlgorithm => Reason::WrongAlgorithm,
-        _ => Reason::Malformed,
+    let (reason, message): (Reason, Cow<'static, str>) = match e.kind() {
+        JwtKind::ExpiredSignature => (Reason::Expired, "the token's exp has passed".into()),
+        // The claim names are ours (the validation's required claims).
+        JwtKind::MissingRequiredClaim(claim) if claim == "exp" => (Reason::Expired, "it has no exp".into()),
+        JwtKind::MissingRequiredClaim(claim) if claim == "iss" => (Reason::WrongIssuer, "it has no iss".into()),
+        JwtKind::ImmatureSignature => (Reason::NotYetValid, "its nbf is not reached".into()),
+        JwtKind::InvalidIssuer => (Reason::WrongIssuer, "its iss is not KN_TOKEN_ISSUER".into()),
+        JwtKind::InvalidAudience => (Reason::WrongAudience, "its aud does not name KN_TOKEN_AUDIENCE".into()),
+        JwtKind::InvalidSignature => (Reason::BadSignature, "its signature does not check out".into()),
+        JwtKind::InvalidAlgorithm => (Reason::WrongAlgorithm, "signed with another algorithm than its key's".into()),
+        JwtKind::InvalidToken => (Reason::Malformed, "not a JWT (three base64url parts)".into()),
+        JwtKind::Base64(_) => (Reason::Malformed, "a part is not base64url".into()),
+        JwtKind::Json(_) | JwtKind::Utf8(_) => (Reason::Malformed, "its claims are not the JSON a token needs".into()),
+        JwtKind::InvalidClaimFormat(claim) if ["exp", "nbf", "iat", "iss", "aud", "sub"].contains(&claim.as_str()) => {
+            (Reason::Malformed, format!("its {claim} claim is not of the right type").into())
+        }
+        _ => (Reason::Malformed, "cannot be read".into()),
     };
-    Refused::new(reason, e.to_string())
+    Refused::new(reason, message)
 }
 
 /// The verifiers of this process, one per store root (read when first
@@ -449,6 +484,37 @@ mod tests {
         let none = Verifier::new(&config).unwrap();
         assert!(none.verify(tokens[0].as_bytes()).is_ok());
         assert!(none.remembered().tokens.is_empty());
+    }
+
+    /// A token with `header` (JSON text), claims `{}` and a made-up
+    /// signature, as the reviewer's link carries it.
+    fn forged(header: &str) -> String {
+        use base64::Engine as _;
+        format!("{}.e30.c2ln", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(header))
+    }
+
+    #[test]
+    fn unverified_token_text_is_never_echoed() {
+        let dir = tempfile::tempdir().unwrap();
+        let verifier = Verifier::new(&Config::new(dir.path().join("kn_events"))).unwrap();
+        let evil = "x\r\nSet-Cookie: kn=1\r\n\r\n<script>alert(1)</script>";
+        let json = |s: &str| serde_json::to_string(s).unwrap();
+        for (header, reason) in [
+            (format!(r#"{{"alg":"HS256","kid":{}}}"#, json(evil)), Reason::UnknownKid),
+            (format!(r#"{{"alg":{},"kid":"k"}}"#, json(evil)), Reason::Malformed),
+            (format!(r#"{{"alg":"HS256","kid":"k","typ":{}}}"#, json(&format!("{evil}\u{1}"))), Reason::UnknownKid),
+            (format!(r#"{{"alg":"HS256","kid":{},"kid":"y"}}"#, json(evil)), Reason::Malformed),
+        ] {
+            let refused = verifier.verify(forged(&header).as_bytes()).unwrap_err();
+            assert_eq!(refused.reason, reason, "{header}: {refused:?}");
+            for text in [&refused.message, &refused.challenge()] {
+                assert!(!text.contains("kn=1") && !text.contains("alert") && !text.contains("Set-Cookie"), "token text echoed: {text}");
+                assert!(!text.chars().any(|c| c.is_ascii_control()), "{text:?}");
+            }
+        }
+        let unknown = verifier.verify(forged(r#"{"alg":"HS256","kid":"secret-kid-name"}"#).as_bytes()).unwrap_err();
+        assert!(!unknown.message.contains("secret-kid-name"), "{}", unknown.message);
+        assert_eq!(unknown.message, "invalid bearer token (unknown_kid): unknown key");
     }
 
     #[test]

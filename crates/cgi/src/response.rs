@@ -5,8 +5,28 @@
 //! the connection alive, and goes out in one write, so no second packet
 //! waits on a delayed ACK (the lesson of the Apache 1.1 flush fix: 60 ms →
 //! 29 ms per request).
+//!
+//! Every header of every response, of both front ends, is written
+//! through this module's [`write_field`] (a CGI's header block) or
+//! [`hyper_field`] (`serve`), and with it through one rule,
+//! [`field_value`]: no header value or reason phrase ever carries a
+//! control character. Each is replaced by a space (stripped, not refused:
+//! the answer stays the one the request gets, a `401` keeps its
+//! challenge, and no client can turn a refusal into a server error), so a
+//! value with CR LF stays one line of text and can never end its header,
+//! add another or start the body. A header whose name is not a token is
+//! left out (names are this program's, never a request's).
+//!
+//! ```
+//! use kn_cgi::response::field_value;
+//! assert_eq!(field_value("x\r\nSet-Cookie: a=b"), "x  Set-Cookie: a=b");
+//! assert_eq!(field_value("text/plain"), "text/plain");
+//! ```
 
+use std::borrow::Cow;
 use std::io::{self, Write};
+
+use hyper::header::{HeaderName, HeaderValue};
 
 use kn_journal::{Event, STATUS};
 use kn_wire::{Format, Page};
@@ -63,21 +83,83 @@ impl Head {
         self.status.as_ref().map(|s| s.code).unwrap_or(200)
     }
 
-    /// The CGI header block with CRLF line ends and the blank line.
+    /// The CGI header block with CRLF line ends and the blank line (every
+    /// field through [`write_field`]).
     pub fn to_cgi_bytes(&self, content_length: Option<usize>) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
         if let Some(s) = &self.status {
-            out.extend_from_slice(format!("Status: {} {}\r\n", s.code, s.reason).as_bytes());
+            write_status(&mut out, s.code, &s.reason);
         }
         for (name, value) in &self.headers {
-            out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+            write_field(&mut out, name, value);
         }
         if let Some(n) = content_length {
-            out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
+            write_field(&mut out, "Content-Length", &n.to_string());
         }
         out.extend_from_slice(b"\r\n");
         out
     }
+}
+
+/// `value` as it may be written in a header or a reason phrase: each
+/// ASCII control character (0x00-0x1F, DEL; TAB too) replaced by a space.
+/// Borrowed when there is none, which is every value this program makes
+/// itself.
+pub fn field_value(value: &str) -> Cow<'_, str> {
+    if !value.bytes().any(|b| b.is_ascii_control()) {
+        return Cow::Borrowed(value);
+    }
+    Cow::Owned(value.chars().map(|c| if c.is_ascii_control() { ' ' } else { c }).collect())
+}
+
+/// True when `name` may name a header: a token of RFC 9110 5.6.2.
+pub fn is_field_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Appends the CGI header line `name: value` (CRLF), its value through
+/// [`field_value`]; nothing when `name` is not a token.
+pub fn write_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    if !is_field_name(name) {
+        return;
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(field_value(value).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a CGI's `Status: code reason` line, the reason through
+/// [`field_value`].
+pub fn write_status(out: &mut Vec<u8>, code: u16, reason: &str) {
+    write_field(out, "Status", &format!("{code} {reason}"));
+}
+
+/// The header `name: value` as `serve` writes it (hyper), the value
+/// through [`field_value`], so that it always converts; `None` when
+/// `name` is not a token. An owned `value` without a control character
+/// gives its buffer, uncopied.
+pub fn hyper_field(name: &str, value: impl Into<Cow<'static, str>>) -> Option<(HeaderName, HeaderValue)> {
+    if !is_field_name(name) {
+        return None;
+    }
+    Some((HeaderName::from_bytes(name.as_bytes()).ok()?, hyper_value(value)))
+}
+
+/// A header value as `serve` writes it: [`hyper_field`]'s value.
+pub fn hyper_value(value: impl Into<Cow<'static, str>>) -> HeaderValue {
+    let value = match value.into() {
+        // A literal of visible ASCII is taken as it is (`from_static`
+        // would panic on anything else).
+        Cow::Borrowed(v) if v.bytes().all(|b| (0x20..0x7f).contains(&b)) => Ok(HeaderValue::from_static(v)),
+        Cow::Borrowed(v) => HeaderValue::from_bytes(field_value(v).as_bytes()),
+        Cow::Owned(v) => match field_value(&v) {
+            Cow::Borrowed(_) => HeaderValue::try_from(v),
+            Cow::Owned(clean) => HeaderValue::try_from(clean),
+        },
+    };
+    // Without a control character every byte is one hyper accepts.
+    value.unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// A complete one-shot response.
@@ -216,6 +298,66 @@ mod tests {
     fn head_gets_headers_only() {
         let bytes = Response::not_implemented(true).to_cgi_bytes();
         assert_eq!(bytes, b"Status: 501 Not Implemented\r\nContent-Type: text/html; charset=utf-8\r\n\r\n");
+    }
+
+    /// The header lines of a CGI head, checked: it ends at its first
+    /// blank line, no line holds a control character, every line is
+    /// `Name: value` with a token for a name.
+    fn lines_of(head: &[u8]) -> Vec<String> {
+        let end = head.windows(4).position(|w| w == b"\r\n\r\n").expect("a blank line ends the head");
+        assert_eq!(end + 4, head.len(), "the head ends at its first blank line: {:?}", String::from_utf8_lossy(head));
+        let text = std::str::from_utf8(&head[..end]).expect("UTF-8");
+        let lines: Vec<String> = text.split("\r\n").map(str::to_owned).collect();
+        for line in &lines {
+            assert!(!line.chars().any(|c| c.is_ascii_control()), "a control character in {line:?}");
+            let (name, _) = line.split_once(": ").unwrap_or_else(|| panic!("not a header line: {line:?}"));
+            assert!(!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)), "{line:?}");
+        }
+        lines
+    }
+
+    const SPLIT: &str = "x\r\nSet-Cookie: a=b\r\nContent-Type: text/html\r\n\r\n<script>alert(1)</script>";
+
+    #[test]
+    fn no_header_value_or_reason_phrase_can_carry_a_control_character() {
+        let head = Head::new(Some(Status::new(401, format!("Unauthorized{SPLIT}"))), "text/plain")
+            .with("WWW-Authenticate", SPLIT)
+            .with("X-Odd", "a\0b\x7fc\td\ne\rf")
+            .with("Bad\r\nName", "v")
+            .with("", "v")
+            .with("Set-Cookie: a", "b");
+        for bytes in [head.to_cgi_bytes(Some(0)), Response::new(head.clone(), b"body".to_vec()).to_cgi_bytes()] {
+            let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let lines = lines_of(&bytes[..end]);
+            assert_eq!(lines.len(), 5, "Status, Content-Type, WWW-Authenticate, X-Odd, Content-Length: {lines:?}");
+            assert!(lines[0].starts_with("Status: 401 Unauthorizedx  Set-Cookie"), "{lines:?}");
+            assert!(lines[2].starts_with("WWW-Authenticate: x  Set-Cookie: a=b  Content-Type: text/html    <script>"), "{lines:?}");
+            assert_eq!(lines[3], "X-Odd: a b c d e f");
+            assert!(!lines.iter().any(|l| l.starts_with("Set-Cookie")), "{lines:?}");
+        }
+        let mut out = Vec::new();
+        TunnelWriter::start(&mut out, &head, b"first").unwrap();
+        let end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(lines_of(&out[..end]).len(), 4);
+        assert_eq!(&out[end..], b"first");
+    }
+
+    #[test]
+    fn serve_writes_the_same_clean_values_and_drops_what_is_no_header_name() {
+        for value in [SPLIT, "plain", "\u{3ba}\r\nx", "\0", "a\tb", ""] {
+            for (_, written) in [hyper_field("WWW-Authenticate", value), hyper_field("WWW-Authenticate", value.to_owned())].map(Option::unwrap) {
+                assert_eq!(written.as_bytes(), field_value(value).as_bytes(), "{value:?}");
+                let mut cgi = Vec::new();
+                write_field(&mut cgi, "WWW-Authenticate", value);
+                assert_eq!(cgi, [b"WWW-Authenticate: ", written.as_bytes(), b"\r\n"].concat());
+            }
+        }
+        for name in ["", "Bad Name", "A:b", "X\r\nY"] {
+            assert!(hyper_field(name, "v").is_none(), "{name:?}");
+            let mut cgi = Vec::new();
+            write_field(&mut cgi, name, "v");
+            assert!(cgi.is_empty(), "{name:?}");
+        }
     }
 
     #[test]

@@ -877,13 +877,14 @@ fn with_head(head: &crate::response::Head, body: Body) -> hyper::Response<Body> 
         // server (`200 Notified`, not `200 OK`).
         let canonical = reply.status().canonical_reason().unwrap_or("");
         if status.reason != canonical {
-            if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(status.reason.as_bytes()) {
+            if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(crate::response::field_value(&status.reason).as_bytes()) {
                 reply.extensions_mut().insert(phrase);
             }
         }
     }
     for (name, value) in &head.headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+        // Through the one rule of every header (crate::response).
+        if let Some((name, value)) = crate::response::hyper_field(name, value.clone()) {
             reply.headers_mut().append(name, value);
         }
     }

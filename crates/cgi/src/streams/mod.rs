@@ -43,8 +43,10 @@ Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq, If-None-Match
 /// Every response header this module sets, in canonical case, with its
 /// `HeaderName` for `serve` (made once, at compile time: no allocation
 /// per response).
-pub static HEADER_NAMES: [(&str, HeaderName); 27] = [
+pub static HEADER_NAMES: [(&str, HeaderName); 29] = [
     ("X-Content-Type-Options", hyper::header::X_CONTENT_TYPE_OPTIONS),
+    ("Content-Security-Policy", hyper::header::CONTENT_SECURITY_POLICY),
+    ("Content-Disposition", hyper::header::CONTENT_DISPOSITION),
     ("Cross-Origin-Resource-Policy", HeaderName::from_static("cross-origin-resource-policy")),
     ("Access-Control-Allow-Origin", hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN),
     ("Access-Control-Expose-Headers", hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS),
@@ -79,6 +81,31 @@ fn header_name(name: &str) -> Option<HeaderName> {
         Some((_, h)) => Some(h.clone()),
         None => HeaderName::from_bytes(name.as_bytes()).ok(),
     }
+}
+
+/// The types a stream's bytes are served as they are, to be shown by a
+/// browser that opens them: data no browser runs (by their essence,
+/// [`kn_streams::essence`]). Any other type (`text/html`, XHTML, SVG,
+/// XML, JavaScript, PDF, and every type nobody listed) is also served
+/// `Content-Disposition: attachment`: saved, never rendered on this
+/// origin.
+pub const INERT_TYPES: [&str; 10] = [
+    "text/plain",
+    "text/csv",
+    "application/json",
+    "application/x-ndjson",
+    "application/octet-stream",
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "audio/mpeg",
+];
+
+/// True when a stream of `content_type` may be shown by a browser as it
+/// is ([`INERT_TYPES`]).
+pub fn is_inert(content_type: &str) -> bool {
+    INERT_TYPES.contains(&kn_streams::essence(content_type).as_str())
 }
 
 /// How much of a body over `StreamsConfig::max_append_bytes` is read and
@@ -146,6 +173,9 @@ impl StreamResponse {
     fn new(status: u16) -> StreamResponse {
         let mut r = StreamResponse { status, headers: Vec::new(), body: Bytes::new() };
         r.set("X-Content-Type-Options", "nosniff");
+        // Whatever a browser makes of an answer opened as a page, it runs
+        // no script and is no document of this origin.
+        r.set("Content-Security-Policy", "sandbox");
         r.set("Cross-Origin-Resource-Policy", "cross-origin");
         r.set("Access-Control-Allow-Origin", "*");
         r.set("Access-Control-Expose-Headers", EXPOSED);
@@ -155,6 +185,37 @@ impl StreamResponse {
     fn set(&mut self, name: &'static str, value: impl Into<Cow<'static, str>>) -> &mut StreamResponse {
         self.headers.push((name, value.into()));
         self
+    }
+
+    /// Sets the `Content-Type` of a stream's bytes, its creator's
+    /// `content_type`, with `Content-Disposition: attachment` when that is
+    /// not an inert type ([`is_inert`]).
+    fn stored_type(&mut self, content_type: &str) -> &mut StreamResponse {
+        self.set("Content-Type", content_type.to_owned());
+        if !is_inert(content_type) {
+            self.set("Content-Disposition", "attachment");
+        }
+        self
+    }
+
+    /// The CGI header block: `Status:` first, each header through
+    /// [`crate::response::write_field`], and the blank line.
+    pub fn cgi_head(&self, content_length: Option<usize>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(512);
+        crate::response::write_status(&mut out, self.status, self.reason());
+        for (n, v) in &self.headers {
+            crate::response::write_field(&mut out, n, v);
+        }
+        let bodiless = self.status == 204 || self.status == 304;
+        if !bodiless && !self.headers.iter().any(|(n, _)| *n == "Content-Type") {
+            // Apache would add its default type otherwise.
+            crate::response::write_field(&mut out, "Content-Type", "application/octet-stream");
+        }
+        if let (Some(n), false) = (content_length, bodiless) {
+            crate::response::write_field(&mut out, "Content-Length", &n.to_string());
+        }
+        out.extend_from_slice(b"\r\n");
+        out
     }
 
     /// A plain-text answer with `status`.
@@ -172,18 +233,7 @@ impl StreamResponse {
 
     /// The response as a CGI program writes it (`Status:` line first).
     pub fn to_cgi_bytes(&self, head: bool) -> Vec<u8> {
-        let mut out = format!("Status: {} {}\r\n", self.status, self.reason()).into_bytes();
-        for (n, v) in &self.headers {
-            out.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-        }
-        if !self.headers.iter().any(|(n, _)| *n == "Content-Type") && self.status != 204 && self.status != 304 {
-            // Apache would add its default type otherwise.
-            out.extend_from_slice(b"Content-Type: application/octet-stream\r\n");
-        }
-        if self.status != 204 && self.status != 304 {
-            out.extend_from_slice(format!("Content-Length: {}\r\n", self.body.len()).as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
+        let mut out = self.cgi_head(Some(self.body.len()));
         if !head && self.status != 204 && self.status != 304 {
             out.extend_from_slice(&self.body);
         }
@@ -428,7 +478,7 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
     };
     let created = streams.create(&req.path, &create)?;
     let mut r = StreamResponse::new(if created.created { 201 } else { 200 });
-    r.set("Content-Type", created.info.content_type.clone());
+    r.stored_type(&created.info.content_type);
     with_info(&mut r, &created.info);
     if created.created {
         r.set("Location", req.url.clone());
@@ -499,7 +549,7 @@ fn appended(req: &StreamRequest, has_producer: bool, done: kn_streams::Appended)
 fn head(streams: &Streams, path: &str) -> Result<StreamResponse, StreamError> {
     let info = streams.head(path)?;
     let mut r = StreamResponse::new(200);
-    r.set("Content-Type", info.content_type.clone());
+    r.stored_type(&info.content_type);
     with_info(&mut r, &info);
     if let Some(ttl) = info.ttl {
         r.set("Stream-TTL", ttl.to_string());
@@ -654,7 +704,7 @@ fn with_offset(r: &mut StreamResponse, chunk: &Chunk) {
 
 fn catch_up(chunk: Chunk, now: bool) -> StreamResponse {
     let mut r = StreamResponse::new(200);
-    r.set("Content-Type", chunk.info.content_type.clone());
+    r.stored_type(&chunk.info.content_type);
     with_offset(&mut r, &chunk);
     r.set("Cache-Control", if now || chunk.up_to_date { "no-store" } else { "public, max-age=60, stale-while-revalidate=300" });
     r.body = chunk.into_body();
@@ -799,6 +849,87 @@ mod tests {
         assert!(past > now + 10);
         assert_eq!(next_cursor(Some("0")), now.to_string());
         assert_eq!(next_cursor(Some(&u64::MAX.to_string())), u64::MAX.to_string());
+    }
+
+    /// The header lines of a CGI head (up to its first blank line), each
+    /// checked to hold no control character.
+    fn head_lines(bytes: &[u8]) -> Vec<String> {
+        let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a blank line ends the head");
+        let lines: Vec<String> = String::from_utf8_lossy(&bytes[..end]).split("\r\n").map(str::to_owned).collect();
+        for line in &lines {
+            assert!(!line.chars().any(|c| c.is_ascii_control()), "a control character in {line:?}");
+            assert!(line.contains(": "), "not a header line: {line:?}");
+        }
+        lines
+    }
+
+    #[test]
+    fn a_stream_response_writes_no_control_character_into_its_head() {
+        let evil = "/what/x\r\nSet-Cookie: a=b\r\nContent-Type: text/html\r\n\r\n<script>alert(1)</script>";
+        let mut r = StreamResponse::new(200);
+        r.set("Kn-Topic", evil.to_owned());
+        r.set("Stream-Next-Offset", "1\n2\0");
+        r.body = Bytes::from_static(b"data");
+        let bytes = r.to_cgi_bytes(false);
+        let lines = head_lines(&bytes);
+        assert!(!lines.iter().any(|l| l.starts_with("Set-Cookie") || l == "Content-Type: text/html"), "{lines:?}");
+        assert!(lines.contains(&"Stream-Next-Offset: 1 2 ".to_owned()), "{lines:?}");
+        assert!(bytes.ends_with(b"\r\n\r\ndata"));
+    }
+
+    /// The stream at `path` made with `content_type` and `body` on a fresh
+    /// store, read back from the start, answered as `handle` answers.
+    fn put_then_read(content_type: &str, body: &[u8]) -> (StreamResponse, StreamResponse, StreamResponse) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = kn_journal::Store::open_with(kn_journal::Config::new(dir.path().join("kn_events"))).unwrap();
+        let streams = Streams::new(std::sync::Arc::new(store));
+        let request = |method: &str, query: &str| {
+            let mut headers = HeaderMap::new();
+            if method == "PUT" {
+                headers.insert("content-type", content_type.parse().unwrap());
+            }
+            let body = if method == "PUT" { body.to_vec() } else { Vec::new() };
+            StreamRequest { method: method.into(), path: "s".into(), query: query.into(), headers, body, ..StreamRequest::default() }
+        };
+        let done = |o: Outcome| match o {
+            Outcome::Done(r) => r,
+            _ => panic!("answered at once"),
+        };
+        let put = done(handle(&streams, &request("PUT", "")));
+        assert_eq!(put.status, 201, "{:?}", put.body);
+        let head = done(handle(&streams, &request("HEAD", "")));
+        let read = done(handle(&streams, &request("GET", "offset=-1")));
+        (put, head, read)
+    }
+
+    #[test]
+    fn stored_bytes_of_a_type_off_the_inert_list_are_served_as_a_sandboxed_attachment() {
+        for (content_type, inert) in [
+            ("text/html", false),
+            ("Text/HTML; charset=utf-8", false),
+            ("application/xhtml+xml", false),
+            ("image/svg+xml", false),
+            ("text/xml", false),
+            ("application/xml", false),
+            ("text/javascript", false),
+            ("application/javascript", false),
+            ("application/pdf", false),
+            ("text/plain", true),
+            ("text/plain; charset=utf-8", true),
+            ("application/json", true),
+            ("application/octet-stream", true),
+        ] {
+            let body: &[u8] = if content_type == "application/json" { b"[1]" } else { b"<script>alert(1)</script>" };
+            let (put, head, read) = put_then_read(content_type, body);
+            assert_eq!(read.body.as_ref(), if content_type == "application/json" { &b"[1]"[..] } else { body }, "{content_type}");
+            for r in [&put, &head, &read] {
+                let has = |name: &str, value: &str| r.headers.iter().any(|(n, v)| *n == name && v == value);
+                assert!(has("Content-Type", content_type), "{content_type}: the creator's type is kept: {:?}", r.headers);
+                assert!(has("X-Content-Type-Options", "nosniff"), "{content_type}");
+                assert!(has("Content-Security-Policy", "sandbox"), "{content_type}: {:?}", r.headers);
+                assert_eq!(has("Content-Disposition", "attachment"), !inert, "{content_type}: {:?}", r.headers);
+            }
+        }
     }
 
     #[test]

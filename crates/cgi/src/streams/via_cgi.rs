@@ -82,12 +82,7 @@ pub fn serve_cgi(config: kn_journal::Config, settings: kn_streams::StreamsConfig
             }
         }
         Outcome::Sse(mut sse) => {
-            let mut head_bytes = b"Status: 200 OK\r\n".to_vec();
-            for (n, v) in &sse.head.headers {
-                head_bytes.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-            }
-            head_bytes.extend_from_slice(b"\r\n");
-            out.write_all(&head_bytes)?;
+            out.write_all(&sse.head.cgi_head(None))?;
             let watch = streams.watch(sse.path()).ok();
             let mut written = Instant::now();
             loop {

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
 use kn_streams::Streams;
 
 use super::*;
@@ -219,14 +218,11 @@ fn to_hyper_body(r: &mut StreamResponse, body: Body) -> hyper::Response<Body> {
     let headers = reply.headers_mut();
     headers.reserve(r.headers.len());
     for (n, v) in r.headers.drain(..) {
-        // Neither kind of value is copied: the static ones are this
-        // module's literals; a built one gives its buffer.
-        let value = match v {
-            Cow::Borrowed(v) => Some(HeaderValue::from_static(v)),
-            Cow::Owned(v) => HeaderValue::try_from(v).ok(),
-        };
-        if let (Some(n), Some(v)) = (header_name(n), value) {
-            headers.append(n, v);
+        // Through the one rule of every header (crate::response); neither
+        // kind of value is copied: the static ones are this module's
+        // literals; a built one gives its buffer.
+        if let (Some(n), true) = (header_name(n), crate::response::is_field_name(n)) {
+            headers.append(n, crate::response::hyper_value(v));
         }
     }
     reply
