@@ -85,6 +85,11 @@ use crate::serve_held::{ConnIo, Ended, HandOff, Held};
 use crate::shutdown::{Closing, Shutdown};
 use crate::{Error, ErrorKind};
 
+// A child of this module, so that a socket is opened with the server's
+// own parts (its gate, handler, pools and caps), as a tunnel is.
+#[path = "websocket/mod.rs"]
+mod websocket;
+
 /// Where the protocol is mounted: the path the JavaScript library expects
 /// by default (PROTOCOL.md 3.8).
 pub const MOUNT: &str = "/kn";
@@ -343,11 +348,14 @@ async fn connection(
 ) {
     let mut closing = server.closing.clone();
     let mut io = ConnIo::new(stream);
+    let socket = websocket::Slot::default();
     loop {
         let handoff = io.next_handoff();
         let for_requests = server.clone();
+        let for_socket = socket.clone();
         let service = service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(handoff.clone());
+            request.extensions_mut().insert(for_socket.clone());
             let answering = handoff.answering();
             let server = for_requests.clone();
             // Boxed: hyper keeps the allocation of a request's future for
@@ -385,6 +393,8 @@ async fn connection(
         // concerns no one else.
         let held = io.back(parts.read_buf);
         let Some(held) = held else {
+            // A WebSocket its last request opened (crate::serve::websocket).
+            let Err(io) = websocket::follow(server.clone(), &socket, io).await else { return };
             if served.is_ok() {
                 io.shut_down().await;
             }
@@ -546,6 +556,9 @@ impl Server {
         }
         if path.starts_with(crate::streams::PREFIX) {
             return self.stream_request(request, peer).await;
+        }
+        if (path == MOUNT || path.starts_with("/kn/")) && websocket::asked(&request) {
+            return self.websocket(request, peer).await;
         }
         if path == MOUNT || path.starts_with("/kn/") {
             let path_info = path.as_bytes()[MOUNT.len()..].to_vec();
