@@ -356,13 +356,17 @@ impl Handler {
         let root = std::fs::canonicalize(self.store.root()).unwrap_or_else(|_| self.store.root().to_path_buf());
         let mut command = Command::new(&program);
         command.arg("--root").arg(root).arg("--quiet");
-        // Its posts are checked as the requester's own (docs/ACCESS.md).
-        command.arg("--as-user").arg(user.principal().name().unwrap_or(""));
+        // Its posts are judged as the requester's own, with everything
+        // that narrows the requester (a token's claim, groups and expiry):
+        // the verified principal, handed over in the environment, never
+        // taken from the request again (docs/ACCESS.md, "What is checked").
+        command.env(kn_journal::access::HANDOVER_VARIABLE, user.principal().to_handover());
+        // `--name=value`: a value starting with `-` is never an option.
         if let Some(warp) = params.get_str("warp") {
-            command.arg("--warp").arg(warp.trim());
+            command.arg(format!("--warp={}", warp.trim()));
         }
         if let Some(user) = params.get_str("user") {
-            command.arg("--user").arg(user);
+            command.arg(format!("--user={user}"));
         }
         if let Some(password) = params.get_str("password") {
             // In the environment, not the argument list other users can read.
@@ -571,7 +575,8 @@ impl Handler {
             // (receipts, docs/PRESENCE.md); a checkpoint this journal
             // never gave confirms nothing.
             if let Some(seen) = &selection.since_checkpoint {
-                let _ = self.store.confirm(&topic, seen);
+                // As do_method=ack: not for a cookie from another site.
+                let _ = user.confirm(&topic, seen);
             }
         }
         let mut payload = wrote_lines(&start.created.writes);

@@ -175,6 +175,10 @@ pub struct Request {
     /// bearer token may be (crate::bearer).
     authorization: Option<Vec<u8>>,
     cookies: Option<Vec<u8>>,
+    /// `Sec-Fetch-Site` and `Origin`: whether the request comes from this
+    /// server's own pages ([`Request::site`]).
+    fetch_site: Option<Vec<u8>>,
+    origin: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -230,6 +234,8 @@ impl Request {
             user_agent: env.get("HTTP_USER_AGENT").map(<[u8]>::to_vec),
             authorization: env.get("HTTP_AUTHORIZATION").filter(|v| crate::bearer::is_bearer(v)).map(<[u8]>::to_vec),
             cookies: env.get("HTTP_COOKIE").map(<[u8]>::to_vec),
+            fetch_site: env.get("HTTP_SEC_FETCH_SITE").map(<[u8]>::to_vec),
+            origin: env.get("HTTP_ORIGIN").map(<[u8]>::to_vec),
         })
     }
 
@@ -381,6 +387,24 @@ impl Request {
             _ => None,
         };
         crate::bearer::presented(self.authorization.as_deref(), self.param(crate::bearer::TOKEN_PARAM), cookie.as_deref()).map(<[u8]>::to_vec)
+    }
+
+    /// True when the request's bearer token ([`Request::bearer_token`]) is
+    /// the cookie's: neither the header nor the parameter brings one.
+    pub fn bearer_in_cookie(&self, cookie_name: &str) -> bool {
+        self.authorization.is_none() && self.param(crate::bearer::TOKEN_PARAM).is_none() && self.bearer_token(cookie_name).is_some()
+    }
+
+    /// Where the request comes from, as its browser says (`Sec-Fetch-Site`,
+    /// else `Origin` against the server's own host and port): a cookie
+    /// credential changes nothing unless it is [`Site::Own`]
+    /// (docs/ACCESS.md, "Cookies and other sites").
+    ///
+    /// [`Site::Own`]: kn_journal::access::Site::Own
+    pub fn site(&self) -> kn_journal::access::Site {
+        let url = self.server_url.strip_suffix(self.script_name.as_str()).unwrap_or(&self.server_url);
+        let authority = url.split_once("://").map_or(url, |(_, authority)| authority);
+        kn_journal::access::Site::of(self.fetch_site.as_deref(), self.origin.as_deref(), authority)
     }
 
     /// The `User-Agent` header (`HTTP_USER_AGENT`), if sent: whether a
@@ -562,7 +586,8 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 5] = ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT", "HTTP_AUTHORIZATION"];
+const READ_HEADERS: [&str; 7] =
+    ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT", "HTTP_AUTHORIZATION", "HTTP_SEC_FETCH_SITE", "HTTP_ORIGIN"];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),

@@ -2,7 +2,7 @@
 //! who a request is, once its `kn_session` cookie is verified, and
 //! `do_method=session`, which hands a visitor a session.
 
-use kn_journal::access::{Principal, SESSION_COOKIE};
+use kn_journal::access::{Principal, Site, SESSION_COOKIE};
 use kn_journal::Store;
 use kn_wire::{status_event, Format, Page};
 
@@ -11,27 +11,33 @@ use crate::response::Response;
 
 /// Who makes `request`: the principal of its bearer token
 /// (crate::bearer; a token refused makes [`Principal::nobody`], but such a
-/// request is answered `401` before anything: [`token_principal`]); else
+/// request is answered `401` before anything: [`checked_principal`]); else
 /// the authenticated user; else anonymous, with the session its
 /// `kn_session` cookie proves (none when the cookie is absent or does not
 /// verify under the store's session key).
+///
+/// A credential taken from a cookie (the token's or the session's) only
+/// reads unless the request shows it comes from this server's own pages
+/// ([`Principal::through_cookie`], docs/ACCESS.md "Cookies and other
+/// sites"): this is the one place a `/kn` request's credentials become a
+/// principal.
 pub(crate) fn principal(store: &Store, request: &Request) -> Principal {
-    if let Some(token) = request.bearer_token(&store.config().token_cookie) {
-        return crate::bearer::principal(store, &token).unwrap_or_else(|_| Principal::nobody());
-    }
-    match request.remote_user() {
-        Some(_) => request.principal(),
-        None => store.anonymous_with(request.session_cookie()),
-    }
+    checked_principal(store, request).unwrap_or_else(|_| Principal::nobody())
 }
 
 /// Who makes `request` ([`principal`]), or the refusal (answered `401`)
 /// of a bearer token presented but unusable.
 pub(crate) fn checked_principal(store: &Store, request: &Request) -> Result<Principal, crate::bearer::Refused> {
-    match request.bearer_token(&store.config().token_cookie) {
-        Some(token) => crate::bearer::principal(store, &token),
-        None => Ok(principal(store, request)),
+    let cookie_name = &store.config().token_cookie;
+    if let Some(token) = request.bearer_token(cookie_name) {
+        let who = crate::bearer::principal(store, &token)?;
+        return Ok(if request.bearer_in_cookie(cookie_name) { who.through_cookie(request.site()) } else { who });
     }
+    if request.remote_user().is_some() {
+        return Ok(request.principal());
+    }
+    let who = store.anonymous_with(request.session_cookie());
+    Ok(if who.session().is_some() { who.through_cookie(request.site()) } else { who })
 }
 
 /// [`checked_principal`] for a server's event loop: `None` (do the
@@ -67,6 +73,13 @@ fn session(store: &Store, request: &Request, format: Format, page: &Page) -> Res
     let status_from = request.params().get("kn_status_from");
     if request.remote_user().is_some() {
         return respond(format, page, status_event(200, "Session", "", status_from), None);
+    }
+    // A page of another site never makes or learns a visitor's session
+    // (the cookie is for this server's own pages; docs/ACCESS.md).
+    if request.site() == Site::Elsewhere {
+        let why = "do_method=session from a page of another site: sessions are for this server's own pages \
+                   (docs/ACCESS.md, \"Cookies and other sites\")";
+        return Err((403, "Forbidden", why.to_string()));
     }
     let key = store.session_key().map_err(|e| (500, "Internal Server Error", e.message().to_string()))?;
     if let Some(id) = request.session_cookie().and_then(|token| key.verify(token)) {

@@ -55,7 +55,7 @@ pub fn operation(method: &str) -> Option<Operation> {
 pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>, who: &Principal) -> Result<(), kn_journal::Error> {
     let Some(op) = operation(method) else { return Ok(()) };
     let rules = store.access_rules()?;
-    if rules.is_none() && !who.has_token() {
+    if rules.is_none() && !who.is_narrowed() {
         return Ok(());
     }
     let mut checks = vec![(op, path.to_string())];
@@ -71,8 +71,8 @@ pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>,
         })?;
         match &rules {
             Some(rules) => rules.check(who, op, &topic)?,
-            // No rules allow everything; a token still narrows.
-            None => who.check_token(op, &topic)?,
+            // No rules allow everything; a token or a cookie still narrows.
+            None => who.check_claim(op, &topic)?,
         }
     }
     Ok(())
@@ -103,6 +103,26 @@ pub fn principal(store: &Store, bearer: &Bearer<'_>, user: Option<&str>) -> Resu
         Some(token) => crate::bearer::principal(store, &token).inspect_err(crate::bearer::Refused::count),
         None => Ok(user.map_or_else(Principal::anonymous, Principal::user)),
     }
+}
+
+/// Who makes the stream request with `headers` ([`principal`], the token
+/// taken from the `Authorization` header, the `kn_token` parameter `param`
+/// or the token cookie): a token from the cookie only reads unless the
+/// request shows it comes from this server's own pages
+/// ([`Principal::through_cookie`]; docs/ACCESS.md, "Cookies and other
+/// sites"), so that a page of another site cannot write a stream with
+/// a visitor's cookie.
+pub fn request_principal(store: &Store, headers: &hyper::HeaderMap, param: Option<String>, user: Option<&str>) -> Result<Principal, crate::bearer::Refused> {
+    let header = |name: &str| headers.get(name).map(|v| v.as_bytes());
+    let in_param = param.is_some();
+    let bearer = Bearer { authorization: header("authorization").filter(|v| crate::bearer::is_bearer(v)), cookies: header("cookie"), param };
+    let who = principal(store, &bearer, user)?;
+    let from_cookie = who.has_token() && bearer.authorization.is_none() && !in_param;
+    if !from_cookie {
+        return Ok(who);
+    }
+    let authority = header("host").and_then(|h| std::str::from_utf8(h).ok()).unwrap_or("");
+    Ok(who.through_cookie(kn_journal::access::Site::of(header("sec-fetch-site"), header("origin"), authority)))
 }
 
 /// False when the request's token needs a public-key signature check

@@ -269,7 +269,7 @@ fn serve_reads_tokens_from_header_parameter_and_cookie_and_counts_refusals() {
     assert_eq!(a.code, 200, "{a:?}");
     let a = request(&serve, "GET", &format!("/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=p&kn_id=p&kn_token={token}&kn_response_format=simple"), "");
     assert_eq!(a.code, 200, "{a:?}");
-    let a = request(&serve, "GET", "/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=c&kn_id=c&kn_response_format=simple", &format!("Cookie: other=1; kn_token={token}\r\n"));
+    let a = request(&serve, "GET", "/kn?do_method=notify&kn_to=/who/anna/notes&kn_payload=c&kn_id=c&kn_response_format=simple", &format!("Cookie: other=1; kn_token={token}\r\nSec-Fetch-Site: same-origin\r\n"));
     assert_eq!(a.code, 200, "{a:?}");
     assert_eq!(site.payloads("/who/anna/notes"), ["hi", "p", "c"]);
     // The token itself is never stored with the event.

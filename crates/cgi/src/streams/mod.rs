@@ -342,7 +342,7 @@ pub fn handle(streams: &Streams, req: &StreamRequest) -> Outcome {
 fn refusal(streams: &Streams, req: &StreamRequest) -> Result<Option<u64>, StreamResponse> {
     let from = req.header("Stream-Forked-From");
     let store = streams.store();
-    let who = crate::stream_access::principal(store, &bearer_of(req), req.user.as_deref()).map_err(|refused| {
+    let who = crate::stream_access::request_principal(store, &req.headers, req.param(crate::bearer::TOKEN_PARAM), req.user.as_deref()).map_err(|refused| {
         let mut r = StreamResponse::text(401, &refused.message);
         r.set("WWW-Authenticate", refused.challenge());
         r

@@ -2,8 +2,6 @@
 //! for one [`Principal`]; and who an anonymous request is
 //! ([`Store::anonymous_with`], its session checked with the store's key).
 
-use std::sync::Arc;
-
 use crate::error::Result;
 use crate::event::Event;
 use crate::store::{Destination, PostReport, Receipts, Route, RouteReport, Selected, Selection, Store, TunnelStart};
@@ -55,10 +53,16 @@ impl AsUser<'_> {
     /// Whether this user may do `op` on `topic` (always, without a rules
     /// file); see [`Rules::check`].
     pub fn check(&self, op: Operation, topic: &Topic) -> Result<()> {
-        match self.store.access_rules()? {
+        self.allows(self.store.access_rules()?.as_deref(), op, topic)
+    }
+
+    /// [`AsUser::check`] under `rules`: without them everything is
+    /// allowed, but what narrows the principal (a token's claim, a
+    /// cookie's channel: [`Principal::check_claim`]) still narrows.
+    fn allows(&self, rules: Option<&Rules>, op: Operation, topic: &Topic) -> Result<()> {
+        match rules {
             Some(rules) => rules.check(self.who, op, topic),
-            // No rules allow everything; a token still narrows.
-            None => self.who.check_token(op, topic),
+            None => self.who.check_claim(op, topic),
         }
     }
 
@@ -125,9 +129,12 @@ impl AsUser<'_> {
         Ok(Some(receipts))
     }
 
-    /// [`Store::confirm`], if this user may read `journal`.
+    /// [`Store::confirm`], if this user may read `journal` and change
+    /// what its receipts say ([`Principal::check_change`]: not with a
+    /// cookie from another site, which would silence an escalation).
     pub fn confirm(&self, journal: &Topic, checkpoint: &[u8]) -> Result<Option<u64>> {
         self.check(Operation::Read, journal)?;
+        self.who.check_change(&format!("acknowledge events of '{journal}'"))?;
         self.store.confirm(journal, checkpoint)
     }
 
@@ -162,26 +169,24 @@ impl AsUser<'_> {
             Ok(Destination::Local(topic)) => Some(topic),
             _ => None,
         };
-        let Some(rules) = self.store.access_rules()? else {
-            self.who.check_token(Operation::Read, from)?;
-            if let Some(topic) = &local {
-                self.who.check_token(Operation::Route, topic)?;
-            }
-            self.bind_to_token(None, from, local.as_ref(), &mut params);
-            return Ok(params);
-        };
-        rules.check(self.who, Operation::Read, from)?;
+        let rules = self.store.access_rules()?;
+        let rules = rules.as_deref();
+        self.allows(rules, Operation::Read, from)?;
         if let Some(topic) = &local {
-            rules.check(self.who, Operation::Route, topic)?;
+            self.allows(rules, Operation::Route, topic)?;
         }
         // Escalations are posted as the route's creator's.
         if let Some(Ok(Destination::Local(to))) = params.get(crate::store::KN_UNREAD_TO).map(|to| self.store.resolve(to)) {
-            rules.check(self.who, Operation::Post, &to)?;
+            self.allows(rules, Operation::Post, &to)?;
         }
-        self.bind_to_token(Some(&rules), from, local.as_ref(), &mut params);
-        if let Some(id) = params.id().filter(|id| !id.is_empty()) {
-            if let Some(existing) = self.store.route_of(from, id)? {
-                self.may_remove(&rules, &existing)?;
+        self.bind_to_token(rules, from, local.as_ref(), &mut params);
+        // Replacing a route deletes it. Without rules, and nothing to
+        // narrow the principal, anyone may (as in 2003).
+        if rules.is_some() || self.who.is_narrowed() {
+            if let Some(id) = params.id().filter(|id| !id.is_empty()) {
+                if let Some(existing) = self.store.route_of(from, id)? {
+                    self.may_remove(rules, &existing)?;
+                }
             }
         }
         Ok(params)
@@ -190,16 +195,18 @@ impl AsUser<'_> {
     /// [`Store::delete_route`], if this user created the route, may
     /// delete routes of `from`, or may route to the route's destination
     /// (a topic of this store): a user can always stop what arrives in
-    /// topics of their own.
+    /// topics of their own. A token's claim narrows each of the three
+    /// ([`AsUser::may_remove`]).
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
-        let Some(rules) = self.store.access_rules()? else {
-            self.who.check_token(Operation::Delete, from)?;
+        let rules = self.store.access_rules()?;
+        let rules = rules.as_deref();
+        if rules.is_none() && !self.who.is_narrowed() {
             return self.store.delete_route(from, id, expires);
-        };
+        }
         let existing = self.store.route_of(from, id)?;
         match &existing {
-            Some(existing) => self.may_remove(&rules, existing)?,
-            None => rules.check(self.who, Operation::Delete, from)?,
+            Some(existing) => self.may_remove(rules, existing)?,
+            None => self.allows(rules, Operation::Delete, from)?,
         }
         // The tombstone keeps the route's creator: reusing its id later
         // needs what deleting it needed.
@@ -235,19 +242,30 @@ impl AsUser<'_> {
         }
     }
 
-    /// Whether this user may delete or replace `route`.
-    fn may_remove(&self, rules: &Arc<Rules>, route: &Route) -> Result<()> {
+    /// Whether this user may delete or replace `route`: as its creator,
+    /// or with `delete` on its source, or with `route` on its destination
+    /// (a topic of this store). Being the creator waives the rules, never
+    /// what narrows the principal: a token's claim must still allow
+    /// `delete` on the source or `route` on the destination, and a cookie
+    /// from another site changes nothing (issue 37: a token narrowed to
+    /// `read /what/chat` deleted its user's route).
+    fn may_remove(&self, rules: Option<&Rules>, route: &Route) -> Result<()> {
+        let to = match self.store.resolve(route.destination()) {
+            Ok(Destination::Local(to)) => Some(to),
+            _ => None,
+        };
         if self.who.is_identified() && Principal::creator_of(&route.event) == *self.who {
-            return Ok(());
+            let claim_allows = |op, topic: &Topic| self.who.check_claim(op, topic).is_ok();
+            if claim_allows(Operation::Delete, &route.source) || to.as_ref().is_some_and(|to| claim_allows(Operation::Route, to)) {
+                return Ok(());
+            }
         }
-        let refused = match rules.check(self.who, Operation::Delete, &route.source) {
+        let refused = match self.allows(rules, Operation::Delete, &route.source) {
             Ok(()) => return Ok(()),
             Err(err) => err,
         };
-        if let Ok(Destination::Local(to)) = self.store.resolve(route.destination()) {
-            if rules.check(self.who, Operation::Route, &to).is_ok() {
-                return Ok(());
-            }
+        if to.is_some_and(|to| self.allows(rules, Operation::Route, &to).is_ok()) {
+            return Ok(());
         }
         Err(refused)
     }

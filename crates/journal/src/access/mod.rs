@@ -42,14 +42,18 @@ use crate::event::Event;
 use crate::topic::Topic;
 
 mod as_user;
+mod handover;
 mod rules;
 mod session;
+mod site;
 mod token;
 mod visible;
 
 pub use as_user::AsUser;
+pub use handover::HANDOVER_VARIABLE;
 pub use rules::{Rules, MAX_RULE_LINES};
 pub use session::{token_key_of_store, SessionKey, SESSION_COOKIE, TOKEN_KEY_FILE};
+pub use site::Site;
 pub use token::{TokenClaims, MAX_TOKEN_PATTERNS};
 pub(crate) use visible::Reader;
 
@@ -128,6 +132,9 @@ pub struct Principal {
     session: Option<String>,
     /// What a bearer token grants (docs/ACCESS.md, "Bearer tokens").
     token: Option<Arc<token::Grant>>,
+    /// Reading only: the credential is a cookie on a request not shown to
+    /// come from this server's own pages ([`Principal::through_cookie`]).
+    reading_only: bool,
 }
 
 impl PartialEq for Principal {
@@ -148,21 +155,21 @@ impl std::hash::Hash for Principal {
 impl Principal {
     /// A request without a user.
     pub fn anonymous() -> Principal {
-        Principal { user: None, session: None, token: None }
+        Principal { user: None, session: None, token: None, reading_only: false }
     }
 
     /// An anonymous visitor holding the session `id`, as verified by
     /// [`SessionKey::verify`]: the rules' `{session}` segment matches `id`
     /// for this visitor only (docs/ACCESS.md).
     pub fn anonymous_session(id: &str) -> Principal {
-        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()), token: None }
+        Principal { user: None, session: Some(id.to_string()).filter(|s| !s.is_empty()), token: None, reading_only: false }
     }
 
     /// The authenticated user `name`. An empty name, and the name
     /// `anonymous` (the JavaScript client's journals of anonymous
     /// visitors are `/who/anonymous/...`), are anonymous.
     pub fn user(name: &str) -> Principal {
-        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None, token: None }
+        Principal { user: Some(name.to_string()).filter(|n| !n.is_empty() && n != "anonymous"), session: None, token: None, reading_only: false }
     }
 
     /// The user's name; `None` for anonymous.
@@ -234,13 +241,15 @@ impl Rules {
     /// as the topic itself. Refusals are [`ErrorKind::Unauthorized`] (401)
     /// for anonymous, where logging in may help, else
     /// [`ErrorKind::Forbidden`] (403); the message names the rule.
+    ///
+    /// What narrows a principal is checked first ([`Principal::check_claim`]:
+    /// a token's claim, a cookie's channel); a capability is judged by its
+    /// claim alone.
     pub fn check(&self, who: &Principal, op: Operation, topic: &Topic) -> Result<()> {
         let topic = &*judged_as(topic);
-        if who.has_token() {
-            who.check_token(op, topic)?;
-            if who.is_capability() {
-                return Ok(());
-            }
+        who.check_claim(op, topic)?;
+        if who.is_capability() {
+            return Ok(());
         }
         let mut buffer = [""; crate::topic::MAX_TOPIC_DEPTH];
         let mut depth = 0;

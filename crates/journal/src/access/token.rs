@@ -71,6 +71,20 @@ pub(crate) struct Grant {
     pub(crate) expires: Option<u64>,
 }
 
+impl Grant {
+    /// The `kn` claim this grant was made of (`None`: not narrowed).
+    pub(crate) fn claim(&self) -> Option<BTreeMap<String, Vec<String>>> {
+        let narrowed = self.narrowed.as_ref()?;
+        let mut claim: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (_, _, text) in narrowed {
+            // "<operations> <pattern>": operations hold no space.
+            let (op, pattern) = text.split_once(' ').unwrap_or((text.as_str(), ""));
+            claim.entry(op.to_string()).or_default().push(pattern.to_string());
+        }
+        Some(claim)
+    }
+}
+
 impl Principal {
     /// The principal of a verified token's `claims`. Errors
     /// ([`ErrorKind::BadRequest`]) name what is wrong with the `kn` claim:
@@ -179,11 +193,25 @@ impl Principal {
         self.token.as_ref().map_or(&[][..], |t| t.groups.as_slice())
     }
 
-    /// Whether the token, if any, allows `op` on `topic` (a topic's
-    /// `kn_routes` and `kn_subtopics` checked as the topic itself): its
-    /// `kn` claim names a matching pattern for `op`, or it has none. The
-    /// refusal is `403` (a token was presented: logging in will not help).
-    pub fn check_token(&self, op: Operation, topic: &Topic) -> Result<()> {
+    /// True when something besides the rules narrows this principal: a
+    /// bearer token (its claim, its expiry) or a cookie's channel
+    /// ([`Principal::through_cookie`]). Without a rules file, such a
+    /// principal is still checked ([`Principal::check_claim`]).
+    pub fn is_narrowed(&self) -> bool {
+        self.token.is_some() || self.reading_only
+    }
+
+    /// Whether what narrows this principal, besides the rules, allows `op`
+    /// on `topic` (a topic's `kn_routes`, `kn_subtopics` and `kn_presence`
+    /// checked as the topic itself): a cookie from elsewhere only reads
+    /// ([`Principal::check_change`]); a token's `kn` claim must name a
+    /// matching pattern for `op` (or the token has none), and the token
+    /// must not have expired. The refusal is `403` (a credential was
+    /// presented: logging in will not help), `401` for an expired token.
+    pub fn check_claim(&self, op: Operation, topic: &Topic) -> Result<()> {
+        if op != Operation::Read {
+            self.check_change(&format!("{} '{topic}'", op.verb()))?;
+        }
         let Some(grant) = &self.token else { return Ok(()) };
         if let Some(exp) = grant.expires {
             if exp <= now() {
@@ -264,13 +292,13 @@ mod tests {
         assert!(rules.check(&cap, Operation::Read, &topic("/what/other")).is_err());
         // Without a kn claim: nothing.
         assert!(rules.check(&Principal::nobody(), Operation::Read, &topic("/what/chat")).is_err());
-        assert!(Principal::nobody().check_token(Operation::Read, &topic("/what/chat")).is_err());
+        assert!(Principal::nobody().check_claim(Operation::Read, &topic("/what/chat")).is_err());
     }
 
     #[test]
     fn an_expired_token_is_refused_401() {
         let anna = Principal::from_token(&claims(r#"{"sub":"anna","exp":1}"#)).unwrap();
-        assert_eq!(anna.check_token(Operation::Read, &topic("/x")).unwrap_err().kind(), ErrorKind::Unauthorized);
+        assert_eq!(anna.check_claim(Operation::Read, &topic("/x")).unwrap_err().kind(), ErrorKind::Unauthorized);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use kn_journal::access::{Principal, HANDOVER_VARIABLE};
 use kn_journal::{Config, Store, Topic};
 use kn_sensors::replay::{self, ReplayOptions};
 use kn_sensors::{exit, usage_error, SensorError, SensorErrorKind};
@@ -53,7 +54,9 @@ pub(crate) struct Cli {
 
     /// Re-post to local topics as USER of the access rules
     /// ($KN_ACCESS_RULES; an empty USER is anonymous): a post USER may not
-    /// make fails. pubsub.cgi passes the user who asked for the replay.
+    /// make fails. pubsub.cgi hands over the whole principal of the
+    /// request instead (its user and what narrows it: a token's claim),
+    /// in $KN_REPLAY_PRINCIPAL; the two cannot be given together.
     #[arg(long, value_name = "USER")]
     as_user: Option<String>,
 
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), SensorError> {
     let journal = Topic::parse(&cli.journal).map_err(|e| SensorError::usage(e.to_string()))?;
+    let as_user = principal(cli.as_user.as_deref())?;
     let config = match cli.root {
         Some(root) => Config::new(root).with_env(),
         None => Config::from_env(),
@@ -136,7 +140,7 @@ fn run(cli: Cli) -> Result<(), SensorError> {
         password: cli.password.or_else(|| std::env::var("KN_REPLAY_PASSWORD").ok()),
         progress: !cli.quiet && !cli.dry_run,
         max_time: Some(store.config().replay_max_time),
-        as_user: cli.as_user.as_deref().map(kn_journal::access::Principal::user),
+        as_user,
         ..ReplayOptions::default()
     };
     if let Some(prefix) = cli.prefix {
@@ -170,4 +174,18 @@ fn run(cli: Cli) -> Result<(), SensorError> {
         return Err(SensorError::new(SensorErrorKind::Unavailable, format!("{} of {} posts failed", report.failures.len(), report.events)));
     }
     Ok(())
+}
+
+/// Whom the re-posts are judged as: the principal pubsub.cgi handed over
+/// in $KN_REPLAY_PRINCIPAL, else `--as-user`, else no one (the file
+/// system's rights, as every local tool). A handover that cannot be read
+/// stops the replay (exit 78): never the tool's own rights instead.
+fn principal(as_user: Option<&str>) -> Result<Option<Principal>, SensorError> {
+    let Some(text) = std::env::var_os(HANDOVER_VARIABLE) else { return Ok(as_user.map(Principal::user)) };
+    if as_user.is_some() {
+        return Err(SensorError::usage(format!("--as-user and ${HANDOVER_VARIABLE} cannot be given together")));
+    }
+    let text = text.to_str().ok_or_else(|| SensorError::new(SensorErrorKind::Config, format!("${HANDOVER_VARIABLE} is not UTF-8")))?;
+    let who = Principal::from_handover(text).map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+    Ok(Some(who))
 }
