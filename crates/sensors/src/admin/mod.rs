@@ -24,6 +24,7 @@
 
 pub mod receipts;
 pub mod routes;
+pub mod selftest;
 pub mod token;
 
 use std::io::{self, Write};

@@ -139,7 +139,17 @@ enum Command {
     /// KN_SHARED) and, on a GlusterFS mount, each mount and volume setting
     /// shared mode needs (ok, WRONG or unverified). Exits 1 when a setting
     /// is wrong.
-    Doctor,
+    ///
+    /// With --url, check a running server instead: its self-test
+    /// (URL?do_method=test), one line per check; exits 0 only when every
+    /// check passed, 1 when one failed, 75 when the server cannot be
+    /// reached or answers an error, 69 when the page is no self-test (a
+    /// health check: `kn doctor --url http://localhost/kn`).
+    Doctor {
+        /// The server's /kn URL (http:// only).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
     /// Compact topics: rewrite sealed segments without superseded records
     /// and events expired longer than KN_EXPIRED_GRACE; journals also apply
     /// retention. Safe while the server runs.
@@ -260,6 +270,7 @@ Examples:
   kn stat /what
   kn stat --prometheus --output /var/lib/node_exporter/textfile/kn.prom
   kn verify --repair
+  kn doctor --url http://localhost/kn      # health check: 0 when every self-test passed
   kn gc --grace 0                          # remove whatever is stale now
   kn import-legacy /var/www/kn_events      # rerun at will
   kn names add http://alias.example.org/kn
@@ -288,6 +299,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, SensorError> {
+    if let Command::Doctor { url: Some(url) } = &cli.command {
+        // A server's self-test: no store of ours is opened.
+        let config = Config::new(".").with_env().map_err(|e| SensorError::new(SensorErrorKind::Config, e.to_string()))?;
+        let passed = admin::selftest::check_server(&mut std::io::stdout().lock(), url, &config)?;
+        return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     let config = match &cli.root {
         Some(root) => Config::new(root).with_env(),
         None => Config::from_env(),
@@ -410,7 +427,7 @@ fn run(cli: Cli) -> Result<ExitCode, SensorError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { repair } => verify(&store, &mut out, repair, summaries),
-        Command::Doctor => {
+        Command::Doctor { .. } => {
             let wrong = admin::write_doctor(&mut out, &store).map_err(write_error)?;
             Ok(if wrong { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
