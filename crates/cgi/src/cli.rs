@@ -21,7 +21,7 @@ CGI mode:
 Environment:
     KN_EVENTS           the event store (both modes)
     KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
-                        store settings (see crates/journal)
+                        store settings (docs/SETTINGS.md, knpubsub-settings(7))
     KN_LISTEN           serve's address (--listen; default 127.0.0.1:8080)
     KN_MAX_CONNECTIONS, KN_MAX_TUNNELS
                         serve's caps (--max-connections, --max-tunnels)

@@ -1,14 +1,26 @@
 //! kn-docgen: the man pages and shell completions of knpubsub's programs,
 //! rendered from the same clap definitions that parse their command lines
-//! (so they say what `--help` says).
+//! (so they say what `--help` says), the settings reference from the
+//! store's settings table, and the package's copyright file from
+//! Cargo.lock.
 //!
 //! ```text
 //! cargo run -p kn-docgen -- OUT
+//! cargo run -p kn-docgen -- settings > docs/SETTINGS.md
+//! cargo run -p kn-docgen -- copyright packaging/deb/copyright
 //! ```
 //!
-//! writes `OUT/man1/<program>.1` (and a page per subcommand, e.g.
-//! `kn-topics.1`), `OUT/bash/<program>.bash`, `OUT/zsh/_<program>` and
-//! `OUT/fish/<program>.fish`. packaging/build-deb installs them.
+//! The first writes `OUT/man1/<program>.1` (and a page per subcommand,
+//! e.g. `kn-topics.1`), `OUT/man7/knpubsub-settings.7`,
+//! `OUT/bash/<program>.bash`, `OUT/zsh/_<program>` and
+//! `OUT/fish/<program>.fish`; packaging/build-deb installs them. The
+//! second prints docs/SETTINGS.md; the third prints the Debian copyright
+//! file: the given header, then the licence of every crate linked into
+//! the installed programs (see `copyright.rs`).
+
+mod copyright;
+mod man;
+mod settings;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -48,14 +60,54 @@ fn programs() -> Vec<clap::Command> {
     commands.into_iter().map(|(name, cmd)| cmd.name(name).bin_name(name)).collect()
 }
 
+/// The files each installed program uses (its FILES section; its
+/// subcommands' pages repeat it), and the exit status of a program whose
+/// `--help` does not give it.
+fn extra(program: &str) -> man::Extra {
+    const STORE: (&str, &str) = ("/var/lib/knpubsub/kn_events", "The event store of the Debian package (KN_EVENTS).");
+    const DEFAULTS: (&str, &str) = ("/etc/default/knpubsub", "Settings of the knpubsub service and its maintenance timers.");
+    match program {
+        "pubsub-cgi" => man::Extra {
+            files: &[
+                ("/usr/lib/cgi-bin/pubsub.cgi", "The program as a CGI (a link to /usr/bin/pubsub-cgi)."),
+                ("/etc/apache2/conf-available/knpubsub.conf", "/kn under Apache, as pubsub.cgi (enabled by the package)."),
+                ("/etc/apache2/conf-available/knpubsub-proxy.conf", "/kn under Apache, forwarded to the knpubsub service."),
+                ("/lib/systemd/system/knpubsub.service", "The knpubsub service: pubsub-cgi serve."),
+                DEFAULTS,
+                STORE,
+                ("/etc/knpubsub/", "Access rules (KN_ACCESS_RULES) and token keys (KN_TOKEN_KEYS)."),
+            ],
+            exit_status: Some(
+                "As a CGI: 0, the request's outcome being in its answer. As serve: 0 when it stopped on SIGTERM or \
+                 Ctrl-C, 1 when it could not start or failed, 2 for a bad command line or setting.",
+            ),
+        },
+        "kn" => man::Extra {
+            files: &[
+                STORE,
+                ("/lib/systemd/system/knpubsub-gc.timer", "Runs kn gc every 10 minutes (knpubsub-gc.service)."),
+                ("/lib/systemd/system/knpubsub-compact.timer", "Runs kn compact every night (knpubsub-compact.service)."),
+                DEFAULTS,
+            ],
+            exit_status: None,
+        },
+        _ => man::Extra { files: &[STORE], exit_status: None },
+    }
+}
+
 fn generate(out: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let man = out.join("man1");
     std::fs::create_dir_all(&man)?;
+    let names: Vec<String> = programs().iter().map(|c| c.get_name().to_string()).collect();
+    let version = env!("CARGO_PKG_VERSION");
     for cmd in programs() {
         // A page for the program and one for each subcommand
         // (`kn-topics.1`, ...), as `git` has.
-        clap_mangen::generate_to(cmd.clone(), &man)?;
+        let name = cmd.get_name().to_string();
+        for (file, page) in man::pages(cmd.clone(), &extra(&name), &names, version) {
+            std::fs::write(man.join(file), page)?;
+        }
         for (shell, dir) in [(Shell::Bash, "bash"), (Shell::Zsh, "zsh"), (Shell::Fish, "fish")] {
             let dir = out.join(dir);
             std::fs::create_dir_all(&dir)?;
@@ -63,17 +115,44 @@ fn generate(out: &Path) -> std::io::Result<Vec<PathBuf>> {
             written.push(clap_complete::generate_to(shell, &mut cmd.clone(), name, &dir)?);
         }
     }
-    for entry in std::fs::read_dir(&man)? {
-        written.push(entry?.path());
+    let man7 = out.join("man7");
+    std::fs::create_dir_all(&man7)?;
+    std::fs::write(man7.join("knpubsub-settings.7"), settings::man_page(&settings::settings(), version))?;
+    for dir in [&man, &man7] {
+        for entry in std::fs::read_dir(dir)? {
+            written.push(entry?.path());
+        }
     }
     written.sort();
     Ok(written)
 }
 
+const USAGE: &str = "usage: kn-docgen OUT_DIR | kn-docgen settings | kn-docgen copyright HEADER";
+
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap_or("")).collect();
+    match args[..] {
+        ["settings"] => {
+            print!("{}", settings::markdown(&settings::settings()));
+            return ExitCode::SUCCESS;
+        }
+        ["copyright", header] => {
+            return match copyright::render(Path::new(header)) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kn-docgen copyright: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {}
+    }
     let [out] = &args[..] else {
-        eprintln!("usage: kn-docgen OUT_DIR");
+        eprintln!("{USAGE}");
         return ExitCode::from(64);
     };
     match generate(Path::new(out)) {
@@ -119,6 +198,7 @@ mod tests {
         assert!(dir.join("man1/kn-topics.1").is_file());
         let serve = std::fs::read_to_string(dir.join("man1/pubsub-cgi-serve.1")).unwrap();
         assert!(serve.contains("\\-\\-listen"), "{serve}");
+        assert!(dir.join("man7/knpubsub-settings.7").is_file());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
