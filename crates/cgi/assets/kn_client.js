@@ -38,6 +38,9 @@
 //   kn.ready: a Promise settled once kn.journal is known (at once for a
 //       user; for an anonymous visitor after do_method=session).
 //   kn.retryFor: how long (ms) a request is retried; default 60000.
+//   kn.transport: "sse" (default) or "websocket": how events come back
+//       (a WebSocket under `serve`, falling back to the EventSource where
+//       no socket opens); the same onConnection states either way.
 //
 // Bearer tokens (docs/ACCESS.md 1b, docs/BROWSER.md): set before loading
 // the client, or later with kn.setToken(token):
@@ -509,21 +512,55 @@
       return;
     }
     setState(everOpen ? "reconnecting" : "connecting");
+    if (kn.transport === "websocket" && typeof WebSocket !== "undefined" && socketFailures < 2) {
+      source = openSocket();
+      if (source) return;
+    }
     source = new EventSource(tunnelUrl());
     source.onmessage = onMessage;
-    source.onerror = function () {
-      // Take over from EventSource's own retry: reconnect with our resume
-      // point on a short backoff, also after errors it would give up on.
-      if (source) source.close();
-      source = null;
-      if (open || !lostAt) lostAt = lostAt || Date.now();
-      if (!open) failedBeforeOpen++;
-      open = false;
-      setState("reconnecting");
-      clearTimeout(retryTimer);
-      retryTimer = setTimeout(function () { connect(); }, backoff);
-      backoff = Math.min(backoff * 2, 2000);
+    source.onerror = lost;
+  }
+
+  // The connection is gone: take over from EventSource's own retry (and
+  // do what it would for a socket): reconnect with our resume point on a
+  // short backoff, also after errors it would give up on.
+  function lost() {
+    if (source) source.close();
+    source = null;
+    if (open || !lostAt) lostAt = lostAt || Date.now();
+    if (!open) failedBeforeOpen++;
+    open = false;
+    setState("reconnecting");
+    clearTimeout(retryTimer);
+    retryTimer = setTimeout(function () { connect(); }, backoff);
+    backoff = Math.min(backoff * 2, 2000);
+  }
+
+  // kn.transport = "websocket": the same tunnel over a WebSocket
+  // (docs/PROTOCOL.md, "WebSocket (extension)"): the same URL with
+  // kn_response_format=websocket, the same JSON objects, the token in a
+  // subprotocol (a socket sends no header). A socket that fails twice
+  // before it ever opened (no WebSocket through a proxy, the CGI) gives
+  // way to the EventSource for the rest of the page's life.
+  var socketFailures = 0;
+  function openSocket() {
+    var a = document.createElement("a");
+    a.href = tunnelUrl().replace("kn_response_format=sse", "kn_response_format=websocket");
+    var url = (a.protocol === "https:" ? "wss://" : "ws://") + a.host + a.pathname + a.search;
+    var protocols = ["kn"];
+    if (token()) protocols.push("kn.bearer." + token());
+    var ws, opened = false;
+    try { ws = new WebSocket(url, protocols); } catch (x) { socketFailures = 2; return null; }
+    ws.onopen = function () { opened = true; socketFailures = 0; };
+    ws.onmessage = function (m) { onMessage({data: m.data}); };
+    ws.onclose = function (c) {
+      if (source !== ws) return;
+      if (!opened && !everOpen) socketFailures++;
+      // 4401: the token expired; ask for a new one before reconnecting.
+      if (c.code === 4401) needRefresh = true;
+      lost();
     };
+    return ws;
   }
 
   var ready;
@@ -540,6 +577,9 @@
     tokenCookie: window.kn_tokenCookie === undefined ? "kn_token" : window.kn_tokenCookie,
     setToken: function (t) { setToken(t); },
     onConnection: null,
+    // "sse" (EventSource) or "websocket" (a WebSocket, falling back to
+    // the EventSource where none opens): set before subscribing.
+    transport: window.kn_transport || "sse",
     onEvent: null,
     publish: publish,
     publishMany: publishMany,
