@@ -41,6 +41,7 @@
 //   kn.transport: "sse" (default) or "websocket": how events come back
 //       (a WebSocket under `serve`, falling back to the EventSource where
 //       no socket opens); the same onConnection states either way.
+//   kn.via: what the connection uses now, "sse" or "websocket".
 //
 // Bearer tokens (docs/ACCESS.md 1b, docs/BROWSER.md): set before loading
 // the client, or later with kn.setToken(token):
@@ -514,8 +515,12 @@
     setState(everOpen ? "reconnecting" : "connecting");
     if (kn.transport === "websocket" && typeof WebSocket !== "undefined" && socketFailures < 2) {
       source = openSocket();
-      if (source) return;
+      if (source) {
+        kn.via = "websocket";
+        return;
+      }
     }
+    kn.via = "sse";
     source = new EventSource(tunnelUrl());
     source.onmessage = onMessage;
     source.onerror = lost;
@@ -580,6 +585,8 @@
     // "sse" (EventSource) or "websocket" (a WebSocket, falling back to
     // the EventSource where none opens): set before subscribing.
     transport: window.kn_transport || "sse",
+    // What the last connection used: "sse" or "websocket".
+    via: "",
     onEvent: null,
     publish: publish,
     publishMany: publishMany,
