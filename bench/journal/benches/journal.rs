@@ -24,7 +24,7 @@
 //!   reader blocked in `Tunnel::wait` in another process, p50/p99.
 //! * bytes on disk per 100-byte event (printed), journal and topic.
 //!
-//! `cargo bench -p kn-journal` runs everything; a filter argument selects
+//! `cargo bench -p kn-journal-bench` runs everything; a filter argument selects
 //! criterion benches by name and the printed measurements by `wake` or
 //! `bytes`. The waiting reader is this binary run again with
 //! `KN_BENCH_ROLE=waiter`.
