@@ -21,12 +21,12 @@ use futures_util::{Sink, Stream};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::frames;
 use super::{Pending, Server, WsConfig};
-use crate::handler::{Reply, TunnelReply};
+use crate::handler::{AfterReply, Reply, TunnelReply};
 use crate::request::Request;
 use crate::serve_held::ConnIo;
 use crate::serve_tunnel::Reads;
@@ -247,7 +247,7 @@ impl Following<'_> {
     /// answers itself (ping, close).
     async fn incoming(&mut self, message: Message) -> Result<(), End> {
         match message {
-            Message::Text(text) => self.request(text.as_str()).await,
+            Message::Text(text) => self.request(text).await,
             Message::Binary(_) => Err(End::Close(code::UNSUPPORTED, "requests are text frames".into())),
             // Its pong (or the close's answer) waits in the library: flush.
             Message::Ping(_) | Message::Close(_) => {
@@ -260,48 +260,51 @@ impl Following<'_> {
 
     /// Answers one request of the client with its status events, made by
     /// the handler on the request pool as a form POST would be.
-    async fn request(&mut self, text: &str) -> Result<(), End> {
-        let message = match frames::message(text) {
-            Ok(message) => message,
-            Err(why) => {
-                let kn_id = kn_wire::Params::parse(text.as_bytes()).ok().and_then(|p| p.get("kn_id").map(<[u8]>::to_vec));
-                return self.queue(Message::text(frames::refusal(&why, kn_id.as_deref())));
-            }
-        };
-        let http = self.who.request(message.body);
+    async fn request(&mut self, text: Utf8Bytes) -> Result<(), End> {
+        let who = self.who.clone();
         let server = self.server.clone();
-        let handled = self
-            .server
-            .pool
-            .spawn_blocking(move || {
-                let request = Request::from_http(http, &server.limits)?;
-                Ok::<_, crate::Error>(server.handler.handle_deferring(&request))
-            })
-            .await;
-        let answers = match handled {
-            Ok(Ok((Reply::Done(response), after))) => {
-                if !after.is_empty() {
-                    tokio::task::spawn_blocking(move || after.run());
-                }
-                frames::answers(&response.body, message.kn_id.as_deref())
-            }
-            Ok(Ok((Reply::Tunnel(tunnel), _))) => {
-                self.server.readers.handle().spawn_blocking(move || drop(tunnel));
-                vec![frames::refusal(&frames::NotARequest("a tunnel does not travel on a WebSocket".into()), message.kn_id.as_deref())]
-            }
-            Ok(Err(err)) => {
-                let (code, why) = err.status();
-                vec![frames::answer(kn_wire::status_event(code, why, err.message().as_bytes(), None), message.kn_id.as_deref())]
-            }
-            Err(_) => vec![frames::answer(
-                kn_wire::status_event(500, "Internal Server Error", "the request handler failed (a bug: please report it)", None),
-                message.kn_id.as_deref(),
-            )],
-        };
+        // Parsing a frame (up to KN_WS_MAX_MESSAGE) and making the request
+        // are the pool's work, never the event loop's.
+        let handled = self.server.pool.spawn_blocking(move || answer(&server, &who, text.as_str())).await;
+        let (answers, after) = handled.unwrap_or_else(|_| {
+            (vec![frames::answer(kn_wire::status_event(500, "Internal Server Error", "the request handler failed (a bug: please report it)", None), None)], None)
+        });
+        // A new route's population, a deferred fan-out: once the answer
+        // is made, as after a form request's reply.
+        if let Some(after) = after.filter(|a| !a.is_empty()) {
+            tokio::task::spawn_blocking(move || after.run());
+        }
         for answer in answers {
             self.queue(Message::text(answer))?;
         }
         Ok(())
+    }
+}
+
+/// The frames answering one text frame of the client: its request made
+/// by the handler as a form POST of `who` would be, or why it is none.
+fn answer(server: &Server, who: &super::Who, text: &str) -> (Vec<String>, Option<AfterReply>) {
+    let message = match frames::message(text) {
+        Ok(message) => message,
+        Err(why) => {
+            let kn_id = kn_wire::Params::parse(text.as_bytes()).ok().and_then(|p| p.get("kn_id").map(<[u8]>::to_vec));
+            return (vec![frames::refusal(&why, kn_id.as_deref())], None);
+        }
+    };
+    let kn_id = message.kn_id.as_deref();
+    let request = match Request::from_http(who.request(message.body), &server.limits) {
+        Ok(request) => request,
+        Err(err) => {
+            let (code, why) = err.status();
+            return (vec![frames::answer(kn_wire::status_event(code, why, err.message().as_bytes(), None), kn_id)], None);
+        }
+    };
+    match server.handler.handle_deferring(&request) {
+        (Reply::Done(response), after) => (frames::answers(&response.body, kn_id), Some(after)),
+        (Reply::Tunnel(tunnel), _) => {
+            drop(tunnel);
+            (vec![frames::refusal(&frames::NotARequest("a tunnel does not travel on a WebSocket".into()), kn_id)], None)
+        }
     }
 }
 
