@@ -1,7 +1,7 @@
 //! Bytes a client chose, reflected or stored, reaching a browser (issue
-//! 37, review 1 and 6; docs/RELIABILITY.md, "Bytes from a request reach
-//! a response header" and "Stored or reflected bytes rendered by a
-//! browser"), end to end: `pubsub.cgi` under a real Apache 2.4 mounted at
+//! 37; docs/RELIABILITY.md, "Bytes from a request reach a response header
+//! (review 1)" and "Stored or reflected bytes rendered by a browser
+//! (review 6)"), end to end: `pubsub.cgi` under a real Apache 2.4 mounted at
 //! `/kn` and `/v1/stream` (a CGI writes its own header block, which
 //! Apache parses), and `pubsub-cgi serve`.
 //!
@@ -206,4 +206,39 @@ fn hostile_event_text_comes_back_escaped_in_js_and_plain_in_simple_under_apache(
         }
         tunnel.close();
     }
+}
+
+/// The topic browser and the other pages of `www/`, and the JavaScript
+/// client (`do_method=lib`, crates/cgi/assets), show events as text: no
+/// script of theirs hands anything but a literal to an HTML sink
+/// (`innerHTML`, `outerHTML`, `insertAdjacentHTML`, `document.write`,
+/// `eval`); event text goes through `textContent` and `setAttribute`
+/// (`knPage.el`, www/js/page.js).
+#[test]
+fn the_pages_hand_no_event_text_to_an_html_sink() {
+    const SINKS: [&str; 5] = ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut scripts = 0;
+    let entries = ["www/js", "crates/cgi/assets"].into_iter().flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a directory of scripts"));
+    for entry in entries {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "js") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a script");
+        scripts += 1;
+        for (n, line) in text.lines().enumerate() {
+            // Each use of a sink in a statement of its own: `sink = <literal>;`.
+            for piece in line.split(';') {
+                let Some(sink) = SINKS.iter().find(|s| piece.contains(*s)) else { continue };
+                let value = piece.split_once(sink).map(|(_, rest)| rest.trim()).unwrap_or_default();
+                let literal = value.strip_prefix('=').map(str::trim).is_some_and(|v| {
+                    let quoted = |q: char| v.len() >= 2 && v.starts_with(q) && v.ends_with(q) && !v[1..v.len() - 1].contains(q);
+                    quoted('"') || quoted('\'')
+                });
+                assert!(literal, "{}:{}: {sink} given something other than a literal: {line}", path.display(), n + 1);
+            }
+        }
+    }
+    assert!(scripts >= 6, "the pages' scripts are in www/js, the client's in crates/cgi/assets");
 }
