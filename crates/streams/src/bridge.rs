@@ -86,7 +86,7 @@ impl Streams {
     }
 
     /// Notifies each message appended at checkpoint `at` to `topic`.
-    pub(super) fn post_to_topic(&self, path: &str, topic: &str, at: u64, messages: &[String]) -> kn_journal::Result<()> {
+    pub(super) fn post_to_topic(&self, path: &str, topic: &str, at: crate::Offset, messages: &[String]) -> kn_journal::Result<()> {
         let t = Topic::parse(topic)?;
         for (i, m) in messages.iter().enumerate() {
             let event = json_to_event(path, at, i, m);
@@ -106,12 +106,12 @@ pub fn event_to_json(event: &Event) -> String {
     Value::Object(map).to_string()
 }
 
-/// A JSON message (message `index` of the append at checkpoint `at` of
+/// A JSON message (message `index` of the append at offset `at` of
 /// stream `path`) as an event: an object's members become elements
 /// (strings as they are, other values as their JSON text); anything else
 /// becomes the `kn_payload`. Without a `kn_id` it gets one naming the
 /// stream, offset and index, so that posting it again is a duplicate.
-pub fn json_to_event(path: &str, at: u64, index: usize, message: &str) -> Event {
+pub fn json_to_event(path: &str, at: crate::Offset, index: usize, message: &str) -> Event {
     let mut e = Event::new();
     match serde_json::from_str::<Value>(message) {
         Ok(Value::Object(map)) => {

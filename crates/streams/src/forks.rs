@@ -9,7 +9,7 @@
 //! (never two at once).
 
 use super::state::{has_data, name, op};
-use super::{json, offset, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
+use super::{json, Create, Info, StreamError, StreamErrorKind, StreamResult, Streams};
 use kn_journal::Event;
 use kn_journal::internal::logs::{self as log, LogCursor};
 use kn_journal::internal::Record;
@@ -46,7 +46,7 @@ impl Streams {
         let cell = self.entry(source);
         let mut entry = self.hold(&cell);
         let Some(mut w) = self.writer(&mut entry, false)? else { return Ok(None) };
-        if !entry.state.exists {
+        if !entry.state.exists || !entry.state.is_of(source) {
             self.release(&mut entry, w);
             return Ok(None);
         }
@@ -89,9 +89,12 @@ impl Streams {
             ));
         }
         let info = Self::info(&entry);
-        let at = req.fork_offset.unwrap_or(info.tail);
-        if at > info.tail {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("fork offset {} is beyond the source's tail {}", offset(at), info.next_offset())));
+        let at = match req.fork_offset {
+            Some(at) => info.accept(at)?.seq(),
+            None => info.tail.seq(),
+        };
+        if at > info.tail.seq() {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("fork offset {} is beyond the source's tail {}", info.offset_at(at), info.next_offset())));
         }
         let json = info.is_json();
         let mut sub = req.fork_sub_offset;
@@ -107,7 +110,7 @@ impl Streams {
                     records.push(inherited(&r, None));
                     continue;
                 }
-                if sub == 0 || r.seq > info.tail {
+                if sub == 0 || r.seq > info.tail.seq() {
                     break 'read;
                 }
                 if !has_data(&r) {

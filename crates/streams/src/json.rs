@@ -75,7 +75,7 @@ mod tests {
             .stack_size(1 << 20)
             .spawn(move || {
                 let text = String::from_utf8(body).unwrap();
-                let e = crate::bridge::json_to_event("s", 1, 0, &text);
+                let e = crate::bridge::json_to_event("s", crate::Offset::new(1, 0), 0, &text);
                 assert!(e.payload() == text.as_bytes(), "kept whole as the payload");
             })
             .unwrap()

@@ -10,10 +10,12 @@
 //! `(id, epoch, seq)` is written in the very record of the append it
 //! guards, under the stream's lock (FORMAT.md, "Streams").
 //!
-//! An offset is the checkpoint of the last record holding data, as 16 hex
-//! digits ([`offset`]). A fork copies its source's records up to the fork
-//! point, keeping their checkpoints, so offsets are shared as the protocol
-//! wants.
+//! An offset is the checkpoint of the last record holding data and the
+//! epoch of the stream's incarnation, 16 hex digits each ([`Offset`]): a
+//! stream deleted and created again never repeats an offset of the one
+//! before. A fork copies its source's records up to the fork point,
+//! keeping their checkpoints and epochs, so offsets are shared as the
+//! protocol wants.
 //!
 //! ```
 //! use kn_streams::{Append, Create, Start, Streams};
@@ -65,7 +67,7 @@ pub use config::StreamsConfig;
 pub use figures::StreamFigures;
 pub use expiry::{register as sweep_expired_streams, ExpirySweep};
 pub use json::{essence, is_json};
-pub use offset::{offset, parse_offset, parse_start, Start};
+pub use offset::{offset, parse_offset, parse_start, Offset, Start};
 pub use time::parse_rfc3339;
 pub use types::{Append, Appended, Chunk, Create, Created, Info, Producer, StreamError, StreamErrorKind, StreamResult};
 pub use watch::StreamWatch;
@@ -211,6 +213,11 @@ impl Streams {
         self.store.config()
     }
 
+    /// The directory of the stream at `path`: named by a hash of the
+    /// path, which a client could make collide with another's, so every
+    /// use compares the full path its `create` record holds
+    /// (`State::is_of`): a path whose directory holds another stream
+    /// finds no stream there and cannot create one.
     fn stream_dir(&self, path: &str) -> PathBuf {
         self.dir.join(format!("{:032x}", xxhash_rust::xxh3::xxh3_128(path.as_bytes())))
     }
@@ -550,12 +557,13 @@ impl Streams {
         Info {
             path: s.path.clone(),
             content_type: s.content_type.clone(),
-            tail: s.tail,
+            tail: s.epochs.offset(s.tail),
             ttl: s.ttl,
             expires_at: s.expires_at.clone(),
             closed: s.closed,
             topic: s.topic.clone(),
             id: Self::id(entry),
+            epochs: s.epochs.clone(),
         }
     }
 
@@ -577,7 +585,7 @@ impl Streams {
     /// expired stream is removed here and is `NotFound`.
     fn live(&self, path: &str, entry: &mut Entry) -> StreamResult<()> {
         self.refresh(entry)?;
-        if !entry.state.exists {
+        if !entry.state.exists || !entry.state.is_of(path) {
             return Err(not_found(path));
         }
         if entry.state.soft_deleted {

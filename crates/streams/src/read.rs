@@ -32,13 +32,13 @@ impl Streams {
         let info = Self::info(&entry);
         let from = match start {
             Start::Beginning => 0,
-            Start::Now => info.tail,
-            Start::At(o) => o,
+            Start::Now => info.tail.seq(),
+            Start::At(o) => info.accept(o)?.seq(),
         };
-        if from > info.tail {
-            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
+        if from > info.tail.seq() {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {} is beyond the tail {}", info.offset_at(from), info.next_offset())));
         }
-        if from == info.tail {
+        if from == info.tail.seq() {
             return Ok(Joined::new(info.is_json(), 0).chunk(info, from, from));
         }
         if from >= entry.forgotten {
@@ -60,7 +60,7 @@ impl Streams {
                 break;
             }
             for r in records {
-                if r.seq > info.tail {
+                if r.seq > info.tail.seq() {
                     break 'read;
                 }
                 if r.seq <= from || !has_data(&r) {
@@ -79,13 +79,14 @@ impl Streams {
     /// memory), at most `StreamsConfig::max_read_bytes` (at least one
     /// record).
     fn memory_chunk(&self, entry: &mut Entry, from: u64, info: Info) -> Chunk {
-        if let Some(s) = entry.served.as_ref().filter(|s| s.from == from && s.tail == info.tail) {
+        if let Some(s) = entry.served.as_ref().filter(|s| s.from == from && s.tail == info.tail.seq()) {
             let (records, next, data) = (s.records, s.next, s.body.clone());
-            return Chunk { up_to_date: next >= info.tail, info, start: from, next, records, data };
+            let (start, next) = (info.offset_at(from), info.offset_at(next));
+            return Chunk { up_to_date: next >= info.tail, info, start, next, records, data };
         }
         let max = self.streams_config().max_read_bytes;
         let first = entry.recent.partition_point(|(seq, _)| *seq <= from);
-        let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail);
+        let wanted = entry.recent.iter().skip(first).take_while(|(seq, _)| *seq <= info.tail.seq());
         // Sized once (the payloads and their commas), however many fit.
         let capacity = wanted.clone().map(|(_, p)| p.len() + 1).sum::<usize>().min(max.saturating_add(1));
         let (mut joined, mut next) = (Joined::new(info.is_json(), capacity), from);
@@ -96,7 +97,7 @@ impl Streams {
             next = *seq;
         }
         let chunk = joined.chunk(info, from, next);
-        entry.served = Some(Served { from, tail: chunk.info.tail, records: chunk.records, next, body: chunk.data.clone() });
+        entry.served = Some(Served { from, tail: chunk.info.tail.seq(), records: chunk.records, next, body: chunk.data.clone() });
         chunk
     }
 
@@ -114,16 +115,17 @@ impl Streams {
         let cell = self.entries.try_lock().ok()?.get(path)?.clone();
         let mut guard = self.try_hold(&cell)?;
         let entry = &mut *guard;
-        if !self.fresh(entry) || !entry.state.is_plain() {
+        if !self.fresh(entry) || !entry.state.is_plain() || !entry.state.is_of(path) {
             return None;
         }
         let info = Self::info(entry);
         let from = match start {
             Start::Beginning => 0,
-            Start::Now => info.tail,
-            Start::At(o) => o,
+            Start::Now => info.tail.seq(),
+            // Refused by `read`, which says why.
+            Start::At(o) => info.accept(o).ok()?.seq(),
         };
-        if from > info.tail || from < entry.forgotten {
+        if from > info.tail.seq() || from < entry.forgotten {
             return None;
         }
         Some(self.memory_chunk(entry, from, info))

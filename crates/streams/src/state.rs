@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use kn_journal::Event;
 use kn_journal::internal::Record;
 
+use crate::offset::Epochs;
+
 /// Element names of stream records.
 pub(crate) mod name {
     pub const OP: &str = "ds_op";
@@ -27,6 +29,10 @@ pub(crate) mod name {
     pub const SEQ: &str = "ds_seq";
     pub const STREAM_SEQ: &str = "ds_stream_seq";
     pub const TOPIC_SEQ: &str = "ds_topic_seq";
+    /// The incarnation's epoch, in its offsets (`offset.rs`).
+    pub const OFFSET_EPOCH: &str = "ds_offset_epoch";
+    /// A fork's inherited epochs (`Epochs::format_table`).
+    pub const FORK_EPOCHS: &str = "ds_fork_epochs";
 }
 
 /// The operations a record can be (`ds_op`).
@@ -86,6 +92,10 @@ pub(crate) struct State {
     /// The bound topic's checkpoint imported last.
     pub topic_seq: u64,
     pub created: String,
+    /// The epochs of this incarnation's offsets (none in a stream, or a
+    /// snapshot, written before epochs: 0 everywhere).
+    #[serde(default)]
+    pub epochs: Epochs,
 }
 
 fn text(e: &Event, n: &str) -> Option<String> {
@@ -109,6 +119,13 @@ impl State {
     /// `Streams::read_cached`).
     pub(crate) fn is_plain(&self) -> bool {
         self.exists && !self.soft_deleted && self.ttl.is_none() && self.expires_at.is_none() && self.topic.is_none()
+    }
+
+    /// True unless the stream exists under another path than `path`: the
+    /// directory is named by a hash of the path (`Streams::stream_dir`),
+    /// and a colliding path must never read or write another's stream.
+    pub(crate) fn is_of(&self, path: &str) -> bool {
+        !self.exists || self.path == path
     }
 
     /// Recounts `producer_bytes` (a state read from a snapshot).
@@ -146,6 +163,10 @@ impl State {
                 topic: text(e, name::TOPIC),
                 created: text(e, name::CREATED).unwrap_or_default(),
                 topic_seq: number(e, name::TOPIC_SEQ).unwrap_or(0),
+                epochs: Epochs::new(
+                    number(e, name::OFFSET_EPOCH).unwrap_or(0),
+                    text(e, name::FORK_EPOCHS).and_then(|t| Epochs::parse_table(&t)).unwrap_or_default(),
+                ),
                 tail,
                 ..State::default()
             };

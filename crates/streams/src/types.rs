@@ -5,7 +5,8 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::{is_json, offset};
+use crate::is_json;
+use crate::offset::{Epochs, Offset};
 
 /// What kind of failure a [`StreamError`] is; the HTTP layer maps each to
 /// the status the protocol names.
@@ -15,7 +16,8 @@ pub enum StreamErrorKind {
     BadRequest,
     /// No such stream, or it expired (404).
     NotFound,
-    /// The stream was deleted but its forks keep it (410).
+    /// The stream was deleted but its forks keep it, or an offset is of
+    /// an earlier stream of the same path (410).
     Gone,
     /// Configuration mismatch, content type mismatch, `Stream-Seq`
     /// regression (409).
@@ -94,8 +96,8 @@ pub struct Info {
     pub path: String,
     /// The content type set at creation.
     pub content_type: String,
-    /// The tail: checkpoint of the last data.
-    pub tail: u64,
+    /// The tail: the offset after the last data.
+    pub tail: Offset,
     /// Sliding time-to-live, seconds.
     pub ttl: Option<u64>,
     /// Absolute expiry (RFC 3339, as given).
@@ -106,12 +108,32 @@ pub struct Info {
     pub topic: Option<String>,
     /// An id of this incarnation of the stream (for ETags).
     pub id: String,
+    /// The epochs of this incarnation's offsets.
+    pub(crate) epochs: Epochs,
 }
 
 impl Info {
     /// The tail as an offset token.
     pub fn next_offset(&self) -> String {
-        offset(self.tail)
+        self.tail.to_string()
+    }
+
+    /// The offset this stream gives the position after checkpoint `seq`
+    /// (whether or not a record of that checkpoint holds data).
+    pub fn offset_at(&self, seq: u64) -> Offset {
+        self.epochs.offset(seq)
+    }
+
+    /// `at`, if it is an offset of this stream as it is now: `BadRequest`
+    /// (`400`) past the tail, as the protocol wants of any offset there;
+    /// else `Gone` (`410`) for an offset of an earlier stream of the same
+    /// path, deleted or expired since (docs/DURABLE-STREAMS.md,
+    /// "Choices the protocol leaves to the server").
+    pub fn accept(&self, at: Offset) -> StreamResult<Offset> {
+        if at.seq() > self.tail.seq() {
+            return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {at} is beyond the tail {}", self.tail)));
+        }
+        self.epochs.accept(at, &self.path)
     }
 
     /// True in JSON mode.
@@ -136,7 +158,7 @@ pub struct Create {
     /// `Stream-Forked-From`: the source's path.
     pub fork_from: Option<String>,
     /// `Stream-Fork-Offset`.
-    pub fork_offset: Option<u64>,
+    pub fork_offset: Option<Offset>,
     /// `Stream-Fork-Sub-Offset`.
     pub fork_sub_offset: u64,
     /// The PubSub topic to bind the stream to (the bridge).
@@ -213,11 +235,11 @@ pub struct Chunk {
     /// The stream.
     pub info: Info,
     /// The offset the read started after.
-    pub start: u64,
+    pub start: Offset,
     /// How many records holding data were read.
     pub records: usize,
     /// Where the next read starts.
-    pub next: u64,
+    pub next: Offset,
     /// The read reached the tail.
     pub up_to_date: bool,
     /// The response body, joined once as the records were read (and
@@ -278,10 +300,12 @@ impl Joined {
         true
     }
 
+    /// The chunk read after checkpoint `start` up to checkpoint `next`.
     pub(crate) fn chunk(mut self, info: Info, start: u64, next: u64) -> Chunk {
         if self.json {
             self.data.push(b']');
         }
+        let (start, next) = (info.offset_at(start), info.offset_at(next));
         Chunk { up_to_date: next >= info.tail, info, start, next, records: self.records, data: self.data.into() }
     }
 }

@@ -7,6 +7,7 @@
 use kn_journal::internal::logs::{self as log, Writer};
 use kn_journal::Event;
 
+use crate::offset::Epochs;
 use crate::state::{name, op};
 use crate::*;
 
@@ -37,6 +38,9 @@ impl Streams {
         let cell = self.entry(path);
         let mut entry = self.hold(&cell);
         self.refresh(&mut entry)?;
+        if !entry.state.is_of(path) {
+            return Err(collision(path));
+        }
         if entry.state.exists && !entry.state.soft_deleted && self.expired(&entry) {
             self.expire(path, &mut entry)?;
         }
@@ -90,6 +94,10 @@ impl Streams {
                 None => return Err(not_found(path)),
             };
         }
+        if !entry.state.is_of(path) {
+            self.release(&mut entry, w);
+            return Err(collision(path));
+        }
         if entry.state.exists {
             // Another process created it while we looked.
             self.release(&mut entry, w);
@@ -106,6 +114,9 @@ impl Streams {
             e.set(name::PATH, path);
             e.set(name::CONTENT_TYPE, content_type.as_str());
             e.set(name::CREATED, format!("{}-{}", time::now_ms(), kn_journal::fresh_id()));
+            // A new incarnation's offsets never repeat an earlier one's
+            // (offset.rs); a fork's inherited records keep their source's.
+            e.set(name::OFFSET_EPOCH, Epochs::draw().to_string());
             if let Some(t) = ttl {
                 e.set(name::TTL, t.to_string());
             }
@@ -117,6 +128,7 @@ impl Streams {
                 e.set(name::FORK_OFFSET, src.offset.to_string());
                 e.set(name::FORK_SUB, req.fork_sub_offset.to_string());
                 e.set(name::FORK_DEPTH, (src.depth + 1).to_string());
+                e.set(name::FORK_EPOCHS, Epochs::format_table(&src.info.epochs.for_fork(src.offset)));
             }
             if let Some(topic) = &req.topic {
                 e.set(name::TOPIC, topic.as_str());
@@ -173,7 +185,7 @@ impl Streams {
         if req.fork_from.as_deref().map(source_path) != s.fork_from.as_deref() {
             return conflict("another fork source");
         }
-        if req.fork_from.is_some() && req.fork_offset.is_some() && req.fork_offset != s.fork_offset {
+        if req.fork_from.is_some() && req.fork_offset.is_some() && req.fork_offset.map(Offset::seq) != s.fork_offset {
             return conflict("another fork offset");
         }
         if req.fork_from.is_some() && req.fork_sub_offset != s.fork_sub {
@@ -279,11 +291,11 @@ impl Streams {
     }
 
     #[allow(clippy::type_complexity)]
-    fn append_locked(&self, path: &str, req: &Append<'_>, entry: &mut Entry, w: &mut Writer<'_>) -> StreamResult<(Appended, Option<(u64, Vec<String>)>)> {
+    fn append_locked(&self, path: &str, req: &Append<'_>, entry: &mut Entry, w: &mut Writer<'_>) -> StreamResult<(Appended, Option<(Offset, Vec<String>)>)> {
         self.import_locked(entry, w)?;
         let s = &entry.state;
-        if !s.exists || s.soft_deleted {
-            return Err(if s.exists { StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")) } else { not_found(path) });
+        if !s.exists || s.soft_deleted || !s.is_of(path) {
+            return Err(if s.exists && s.is_of(path) { StreamError::new(StreamErrorKind::Gone, format!("stream '{path}' was deleted")) } else { not_found(path) });
         }
         let done = |entry: &Entry, stored: bool, producer| Appended { info: Self::info(entry), stored, producer, bridge_error: None };
         if s.closed {
@@ -296,7 +308,7 @@ impl Streams {
                 return Ok((done(entry, false, None), None));
             }
             let mut e = StreamError::new(StreamErrorKind::Closed, format!("stream '{path}' is closed"));
-            e.next_offset = Some(offset(s.tail));
+            e.next_offset = Some(s.epochs.offset(s.tail).to_string());
             return Err(e);
         }
         if !req.body.is_empty() {
@@ -375,7 +387,13 @@ impl Streams {
             self.refresh_until(entry, Some(at), None)?;
         }
         let producer = req.producer.as_ref().map(|p| (p.epoch, p.seq));
-        let posted = if messages.is_empty() { None } else { Some((at, messages)) };
+        let posted = if messages.is_empty() { None } else { Some((entry.state.epochs.offset(at), messages)) };
         Ok((done(entry, true, producer), posted))
     }
+}
+
+/// `PUT` of a path whose directory holds another stream (the hashes of
+/// the two paths collide): refused, the other stream untouched.
+fn collision(path: &str) -> StreamError {
+    StreamError::new(StreamErrorKind::Conflict, format!("stream '{path}' cannot be created: its directory holds another stream (the hashes of the two paths collide)"))
 }

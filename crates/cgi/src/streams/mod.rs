@@ -15,7 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderName};
 use kn_streams::{
-    is_json, offset, parse_start, Append, Chunk, Create, Info, Producer, Start, StreamError, StreamErrorKind, Streams,
+    is_json, offset, parse_start, Append, Chunk, Create, Info, Offset, Producer, Start, StreamError, StreamErrorKind, Streams,
 };
 
 
@@ -278,7 +278,7 @@ pub enum Outcome {
 /// A waiting long-poll.
 pub struct LongPoll {
     path: String,
-    from: u64,
+    from: Offset,
     cursor: Option<String>,
     /// When to give up and answer `204`.
     pub deadline: Instant,
@@ -287,7 +287,7 @@ pub struct LongPoll {
 /// An SSE response in progress.
 pub struct Sse {
     path: String,
-    next: u64,
+    next: Offset,
     cursor: Option<String>,
     base64: bool,
     /// The response head (status 200 and headers).
@@ -454,7 +454,7 @@ fn create(streams: &Streams, req: &StreamRequest) -> Result<StreamResponse, Stre
     let fork_offset = match req.header("Stream-Fork-Offset") {
         Some(_) if fork_from.is_none() => return Err(bad("Stream-Fork-Offset needs Stream-Forked-From")),
         Some(v) => Some(match parse_start(v)? {
-            Start::Beginning => 0,
+            Start::Beginning => Offset::BEGINNING,
             Start::At(o) => o,
             Start::Now => return Err(bad("Stream-Fork-Offset cannot be 'now'")),
         }),
@@ -605,9 +605,10 @@ fn read(streams: &Streams, req: &StreamRequest) -> Result<Outcome, StreamError> 
             }
             let info = streams.head(&req.path)?;
             let from = match start {
-                Start::Beginning => 0,
+                Start::Beginning => Offset::BEGINNING,
                 Start::Now => info.tail,
-                Start::At(o) => o,
+                // An offset of an earlier stream of this path: 410.
+                Start::At(o) => info.accept(o)?,
             };
             if from > info.tail {
                 return Err(bad(format!("offset {} is beyond the tail {}", offset(from), info.next_offset())));
@@ -711,7 +712,7 @@ fn catch_up(chunk: Chunk, now: bool) -> StreamResponse {
     r
 }
 
-fn poll_timeout(info: &Info, at: u64, cursor: Option<&str>) -> StreamResponse {
+fn poll_timeout(info: &Info, at: Offset, cursor: Option<&str>) -> StreamResponse {
     let mut r = StreamResponse::new(204);
     r.set("Stream-Next-Offset", offset(at));
     r.set("Stream-Up-To-Date", "true");
