@@ -258,21 +258,27 @@ impl Drop for Hold {
     }
 }
 
-/// The byte of `.kn_readers` that marks the topic in `dir`: a 62-bit
-/// FNV-1a hash of its path below the store root (the same in every
+/// The byte of `.kn_readers` that marks the topic in `dir`: 62 bits of
+/// the SHA-256 of its path below the store root (the same in every
 /// process and on every host, wherever the volume is mounted; below
 /// 2^62, so that every byte is a valid offset). Two topics sharing a
-/// byte keep each other while read: never a reader left reading a
-/// removed topic, at worst an unread topic removed one pass later.
+/// byte keep each other while read (never a reader left reading a
+/// removed topic, at worst an unread topic removed one pass later), and
+/// a journal sharing a byte with a read one looks connected to presence:
+/// so the hash is one no one can aim, a name whose byte is a given
+/// topic's costing about 2^62 hashes (issue 37, suspected point b: with
+/// the FNV-1a used before, `what/3e16581ecf90e7ca` and
+/// `what/36275fa5fc904d83` shared a byte, found in a minute). A store
+/// upgraded from FNV-1a has its readers marked on other bytes: restart
+/// every `serve` of the store together (the package's upgrade does).
 pub(super) fn mark_byte(root: &Path, dir: &Path) -> u64 {
+    use sha2::Digest as _;
     use std::os::unix::ffi::OsStrExt;
     let relative = dir.strip_prefix(root).unwrap_or(dir);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in relative.as_os_str().as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h & ((1 << 62) - 1)
+    let digest = sha2::Sha256::digest(relative.as_os_str().as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first) & ((1 << 62) - 1)
 }
 
 /// Sets `file`'s times to now: allowed to any user who may write it
@@ -313,6 +319,24 @@ mod tests {
         assert_eq!(a, b, "the same topic on two hosts mounting the volume at different places");
         assert_ne!(a, mark_byte(Path::new("/srv/b/kn_events"), Path::new("/srv/b/kn_events/who/bob/kn_journal")));
         assert!(a < 1 << 62 && libc::off_t::try_from(a + 1).is_ok());
+    }
+
+    /// Two topic names whose FNV-1a bytes were the same (found by a rho
+    /// search): a reader of one made the other look read, so a journal
+    /// named to collide faked another's presence. Their bytes differ now.
+    #[test]
+    fn names_made_to_collide_under_fnv_1a_get_bytes_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (read, other) = (dir.path().join("what/3e16581ecf90e7ca"), dir.path().join("what/36275fa5fc904d83"));
+        assert_ne!(mark_byte(dir.path(), &read), mark_byte(dir.path(), &other));
+        std::fs::create_dir_all(&read).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let readers = log::open_shared(&read.join(READERS_FILE), false).unwrap();
+        let _held = store.marks_file().unwrap().hold(mark_byte(dir.path(), &read), false, &readers).unwrap();
+        let fresh = Store::open(dir.path()).unwrap();
+        assert!(fresh.has_live_readers(&read));
+        assert!(!fresh.has_live_readers(&other), "the other topic looks read");
     }
 
     #[test]
