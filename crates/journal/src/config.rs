@@ -124,6 +124,7 @@ impl std::str::FromStr for Shared {
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
 /// | `max_unread_after` | 30 days: the largest `kn_unread_after` of a route (more: `400`) | `KN_MAX_UNREAD_AFTER` (seconds) |
 /// | `receipts_flush` | 30 s: least time between a tunnel's start and its first write of its sent position, and between two writes (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
+/// | `receipts_max_journals` | 1024 journals read by one `do_method=receipts` (each a read of the journal back to the event, about 1.7 ms): routes past it are counted, not read (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_MAX_JOURNALS` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
 /// | `auth_threads` | 2 password checks of `serve --htpasswd` running at once, off the event loop | `KN_AUTH_THREADS` |
@@ -396,6 +397,10 @@ pub struct Config {
     /// (the last one is written when the tunnel ends): the cost a tunnel
     /// adds to the disk is bounded by it, whatever its rate of events.
     pub receipts_flush: Duration,
+    /// The most journals one `do_method=receipts` reads ([`Store::receipts`]);
+    /// the topic's routes past it are counted, not read: the work of one
+    /// request is bounded whatever the number of routes.
+    pub receipts_max_journals: usize,
 }
 
 impl Config {
@@ -455,6 +460,7 @@ impl Config {
             blob_grace: Duration::from_secs(3600),
             max_unread_after: Duration::from_secs(30 * 24 * 3600),
             receipts_flush: Duration::from_secs(30),
+            receipts_max_journals: 1024,
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
             auth_queue: 64,
@@ -643,6 +649,9 @@ impl Config {
         }
         if let Some(v) = var("KN_RECEIPTS_FLUSH_MS")? {
             self.receipts_flush = Duration::from_millis(v);
+        }
+        if let Some(v) = var::<usize>("KN_RECEIPTS_MAX_JOURNALS")? {
+            self.receipts_max_journals = v;
         }
         if let Some(v) = var("KN_AUTH_MAX_CREDENTIALS_BYTES")? {
             self.auth_max_credentials_bytes = v;

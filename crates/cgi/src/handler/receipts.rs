@@ -35,13 +35,20 @@ impl Handler {
             return Err(Failure::new(404, "Not Found", format!("'{topic}' has no current event with kn_id '{id}'")));
         };
         let count = |f: fn(&Receipt) -> bool| receipts.journals.iter().filter(|r| f(r)).count();
-        let summary = format!(
+        let mut summary = format!(
             "{} journals routed from '{topic}': {} hold the event, {} sent it to a live client, {} confirmed it\n",
             receipts.journals.len(),
             count(|r| r.holds.is_some()),
             count(|r| r.sent),
             count(|r| r.confirmed),
         );
+        if receipts.not_read > 0 {
+            summary.push_str(&format!(
+                "{} more journals routed from '{topic}' were not read: at most {} per request (KN_RECEIPTS_MAX_JOURNALS)\n",
+                receipts.not_read,
+                receipts.journals.len(),
+            ));
+        }
         let mut events = vec![status_event(200, "Receipts", summary, params.get("kn_status_from"))];
         events.extend(receipts.journals.iter().map(|r| receipt_event(&receipts, r)));
         Ok(events)

@@ -61,15 +61,21 @@ pub struct Receipts {
     pub id: Vec<u8>,
     /// The event's checkpoint in the topic.
     pub checkpoint: u64,
-    /// One per journal routed from the topic.
+    /// One per journal routed from the topic, at most
+    /// `Config::receipts_max_journals`.
     pub journals: Vec<Receipt>,
+    /// The routes into journals past `Config::receipts_max_journals`:
+    /// counted, their journals not read.
+    pub not_read: usize,
 }
 
 impl Store {
     /// The receipts of the current event with `kn_id` `id` of `topic`
     /// (docs/PRESENCE.md, "Receipts"); `None` when the topic has no
     /// unexpired event of that id. Reads the topic back to the event, and
-    /// each routed journal back to the time the event was stored.
+    /// each routed journal back to the time the event was stored: at most
+    /// `Config::receipts_max_journals` of them, in the order of the
+    /// routes; the rest are counted in [`Receipts::not_read`].
     pub fn receipts(&self, topic: &Topic, id: &[u8]) -> Result<Option<Receipts>> {
         let found = self.newest_of_id(topic, id)?;
         let t = now();
@@ -77,11 +83,16 @@ impl Store {
             return Ok(None);
         };
         let mut journals = Vec::new();
+        let mut not_read = 0;
         for route in self.routes(topic)? {
             let Ok(Destination::Local(journal)) = self.route_target(route.destination()) else {
                 continue;
             };
             if !journal.is_journal() {
+                continue;
+            }
+            if journals.len() >= self.config.receipts_max_journals {
+                not_read += 1;
                 continue;
             }
             let jdir = self.dir(&journal);
@@ -101,6 +112,7 @@ impl Store {
             id: id.to_vec(),
             checkpoint: record.seq,
             journals,
+            not_read,
         }))
     }
 

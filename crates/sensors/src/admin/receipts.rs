@@ -31,6 +31,9 @@ pub fn lines(store: &Store, topic: &Topic, id: &[u8]) -> Result<Vec<String>, Sen
         return Err(SensorError::new(SensorErrorKind::Unavailable, format!("'{topic}' has no current event with kn_id '{id}'")));
     };
     let yes_no = |b: bool| if b { "yes" } else { "no" };
+    let not_read = (receipts.not_read > 0).then(|| {
+        format!("# {} more journals not read: at most {} (KN_RECEIPTS_MAX_JOURNALS)", receipts.not_read, receipts.journals.len())
+    });
     Ok(receipts
         .journals
         .iter()
@@ -42,5 +45,6 @@ pub fn lines(store: &Store, topic: &Topic, id: &[u8]) -> Result<Vec<String>, Sen
             }
             line
         })
+        .chain(not_read)
         .collect())
 }
