@@ -128,7 +128,7 @@ impl Info {
     /// (`400`) past the tail, as the protocol wants of any offset there;
     /// else `Gone` (`410`) for an offset of an earlier stream of the same
     /// path, deleted or expired since (docs/DURABLE-STREAMS.md,
-    /// "Choices the protocol leaves to the server").
+    /// "Operations", the choices the protocol leaves to the server).
     pub fn accept(&self, at: Offset) -> StreamResult<Offset> {
         if at.seq() > self.tail.seq() {
             return Err(StreamError::new(StreamErrorKind::BadRequest, format!("offset {at} is beyond the tail {}", self.tail)));
