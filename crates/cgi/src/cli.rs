@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::access_log::{AccessLog, AccessLogConfig};
 use crate::auth::{Authentication, Htpasswd, TrustedProxy};
 use crate::serve::{serve, ServeConfig, MOUNT};
 
@@ -23,6 +24,11 @@ Environment:
     KN_MAX_EVENT_BYTES, KN_SYNC, KN_SEGMENT_BYTES, ...
                         store settings (docs/SETTINGS.md, knpubsub-settings(7))
     KN_LISTEN           serve's address (--listen; default 127.0.0.1:8080)
+    KN_ACCESS_LOG       serve's access log (--access-log): a file, or - for
+                        standard output; default none. Common Log Format,
+                        credentials in the query redacted, no headers
+    KN_ACCESS_LOG_QUEUE access log lines that may wait for the disk
+                        (default 4096; past it lines are dropped, counted)
     KN_MAX_CONNECTIONS, KN_MAX_TUNNELS
                         serve's caps (--max-connections, --max-tunnels)
     KN_SHUTDOWN_GRACE   seconds serve may take to stop on SIGTERM or Ctrl-C
@@ -157,6 +163,15 @@ pub struct ServeArgs {
     /// (docs/ACCESS.md), for /kn and /v1/stream/ alike.
     #[arg(long, value_name = "FILE")]
     pub htpasswd: Option<PathBuf>,
+    /// Log every request to FILE (appended to; `-`: standard output), one
+    /// line each in the Common Log Format of Apache and nginx. The value
+    /// of a query parameter that carries a credential (kn_token, any
+    /// *token*, *session*, *password*, *secret*, *key* or *auth* name) is
+    /// written `[redacted]`, no header is written (neither Authorization
+    /// nor a cookie), and any byte outside printable ASCII as \xHH
+    /// [default: $KN_ACCESS_LOG, else no log].
+    #[arg(long, value_name = "FILE|-")]
+    pub access_log: Option<String>,
 }
 
 impl ServeArgs {
@@ -181,6 +196,7 @@ impl ServeArgs {
         config.max_connections = cap(self.max_connections, "KN_MAX_CONNECTIONS")?;
         config.max_tunnels = cap(self.max_tunnels, "KN_MAX_TUNNELS")?;
         config.metrics = !self.no_metrics;
+        config.access_log = access_log(self.access_log)?;
         let htpasswd = match &self.htpasswd {
             Some(path) => Some(Htpasswd::load(path)?),
             None => None,
@@ -204,6 +220,14 @@ fn cap(option: Option<u32>, variable: &str) -> Result<Option<usize>, String> {
         Ok(n) if n > 0 => Ok(Some(n)),
         _ => Err(format!("bad value '{value}' for environment variable {variable}: expected a positive number")),
     }
+}
+
+/// The access log of `--access-log`, else `KN_ACCESS_LOG` (empty: none),
+/// opened, with `KN_ACCESS_LOG_QUEUE` lines of queue.
+fn access_log(option: Option<String>) -> Result<Option<std::sync::Arc<AccessLog>>, String> {
+    let Some(target) = option.or_else(|| std::env::var("KN_ACCESS_LOG").ok()).filter(|t| !t.is_empty()) else { return Ok(None) };
+    let queue = cap(None, "KN_ACCESS_LOG_QUEUE")?.unwrap_or(crate::access_log::DEFAULT_QUEUE);
+    Ok(Some(std::sync::Arc::new(AccessLog::open(&AccessLogConfig { target, queue })?)))
 }
 
 fn resolve(listen: &str) -> Result<SocketAddr, String> {

@@ -20,7 +20,7 @@
 //! * [`cgi`]: running as a CGI program; [`serve`]: the built-in HTTP
 //!   server (`pubsub-cgi serve`), with the pages of `www/` built in
 //!   ([`pages`]), which stops as `shutdown.rs` says, and its `/metrics`
-//!   ([`metrics_http`]); [`cli`]: its command line; [`auth`]: who a
+//!   ([`metrics_http`]) and opt-in access log ([`access_log`]); [`cli`]: its command line; [`auth`]: who a
 //!   `serve` request is; [`bearer`]: bearer tokens (JWTs) under CGI and
 //!   `serve` alike; [`streams`]: Durable Streams, judged by the
 //!   access rules through [`stream_access`].
@@ -59,6 +59,7 @@
 
 use std::fmt;
 
+pub mod access_log;
 pub mod assets;
 pub mod auth;
 pub mod bearer;

@@ -170,6 +170,8 @@ pub struct ServeConfig {
     /// yes; `--no-metrics` turns it off, and `/metrics` is then an
     /// ordinary static path).
     pub metrics: bool,
+    /// Where each request is logged, if anywhere (`--access-log`).
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Who makes each request (docs/ACCESS.md): by default no one is
     /// trusted and every request is anonymous.
     pub auth: Arc<Authentication>,
@@ -187,6 +189,7 @@ impl ServeConfig {
             max_connections: None,
             max_tunnels: None,
             metrics: true,
+            access_log: None,
             auth: Arc::new(Authentication::default()),
         }
     }
@@ -242,6 +245,8 @@ async fn run(config: ServeConfig, requests: tokio::runtime::Handle) -> Result<st
     tokio::spawn(sweeper(server.store.clone()));
     tokio::spawn(give_back_freed_memory());
     println!("knpubsub serving http://{local}{MOUNT} (store {})", server.store.root().display());
+    let pages = server.static_dir.as_ref().map_or("the chat, topic browser and ping pages".into(), |d| format!("files of {}", d.display()));
+    println!("knpubsub pages at http://{local}/ ({pages})");
     let mut signal = std::pin::pin!(crate::shutdown::signal());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
     tokio::spawn(retry_lagging_forwarding(server.store.clone()));
@@ -462,6 +467,7 @@ struct Server {
     pool: tokio::runtime::Handle,
     /// Whether `/metrics` is served.
     metrics: bool,
+    access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Requests answered so far (every path, `/metrics` included).
     requests: AtomicU64,
     /// What `/metrics` answers besides (crate::metrics_http).
@@ -531,6 +537,7 @@ impl Server {
             readers,
             pool,
             metrics: config.metrics,
+            access_log: config.access_log,
             requests: AtomicU64::new(0),
             in_place: AtomicUsize::new(0),
             closing,
@@ -543,8 +550,12 @@ impl Server {
 
     async fn respond(self: Arc<Self>, request: hyper::Request<Incoming>, peer: SocketAddr) -> hyper::Response<Body> {
         let method = crate::metrics_http::method_index(request.method());
+        let logged = self.access_log.as_ref().map(|log| log.entry(&request, peer));
         let reply = self.clone().dispatch(request, peer).await;
         self.figures.record(method, reply.status());
+        if let Some(entry) = logged {
+            entry.answered(&reply);
+        }
         reply
     }
 
