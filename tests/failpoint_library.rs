@@ -1,17 +1,30 @@
 //! kn-journal's failpoint tests that arm faults inside the library itself
 //! (`crates/journal/tests/blob_failpoints.rs`: a post failing between
 //! storing a blob, linking it and writing its record leaves no record
-//! without its blob). They need kn-journal built with the `failpoints`
-//! feature, which a plain `cargo test --workspace` does not turn on (it
-//! would compile the fault hooks into every test's store): this test
-//! builds and runs them in `<target>/failpoints`, so that the README's
-//! one test command runs them too.
+//! without its blob; `crates/journal/tests/append_failpoints.rs`: an
+//! append failing after writing its records never has them overwritten).
+//! They need kn-journal built with the `failpoints` feature, which a plain
+//! `cargo test --workspace` does not turn on (it would compile the fault
+//! hooks into every test's store): this test builds and runs them in
+//! `<target>/failpoints`, so that the README's one test command runs them
+//! too.
 
 mod support;
 
 #[test]
 fn kn_journals_blob_failpoint_tests_pass() {
-    let out = support::failpoint_tests("kn-journal", "blob_failpoints");
+    passes(&support::failpoint_tests("kn-journal", "blob_failpoints"));
+}
+
+/// `crates/journal/tests/append_failpoints.rs`: an append failing after
+/// its records reached the segment leaves them to the next writer, whose
+/// checkpoints no later append takes (issue 37, suspected point a).
+#[test]
+fn kn_journals_append_failpoint_tests_pass() {
+    passes(&support::failpoint_tests("kn-journal", "append_failpoints"));
+}
+
+fn passes(out: &str) {
     let passed: usize = out
         .lines()
         .filter_map(|l| l.strip_prefix("test result: ok. "))

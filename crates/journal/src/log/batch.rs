@@ -45,6 +45,9 @@ impl Writer<'_> {
         stored_secs: u64,
         gauge: &SpaceGauge,
     ) -> Vec<Result<Appended>> {
+        if let Err(err) = self.unfenced() {
+            return events.iter().map(|_| Err(copy_error(&err))).collect();
+        }
         self.written = None;
         let blob =
             |e: &&Event| self.config.blob_bytes > 0 && e.payload().len() > self.config.blob_bytes;

@@ -49,6 +49,14 @@ pub struct Writer<'c> {
     /// The last record [`Writer::append_shared`] stored, as written, for
     /// [`Writer::take_written`].
     pub(super) written: Option<Written>,
+    /// Records were written at the end of the segment and not yet counted
+    /// in the head (an append failed in between: an index slot, the
+    /// index's growth, the head): this writer's idea of where the log
+    /// ends is behind the file, and another append would write a record
+    /// of the same seq over them, which a reader may have delivered
+    /// already. So it appends nothing more ([`Writer::unfenced`]); the
+    /// next writer, opened afresh, adopts them (`recover_tail`).
+    pub(super) fenced: bool,
 }
 
 /// A topic's open files, kept by a process between appends (unlocked).
@@ -183,6 +191,7 @@ impl<'c> Writer<'c> {
                 segment_first: files.segment_first,
                 segment_ino: files.segment_ino,
                 written: None,
+                fenced: false,
             })),
             _ => Ok(None),
         }
@@ -287,7 +296,7 @@ impl<'c> Writer<'c> {
             return Ok(Err(lock));
         }
         let segment_first = head.active;
-        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first, segment_ino, written: None }))
+        Ok(Ok(Writer { dir: dir.to_path_buf(), config, ordinary, lock, head_file, head, segment, segment_first, segment_ino, written: None, fenced: false }))
     }
 
     /// Adopts whole records that a writer appended but did not record in
@@ -398,6 +407,9 @@ impl<'c> Writer<'c> {
     /// own when `replaced`, else the empty one that ended the search) with
     /// `digest`, counting it in the head's live and garbage figures.
     pub(super) fn write_indexed(&mut self, event: &Event, slot: u64, replaced: bool, digest: u64) -> Result<()> {
+        if failpoint("index-eio") {
+            return Err(Error::io("cannot write index", &self.dir.join(HEAD_FILE), eio()));
+        }
         // An event that expires (a deleted or poisoned route, a withdrawn
         // announcement, a route made with kn_expires) is garbage to come,
         // not live data: compaction is weighed against the ids that stay
@@ -461,6 +473,7 @@ impl<'c> Writer<'c> {
         stored_secs: u64,
         gauge: &SpaceGauge,
     ) -> Result<Appended> {
+        self.unfenced()?;
         self.written = None;
         // One index probe serves both the duplicate check and the update.
         let digest = if self.ordinary { event.end_to_end_digest_with_payload(payload.map(|p| &p.bytes[..])) as u64 } else { 0 };
@@ -511,6 +524,7 @@ impl<'c> Writer<'c> {
     /// or a torn last one: the next writer adopts or truncates them
     /// (`recover_tail`), as after a single append.
     pub(crate) fn append_run(&mut self, events: &[Event], stored_secs: u64, gauge: &SpaceGauge) -> Result<Vec<u64>> {
+        self.unfenced()?;
         self.written = None;
         let blob = |e: &Event| self.config.blob_bytes > 0 && e.payload().len() > self.config.blob_bytes;
         if self.ordinary || events.len() < 2 || events.iter().any(blob) {
@@ -560,7 +574,21 @@ impl<'c> Writer<'c> {
                 return Err(Error::io("cannot sync", &path(), e));
             }
         }
+        // Until `count_appended` has written the head.
+        self.fenced = true;
         Ok(())
+    }
+
+    /// `Ok` unless an earlier append of this writer failed after writing
+    /// its records (see `Writer::fenced`).
+    pub(super) fn unfenced(&self) -> Result<()> {
+        if !self.fenced {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            format!("an earlier append to '{}' failed after writing its records: the topic is opened again for the next one", self.dir.display()),
+        ))
     }
 
     /// Counts `bytes` of records just written at the end of the active
@@ -575,6 +603,7 @@ impl<'c> Writer<'c> {
         if self.config.sync == SyncPolicy::Always {
             self.head_file.sync_data().map_err(|e| Error::io("cannot sync", &self.dir.join(HEAD_FILE), e))?;
         }
+        self.fenced = false;
         Ok(())
     }
 
