@@ -24,8 +24,8 @@ pub(crate) struct WsConfig {
     /// socket `1009`.
     pub(crate) max_message: usize,
     /// The most bytes waiting for a slow reader (`KN_WS_SEND_QUEUE`;
-    /// default 8 MiB, room for the largest event, escaped): an event
-    /// that would pass it closes the socket (`4429`),
+    /// default 8 MiB): an event that finds more than this still waiting
+    /// closes the socket (`4429`),
     /// whose client resumes from its checkpoint on reconnecting.
     pub(crate) send_queue: usize,
     /// How long a socket may be silent before the server pings it
@@ -108,8 +108,9 @@ impl WsConfig {
 
     /// The library's settings for a socket: a small read buffer (it is
     /// allocated for every socket, idle or not: 1 KiB, where the
-    /// library's default is 128 KiB), eager writes (nothing kept but what
-    /// the connection would not take), the caps.
+    /// library's default is 128 KiB), eager writes of its own few frames
+    /// (pongs, the close: the server's events are written by
+    /// crate::serve::websocket::socket, which bounds them), the caps.
     pub(crate) fn socket(&self) -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
         tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .read_buffer_size(1024)

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONNECTION, COOKIE, HOST, ORIGIN, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE};
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONNECTION, HOST, ORIGIN, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE};
 use hyper::StatusCode;
 use kn_wire::form;
 use tokio::sync::OwnedSemaphorePermit;
@@ -113,6 +113,15 @@ impl Who {
     }
 }
 
+/// The headers of the upgrade that its socket's requests carry: who
+/// makes them and by which URL (`Host`, `Forwarded`, `X-Forwarded-*`,
+/// the trusted proxy's user header is already the user), never a cookie
+/// (only reads may rest on one) nor what only the handshake needs.
+fn kept_for_requests(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == AUTHORIZATION.as_str() || name == HOST.as_str() || name == "forwarded" || name.starts_with("x-forwarded-")
+}
+
 /// The settings, read from the environment once (a bad one refuses every
 /// socket with `500`, naming it).
 fn settings() -> &'static Result<WsConfig, String> {
@@ -136,7 +145,9 @@ pub(crate) async fn follow(server: Arc<Server>, slot: &Slot, io: ConnIo) -> Resu
         Ok(config) => config.clone(),
         Err(_) => return Ok(()),
     };
-    socket::follow(server, pending, io, config).await;
+    // Boxed: every connection's task holds room for the largest thing it
+    // may become, and a socket's state is larger than a tunnel's.
+    Box::pin(socket::follow(server, pending, io, config)).await;
     Ok(())
 }
 
@@ -221,7 +232,7 @@ impl Server {
             Err(err) => return self.failure(&query, &err),
         };
         let who = Who {
-            headers: headers.iter().filter(|(n, _)| !n.eq_ignore_ascii_case(COOKIE.as_str())).cloned().collect(),
+            headers: headers.iter().filter(|(n, _)| kept_for_requests(n)).cloned().collect(),
             remote_user: remote_user.clone(),
             local: self.local,
         };

@@ -4,22 +4,35 @@
 //! a code saying why (docs/PROTOCOL.md, "WebSocket (extension)").
 //!
 //! One task per socket, as a held SSE tunnel: it waits for the journal's
-//! wakeup, a frame from the client, the socket taking what is queued, a
-//! timer or the server's stop, whichever comes first. A tunnel catching
-//! up on a backlog reads its next part only once the socket took the last
-//! (the journal is the queue, on disk); a new event is queued at once,
-//! and one that would make more than `KN_WS_SEND_QUEUE` bytes wait for a
-//! reader that takes nothing closes the socket: a slow reader never grows
-//! the server, and resumes from its checkpoint when it reconnects.
+//! wakeup, a frame from the client, the connection taking what is
+//! queued, a timer or the server's stop, whichever comes first. A tunnel
+//! catching up on a backlog reads its next part only once the connection
+//! took the last (the journal is the queue, on disk); a new event is
+//! queued at once, and one that finds more than `KN_WS_SEND_QUEUE` bytes
+//! still waiting for a reader that takes nothing closes the socket: a
+//! slow reader never grows the server, and resumes from its checkpoint
+//! when it reconnects.
+//!
+//! The server's frames are written here, not by the library, which keeps
+//! its write buffer at the largest frame it ever sent (a socket that once
+//! carried a 1 MiB event would hold 1 MiB for the rest of its life): what
+//! the connection does not take at once waits in a buffer of this task,
+//! given back once it is empty, as a held SSE tunnel's pieces. The
+//! library reads and answers the client's control frames (pong, close);
+//! its few bytes and these never interleave, since the client is read
+//! only when nothing of ours is waiting, and ours are written only once
+//! the library's are out.
 
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 
 use futures_util::{Sink, Stream};
+use tokio::io::AsyncWrite;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data as OpData, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
@@ -71,6 +84,7 @@ enum End {
 /// What the socket did while the task waited.
 enum Step {
     Flushed(Result<(), WsError>),
+    Wrote(std::io::Result<usize>),
     Incoming(Option<Result<Message, WsError>>),
 }
 
@@ -78,19 +92,13 @@ enum Step {
 pub(super) async fn follow(server: Arc<Server>, pending: Pending, io: ConnIo, config: WsConfig) {
     let Pending { tunnel, permit, who } = pending;
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config.socket())).await;
-    let mut socket = Following { server: server.clone(), ws: &mut ws, who, config: config.clone(), flushed: true };
+    let mut socket = Following { server: server.clone(), ws: &mut ws, who, config: config.clone(), pending: Vec::new(), library_owes: false };
     let (end, tunnel) = socket.run(tunnel).await;
+    // The close frame after what is queued, and the client's in answer,
+    // for a moment at most: a reader that takes nothing is then dropped.
     if let End::Close(code, reason) = end {
         let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
-        // The close frame, and the client's in answer, for a moment at
-        // most: a reader that takes nothing is simply dropped.
-        let _ = tokio::time::timeout(config.pong_timeout, async {
-            let _ = ws.close(Some(frame)).await;
-            while let Some(Ok(_)) = futures_util::StreamExt::next(&mut ws).await {}
-        })
-        .await;
-    } else {
-        let _ = tokio::time::timeout(config.pong_timeout, futures_util::SinkExt::flush(&mut ws)).await;
+        let _ = tokio::time::timeout(config.pong_timeout, socket.close(frame)).await;
     }
     // Its watch and reader's mark are let go off the event loop, as a
     // held tunnel's.
@@ -109,8 +117,13 @@ struct Following<'a> {
     ws: &'a mut Socket,
     who: super::Who,
     config: WsConfig,
-    /// Everything queued reached the connection.
-    flushed: bool,
+    /// Bytes of whole frames the connection has not taken yet (at most
+    /// `KN_WS_SEND_QUEUE` and one frame); empty, with no capacity, when
+    /// it took everything.
+    pending: Vec<u8>,
+    /// The library has a pong or a close's answer to write (it goes
+    /// before anything of ours).
+    library_owes: bool,
 }
 
 impl Following<'_> {
@@ -138,7 +151,7 @@ impl Following<'_> {
             // Armed before the read, so that nothing landing after the
             // read goes unnoticed.
             let listener = tunnel.listen();
-            if !backlog || self.flushed {
+            if !backlog || self.drained() {
                 let Some((back, chunk)) = reads.next(&store, &reader, tunnel).await else {
                     return (End::Close(code::GOING_AWAY, "the server is stopping: reconnect".into()), None);
                 };
@@ -148,7 +161,7 @@ impl Following<'_> {
                         if let Err(end) = self.send_piece(&piece) {
                             return (end, kept(tunnel));
                         }
-                        reads.sent(!self.flushed);
+                        reads.sent(!self.drained());
                         if tunnel.ended {
                             return (ended_by(&piece), kept(tunnel));
                         }
@@ -169,7 +182,7 @@ impl Following<'_> {
                 let _ = self.send_piece(&piece);
                 return (ended_by(&piece), kept(tunnel));
             }
-            if backlog && self.flushed {
+            if backlog && self.drained() {
                 continue;
             }
             if let Some(sent) = ping_sent {
@@ -177,7 +190,7 @@ impl Following<'_> {
                     return (End::Close(code::NO_PONG, "no pong: the connection seems lost".into()), kept(tunnel));
                 }
             } else if now >= last_heard + self.config.ping_every {
-                if let Err(end) = self.queue(Message::Ping(Default::default())) {
+                if let Err(end) = self.queue(Frame::ping(Vec::new())) {
                     return (end, kept(tunnel));
                 }
                 ping_sent = Some(now);
@@ -190,20 +203,22 @@ impl Following<'_> {
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
-            let flushed = self.flushed;
+            let (owes, pending) = (self.library_owes, &self.pending);
             let ws = &mut *self.ws;
             let step = poll_fn(|cx| {
-                if !flushed {
-                    if let Poll::Ready(r) = Pin::new(&mut *ws).poll_flush(cx) {
-                        return Poll::Ready(Step::Flushed(r));
-                    }
+                if owes {
+                    return Pin::new(&mut *ws).poll_flush(cx).map(Step::Flushed);
+                }
+                if !pending.is_empty() {
+                    return Pin::new(ws.get_mut()).poll_write(cx, pending).map(Step::Wrote);
                 }
                 Pin::new(&mut *ws).poll_next(cx).map(Step::Incoming)
             });
             tokio::select! {
                 step = step => match step {
-                    Step::Flushed(Ok(())) => self.flushed = true,
-                    Step::Flushed(Err(_)) => return (End::Gone, kept(tunnel)),
+                    Step::Flushed(Ok(())) => self.library_owes = false,
+                    Step::Flushed(Err(_)) | Step::Wrote(Ok(0)) | Step::Wrote(Err(_)) => return (End::Gone, kept(tunnel)),
+                    Step::Wrote(Ok(n)) => self.took(n),
                     Step::Incoming(None) => return (End::Gone, kept(tunnel)),
                     Step::Incoming(Some(Err(err))) => return (refused_frame(err), kept(tunnel)),
                     Step::Incoming(Some(Ok(message))) => {
@@ -224,23 +239,68 @@ impl Following<'_> {
     /// Queues the JSON objects of a tunnel's piece, one text frame each.
     fn send_piece(&mut self, piece: &[u8]) -> Result<(), End> {
         for object in frames::objects(piece) {
-            self.queue(Message::text(object))?;
+            self.queue(text_frame(object))?;
         }
         Ok(())
     }
 
-    /// Queues `message` without waiting: written at once as far as the
-    /// connection takes it, the rest kept, up to `KN_WS_SEND_QUEUE`.
-    fn queue(&mut self, message: Message) -> Result<(), End> {
-        self.flushed = false;
-        match Pin::new(&mut *self.ws).start_send(message) {
-            Ok(()) => Ok(()),
-            Err(WsError::WriteBufferFull(_)) => Err(End::Close(
+    /// Everything queued reached the connection.
+    fn drained(&self) -> bool {
+        self.pending.is_empty() && !self.library_owes
+    }
+
+    /// Queues `frame` without waiting: written at once as far as the
+    /// connection takes it, the rest kept. A frame that finds more than
+    /// `KN_WS_SEND_QUEUE` bytes still waiting ends the socket.
+    fn queue(&mut self, frame: Frame) -> Result<(), End> {
+        if !self.pending.is_empty() && self.pending.len() + frame.len() > self.config.send_queue {
+            return Err(End::Close(
                 code::TOO_SLOW,
                 format!("more than {} bytes waited for this reader (KN_WS_SEND_QUEUE): reconnect from your last checkpoint", self.config.send_queue),
-            )),
-            Err(_) => Err(End::Gone),
+            ));
         }
+        let was_empty = self.pending.is_empty();
+        frame.format(&mut self.pending).map_err(|_| End::Gone)?;
+        if was_empty && !self.library_owes {
+            self.write_now()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is waiting as far as the connection takes it now.
+    fn write_now(&mut self) -> Result<(), End> {
+        let mut cx = Context::from_waker(Waker::noop());
+        while !self.pending.is_empty() {
+            match Pin::new(self.ws.get_mut()).poll_write(&mut cx, &self.pending) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Err(End::Gone),
+                Poll::Ready(Ok(n)) => self.took(n),
+                Poll::Pending => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection took the first `n` bytes waiting.
+    fn took(&mut self, n: usize) {
+        self.pending.drain(..n.min(self.pending.len()));
+        if self.pending.is_empty() {
+            // Given back: a large frame's room is not kept.
+            self.pending = Vec::new();
+        }
+    }
+
+    /// Ends the socket with `frame`: what is queued, then the close, then
+    /// the client's answer.
+    async fn close(&mut self, frame: CloseFrame) {
+        if futures_util::SinkExt::flush(&mut *self.ws).await.is_err() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if tokio::io::AsyncWriteExt::write_all(self.ws.get_mut(), &pending).await.is_err() {
+            return;
+        }
+        let _ = self.ws.close(Some(frame)).await;
+        while let Some(Ok(_)) = futures_util::StreamExt::next(&mut *self.ws).await {}
     }
 
     /// A frame from the client: a request (text), or what the library
@@ -249,9 +309,9 @@ impl Following<'_> {
         match message {
             Message::Text(text) => self.request(text).await,
             Message::Binary(_) => Err(End::Close(code::UNSUPPORTED, "requests are text frames".into())),
-            // Its pong (or the close's answer) waits in the library: flush.
+            // Its pong (or the close's answer) waits in the library.
             Message::Ping(_) | Message::Close(_) => {
-                self.flushed = false;
+                self.library_owes = true;
                 Ok(())
             }
             Message::Pong(_) | Message::Frame(_) => Ok(()),
@@ -275,7 +335,7 @@ impl Following<'_> {
             tokio::task::spawn_blocking(move || after.run());
         }
         for answer in answers {
-            self.queue(Message::text(answer))?;
+            self.queue(text_frame(answer))?;
         }
         Ok(())
     }
@@ -306,6 +366,11 @@ fn answer(server: &Server, who: &super::Who, text: &str) -> (Vec<String>, Option
             (vec![frames::refusal(&frames::NotARequest("a tunnel does not travel on a WebSocket".into()), kn_id)], None)
         }
     }
+}
+
+/// A text frame of the server (unmasked, whole).
+fn text_frame(text: impl Into<String>) -> Frame {
+    Frame::message(text.into(), OpCode::Data(OpData::Text), true)
 }
 
 /// The close that follows a tunnel's last piece: `4000 +` the status of
