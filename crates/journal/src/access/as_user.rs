@@ -196,7 +196,7 @@ impl AsUser<'_> {
     /// delete routes of `from`, or may route to the route's destination
     /// (a topic of this store): a user can always stop what arrives in
     /// topics of their own. A token's claim narrows each of the three
-    /// ([`AsUser::may_remove`]).
+    /// (a creator included: see the rules in docs/ACCESS.md, section 3).
     pub fn delete_route(&self, from: &Topic, id: &[u8], expires: Option<&[u8]>) -> Result<RouteReport> {
         let rules = self.store.access_rules()?;
         let rules = rules.as_deref();
