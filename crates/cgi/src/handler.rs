@@ -14,8 +14,10 @@ use kn_journal::internal::{parse_expires, Destination, HeldStatuses};
 use kn_wire::{js, status_event, Format, Page, Params};
 
 use crate::request::Request;
+use methods::Method;
 pub use crate::tunnel_reply::TunnelReply;
 
+pub mod methods;
 mod nowait_group;
 mod receipts;
 use crate::response::{Head, Response, Status};
@@ -256,20 +258,22 @@ impl Handler {
             Err(refused) => return Reply::Done(crate::bearer::refused_response(format, &page, status_from, &refused)),
         };
         let user = self.store.as_user(&who);
-        match method.as_str() {
-            "notify" | "route" | "batch" | "replay" => {}
-            "whoami" => return Reply::Done(self.whoami(request)),
-            "session" => return Reply::Done(crate::session::reply(&self.store, request, format, &page)),
-            "lib" | "libform" | "lib2form" => return Reply::Done(self.lib(request, &method)),
-            "blank" => return Reply::Done(self.blank(request)),
-            "help" => return Reply::Done(self.help(request)),
-            "test" => return Reply::Done(self.test(&request.names())),
-            "receipts" => return self.receipts(request, format, &page, &user),
-            "ack" => return self.ack(request, format, &page, &user),
-            other => {
-                let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{other}'"), status_from);
-                return self.reply_statuses(request, format, &page, vec![status]);
-            }
+        // One table (handler/methods.rs) for what is answered and what
+        // do_method=help lists.
+        let Some(entry) = methods::find(&method) else {
+            let status = status_event(403, "Unknown do_method", format!("Unknown do_method '{method}'"), status_from);
+            return self.reply_statuses(request, format, &page, vec![status]);
+        };
+        match entry.method {
+            Method::Notify | Method::Route | Method::Batch | Method::Replay => {}
+            Method::Whoami => return Reply::Done(self.whoami(request)),
+            Method::Session => return Reply::Done(crate::session::reply(&self.store, request, format, &page)),
+            Method::Lib => return Reply::Done(self.lib(request, &method)),
+            Method::Blank => return Reply::Done(self.blank(request)),
+            Method::Help => return Reply::Done(self.help(request)),
+            Method::Test => return Reply::Done(self.test(&request.names())),
+            Method::Receipts => return self.receipts(request, format, &page, &user),
+            Method::Ack => return self.ack(request, format, &page, &user),
         }
         if method == "route" && is_tunnel_request(params) {
             return match self.tunnel(request, params, request.path_info(), format, &user) {
@@ -679,12 +683,17 @@ impl Handler {
         Response::new(cacheable(Head::new(None, "text/html; charset=utf-8")), body)
     }
 
+    /// `do_method=help`: every method of [`methods::METHODS`], as a page
+    /// for a browser and as plain text for any other client.
     fn help(&self, request: &Request) -> Response {
         let url = request.server_url();
+        if !request.accepts_html() {
+            return Response::new(Head::new(None, "text/plain; charset=utf-8"), methods::help_text(url).into_bytes());
+        }
         let mut esc = Vec::new();
         js::html_escape(url.as_bytes(), &mut esc);
         let url = String::from_utf8_lossy(&esc);
-        let body = crate::assets::HELP_HTML.replace("{SERVER}", &url);
+        let body = crate::assets::HELP_HTML.replace("{METHODS}", &methods::help_html()).replace("{SERVER}", &url);
         Response::new(Head::new(None, "text/html; charset=utf-8"), body.into_bytes())
     }
 

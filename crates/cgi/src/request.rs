@@ -179,6 +179,8 @@ pub struct Request {
     /// server's own pages ([`Request::site`]).
     fetch_site: Option<Vec<u8>>,
     origin: Option<Vec<u8>>,
+    /// The `Accept` header: whether `do_method=help` answers HTML.
+    accept: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -236,6 +238,7 @@ impl Request {
             cookies: env.get("HTTP_COOKIE").map(<[u8]>::to_vec),
             fetch_site: env.get("HTTP_SEC_FETCH_SITE").map(<[u8]>::to_vec),
             origin: env.get("HTTP_ORIGIN").map(<[u8]>::to_vec),
+            accept: env.get("HTTP_ACCEPT").map(<[u8]>::to_vec),
         })
     }
 
@@ -412,6 +415,22 @@ impl Request {
     pub fn user_agent(&self) -> Option<&[u8]> {
         self.user_agent.as_deref()
     }
+
+    /// Whether the client takes an HTML page: it sent no `Accept` header
+    /// (as the clients of 2003 did, and as RFC 9110 reads it: anything),
+    /// or one that names `text/html` or `application/xhtml+xml`, as a
+    /// browser's does. `curl` (`Accept: */*`) and other programs get
+    /// plain text where a page has a plain form (`do_method=help`).
+    pub fn accepts_html(&self) -> bool {
+        let Some(accept) = &self.accept else { return true };
+        let accept = String::from_utf8_lossy(accept).to_ascii_lowercase();
+        accept.split(',').any(|range| {
+            let mut parts = range.split(';');
+            let html = matches!(parts.next().unwrap_or("").trim(), "text/html" | "application/xhtml+xml");
+            // `text/html;q=0`: anything but HTML.
+            html && !parts.any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()) == Some(0.0))
+        })
+    }
 }
 
 /// The value of cookie `name` (empty: none) in a `Cookie` header.
@@ -586,8 +605,16 @@ fn is_plausible_host(host: &[u8]) -> bool {
 }
 
 /// The variables of request headers [`Request::from_env`] reads.
-const READ_HEADERS: [&str; 7] =
-    ["HTTP_HOST", "HTTP_LAST_EVENT_ID", "HTTP_COOKIE", "HTTP_USER_AGENT", "HTTP_AUTHORIZATION", "HTTP_SEC_FETCH_SITE", "HTTP_ORIGIN"];
+const READ_HEADERS: [&str; 8] = [
+    "HTTP_HOST",
+    "HTTP_LAST_EVENT_ID",
+    "HTTP_COOKIE",
+    "HTTP_USER_AGENT",
+    "HTTP_AUTHORIZATION",
+    "HTTP_SEC_FETCH_SITE",
+    "HTTP_ORIGIN",
+    "HTTP_ACCEPT",
+];
 
 /// The CGI variable of header `name` (`HTTP_` and the name in upper case,
 /// `-` as `_`) when [`Request::from_env`] reads it ([`READ_HEADERS`]),
