@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Makes tests/data/v4-store.tar.gz: an event store written by the current
-# release (format version 4, one durable copy per journal) with what the
-# release itself says it holds, for issue 39's
-# upgrade test (docs/design/one-copy.md, "Opening a store of today's
-# release"). Run it with the binaries of the release whose store it is,
-# never with a later one:
+# release (format version 4, one durable copy per journal), with what the
+# release itself says the store holds, for issue 39's upgrade test
+# (docs/design/one-copy.md, "Opening a store of today's release"). Run it
+# with the binaries of the release whose store it is, never a later one:
 #
 #     cargo build -p kn-cgi --bin pubsub-cgi -p kn-sensors --bin kn
 #     tests/data/make-v4-store.sh                    # target/debug binaries
