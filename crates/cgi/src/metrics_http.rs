@@ -6,7 +6,7 @@
 //! pseudo-topic [`METRICS_TOPIC`] (`/kn_metrics`), checked like any
 //! request of that user: an anonymous client refused is answered `401`
 //! with a Basic challenge, a user refused `403`. The user is the one
-//! `serve`'s gate ([`crate::serve_auth::Gate`]) found, as for `/kn`: a
+//! `serve`'s gate (`serve_auth::Gate`) found, as for `/kn`: a
 //! scrape never checks a password itself, so wrong passwords sent to
 //! `/metrics` count toward the same per-address back-off (`429`), queue
 //! (`503`) and thread cap as those sent anywhere else, and bad
