@@ -397,7 +397,7 @@ pub struct Config {
     /// (the last one is written when the tunnel ends): the cost a tunnel
     /// adds to the disk is bounded by it, whatever its rate of events.
     pub receipts_flush: Duration,
-    /// The most journals one `do_method=receipts` reads ([`Store::receipts`]);
+    /// The most journals one `do_method=receipts` reads ([`Store::receipts`](crate::Store::receipts));
     /// the topic's routes past it are counted, not read: the work of one
     /// request is bounded whatever the number of routes.
     pub receipts_max_journals: usize,
