@@ -8,9 +8,10 @@
 //!
 //! * `# answers "TEXT"`: the command prints TEXT;
 //! * `# shows "TEXT"` on a command that stays open (`curl -N`, the tunnel
-//!   of a second terminal): it prints TEXT;
+//!   of a second terminal, or a follower such as `kn tail -f`): it prints
+//!   TEXT;
 //! * `the tunnel shows WORD`: once the command has run, the open tunnel
-//!   prints a line WORD.
+//!   (the first command that stays open) prints a line WORD.
 //!
 //! `cargo run` lines are not run (see [`Step::is_cargo_run`]). Then the
 //! Sensors section's commands that reach nothing outside
@@ -47,9 +48,10 @@ impl Step {
         rest.split(|c: char| c.is_whitespace() || c == ',' || c == '.').next()
     }
 
-    /// A command that stays open (a tunnel: `curl -N`).
+    /// A command that stays open: a tunnel (`curl -N`) or a follower
+    /// (`kn tail -f`).
     fn stays_open(&self) -> bool {
-        self.command.starts_with("curl -N ")
+        self.command.starts_with("curl -N ") || self.command.split_whitespace().any(|w| w == "-f" || w == "--follow")
     }
 
     /// A `cargo run` of the workspace's own code: `serve` is started as
@@ -89,13 +91,13 @@ fn sh_steps(section: &str) -> Vec<Step> {
 }
 
 /// A newcomer's session: `serve` started as the README says, in a fresh
-/// directory (its default store `./kn_events` there), and the tunnel a
-/// second terminal holds open.
+/// directory (its default store `./kn_events` there), and what other
+/// terminals hold open: the tunnel first, then any follower.
 struct Session {
     dir: support::Dir,
     serve: support::Serve,
     path: OsString,
-    tunnel: Option<(Child, PathBuf)>,
+    open: Vec<(Child, PathBuf)>,
 }
 
 impl Session {
@@ -118,7 +120,7 @@ impl Session {
         let mut path = OsString::from(bins);
         path.push(":");
         path.push(std::env::var_os("PATH").unwrap_or_default());
-        Session { dir, serve, path, tunnel: None }
+        Session { dir, serve, path, open: Vec::new() }
     }
 
     /// `command` as a shell runs it in the session's directory, the
@@ -142,14 +144,14 @@ impl Session {
     fn follow(&mut self, steps: &[Step]) {
         for step in steps.iter().filter(|s| !s.is_cargo_run()) {
             if step.stays_open() {
-                assert!(self.tunnel.is_none(), "two tunnels in the README's steps");
-                let out = self.dir.join("tunnel.out");
+                let out = self.dir.join(&format!("open-{}.out", self.open.len()));
                 let file = std::fs::File::create(&out).unwrap();
                 // curl draws its progress meter when not writing to a terminal.
                 let child = self.shell(&step.command, true).stdin(Stdio::null()).stdout(file).stderr(Stdio::null()).spawn().expect("sh");
-                self.tunnel = Some((child, out));
+                self.open.push((child, out.clone()));
                 if let Some(text) = step.quoted("shows") {
-                    assert!(self.wait_tunnel(|t| t.contains(text)), "the tunnel never showed {text:?}:\n{}", self.tunnel_text());
+                    let shown = || std::fs::read_to_string(&out).unwrap_or_default();
+                    assert!(wait(|| shown().contains(text)), "`{}` never showed {text:?}:\n{}", step.command, shown());
                 }
                 continue;
             }
@@ -164,8 +166,9 @@ impl Session {
         }
     }
 
+    /// What the tunnel (the first command left open) printed so far.
     fn tunnel_text(&self) -> String {
-        self.tunnel.as_ref().map(|(_, out)| std::fs::read_to_string(out).unwrap_or_default()).unwrap_or_default()
+        self.open.first().map(|(_, out)| std::fs::read_to_string(out).unwrap_or_default()).unwrap_or_default()
     }
 
     /// Lines of the tunnel's output that are `word`.
@@ -174,20 +177,25 @@ impl Session {
     }
 
     fn wait_tunnel(&self, done: impl Fn(&str) -> bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if done(&self.tunnel_text()) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        wait(|| done(&self.tunnel_text()))
     }
+}
+
+/// Whether `done` becomes true within 10 seconds.
+fn wait(done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some((child, _)) = &mut self.tunnel {
+        for (child, _) in &mut self.open {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -204,10 +212,17 @@ fn readme_try_it_shows_what_it_promises() {
     let steps = sh_steps(&section("Try it"));
     assert!(steps.iter().any(Step::stays_open), "{steps:?}");
     assert!(steps.iter().any(|s| s.tunnel_shows().is_some()), "the README promises nothing to check: {steps:?}");
+    assert!(steps.iter().any(|s| s.command.starts_with("kn tail -f ")), "Try it names kn tail -f: {steps:?}");
     let mut session = Session::start("readme_try_it");
     session.follow(&steps);
     let tunnel = session.tunnel_text();
     assert!(!tunnel.contains(&" ".repeat(4096)), "padding in a terminal's tunnel:\n{tunnel}");
+    // What the README says of the simple format's escapes, on what the
+    // tunnel showed.
+    let routed_from = tunnel.lines().find_map(|l| l.strip_prefix("kn_routed_from: ")).expect("a routed event");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let example = format!("`kn_routed_from: {}`", routed_from.replace(&session.serve.addr().replace(':', "=3A"), "127.0.0.1=3A8080"));
+    assert!(readme.contains(&example), "README.md's escape example is not what the tunnel shows ({example})");
 }
 
 /// The Sensors section's local commands after "Try it": a local post
@@ -237,4 +252,6 @@ fn readme_steps_are_parsed_with_their_promises() {
     assert_eq!(steps[0].quoted("answers"), Some("a b"));
     assert_eq!(steps[0].tunnel_shows(), Some("hi"));
     assert!(steps[1].stays_open() && steps[1].comment.is_empty());
+    let follow = sh_steps("```sh\n# shows \"hello\"\nkn tail -f /who/me/kn_journal\nkn tail /x\n```\n");
+    assert!(follow[0].stays_open() && !follow[1].stays_open());
 }
