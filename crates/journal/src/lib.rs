@@ -496,6 +496,18 @@ pub mod internal {
     pub use crate::usage::{Cached, Usage, UsageCache};
     pub use crate::logs::STREAMS_DIR;
 
+    /// A journal as a view over its sources' windows (issue 39, format
+    /// version 5): the numbering (`store/view.rs`).
+    pub mod view {
+        pub use crate::store::view::*;
+    }
+
+    /// The window logs of source topics, `S/.windows/` (FORMAT.md,
+    /// "Journals: windows over their sources").
+    pub mod windows {
+        pub use crate::store::windows::*;
+    }
+
     /// The logs of one's own kept in the store by a layer above it
     /// (Durable Streams, the `kn-streams` crate).
     pub mod logs {

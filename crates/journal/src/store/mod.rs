@@ -37,6 +37,8 @@ mod receipts_file;
 mod report;
 mod routes;
 mod unread;
+pub(crate) mod view;
+pub(crate) mod windows;
 mod sweep;
 mod sweep_extra;
 mod sweep_index;
