@@ -27,7 +27,8 @@ Environment:
     KN_ACCESS_LOG       serve's access log (--access-log): a file, or - for
                         standard output; default none. Common Log Format,
                         credentials in the query redacted, no headers
-    KN_ACCESS_LOG_QUEUE access log lines that may wait for the disk
+    KN_ACCESS_LOG_QUEUE
+                        access log lines that may wait for the disk
                         (default 4096; past it lines are dropped, counted)
     KN_MAX_CONNECTIONS, KN_MAX_TUNNELS
                         serve's caps (--max-connections, --max-tunnels)
