@@ -204,8 +204,9 @@ impl ServeConfig {
 }
 
 /// Runs the server until Ctrl-C (SIGINT) or SIGTERM, then stops within
-/// `Config::shutdown_grace` (see `shutdown.rs`). Prints one line when
-/// ready: `knpubsub serving http://ADDR/kn (store DIR)`.
+/// `Config::shutdown_grace` (see `shutdown.rs`). Prints when ready
+/// `knpubsub serving http://ADDR/kn (store DIR)`, then where the pages are:
+/// `knpubsub pages at http://ADDR/ (...)`.
 ///
 /// Errors: the store cannot be opened, the address cannot be bound.
 pub fn serve(config: ServeConfig) -> Result<(), Error> {
