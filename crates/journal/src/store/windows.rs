@@ -14,8 +14,8 @@
 //! segment may, so it is never taken for a topic (`kn topics`, the
 //! sweep's walk).
 //!
-//! Nothing writes windows yet unless `KN_FOLLOW` is on (docs/design/
-//! one-copy.md, "The plan", step 3); this module is the format and its
+//! Nothing writes windows yet unless `KN_FOLLOW` is on
+//! (docs/design/one-copy.md, "The plan", step 3); this module is the format and its
 //! reading, and the per-process cache of it.
 
 use std::collections::HashMap;
@@ -88,7 +88,7 @@ pub enum WindowChange {
         reason: Vec<u8>,
     },
     /// Every route of S into a journal has its window: S is version 5
-    /// from here (FORMAT.md, "Opening a store of today's release").
+    /// from here (docs/design/one-copy.md, "Opening a store of today's release").
     Converted,
 }
 
