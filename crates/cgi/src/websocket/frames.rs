@@ -16,6 +16,9 @@
 use kn_journal::Event;
 use kn_wire::{form, simple, sse};
 
+/// A request's parameters, names and values as sent.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The element a request's answer carries its `kn_id` in.
 pub(crate) const IN_REPLY_TO: &str = "kn_in_reply_to";
 
@@ -83,11 +86,11 @@ fn opens_a_tunnel(kn_to: Option<&[u8]>) -> bool {
     }
 }
 
-fn form_pairs(text: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, NotARequest> {
+fn form_pairs(text: &str) -> Result<Pairs, NotARequest> {
     form::parse(text.as_bytes()).map_err(|e| NotARequest(format!("the frame is neither a form body nor a JSON object: {}", e.message())))
 }
 
-fn json_pairs(text: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, NotARequest> {
+fn json_pairs(text: &str) -> Result<Pairs, NotARequest> {
     let bad = |why: &str| NotARequest(format!("the frame is not a JSON object of strings: {why}"));
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e.to_string()))?;
     let object = value.as_object().ok_or_else(|| bad("not an object"))?;
