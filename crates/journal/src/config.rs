@@ -124,6 +124,7 @@ impl std::str::FromStr for Shared {
 /// | `metrics_refresh` | 60 s: least time between two walks of the store's tree for `serve`'s `/metrics` size figures ([`UsageCache`](crate::UsageCache)); a scrape never walks | `KN_METRICS_REFRESH_MS` |
 /// | `max_unread_after` | 30 days: the largest `kn_unread_after` of a route (more: `400`) | `KN_MAX_UNREAD_AFTER` (seconds) |
 /// | `receipts_flush` | 30 s: least time between a tunnel's start and its first write of its sent position, and between two writes (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_FLUSH_MS` |
+/// | `follow` | off: routes into local journals only copy (format version 4). On: they also write windows over their sources (`S/.windows`, FORMAT.md, "Journals: windows over their sources"), which nothing reads yet (issue 39, being built) | `KN_FOLLOW` (`on`/`off`) |
 /// | `receipts_max_journals` | 1024 journals read by one `do_method=receipts` (each a read of the journal back to the event, about 1.7 ms): routes past it are counted, not read (docs/PRESENCE.md, "Receipts") | `KN_RECEIPTS_MAX_JOURNALS` |
 /// | `blob_grace` | 1 hour: a blob no topic or stream links is removed by the sweep once it is this old (its last link change) | `KN_BLOB_GRACE` (seconds) |
 /// | `auth_max_credentials_bytes` | 1024 bytes of `user:password` in a `serve --htpasswd` request's Basic credentials (more: `400`, never hashed) | `KN_AUTH_MAX_CREDENTIALS_BYTES` |
@@ -401,6 +402,10 @@ pub struct Config {
     /// the topic's routes past it are counted, not read: the work of one
     /// request is bounded whatever the number of routes.
     pub receipts_max_journals: usize,
+    /// Routes into local journals write windows over their sources as
+    /// well as copies (issue 39, docs/design/one-copy.md, being built):
+    /// off until journals are read as views.
+    pub follow: bool,
 }
 
 impl Config {
@@ -461,6 +466,7 @@ impl Config {
             max_unread_after: Duration::from_secs(30 * 24 * 3600),
             receipts_flush: Duration::from_secs(30),
             receipts_max_journals: 1024,
+            follow: false,
             auth_max_credentials_bytes: 1024,
             auth_threads: 2,
             auth_queue: 64,
@@ -652,6 +658,13 @@ impl Config {
         }
         if let Some(v) = var::<usize>("KN_RECEIPTS_MAX_JOURNALS")? {
             self.receipts_max_journals = v;
+        }
+        if let Ok(v) = std::env::var("KN_FOLLOW") {
+            self.follow = match v.trim() {
+                "on" => true,
+                "off" => false,
+                other => return Err(Error::new(ErrorKind::BadRequest, format!("bad value for environment variable KN_FOLLOW: '{other}': expected 'on' or 'off'"))),
+            };
         }
         if let Some(v) = var("KN_AUTH_MAX_CREDENTIALS_BYTES")? {
             self.auth_max_credentials_bytes = v;

@@ -51,6 +51,7 @@ pub use segment::LogCursor;
 pub(crate) use head::indexed_ids;
 pub use head::last_seq_of;
 pub(crate) use removed::record as record_removed;
+pub(crate) use removed::first_seq as removed_first_seq;
 pub(crate) use blob::{orphan_blobs, read_backwards, read_backwards_after, read_new_hinted, sweep as sweep_blobs, SharedPayload};
 pub use blob::{blobs_of, read_new, release as release_blobs};
 pub use segment::cursor_at_end;

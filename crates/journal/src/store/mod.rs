@@ -39,6 +39,7 @@ mod routes;
 mod unread;
 pub(crate) mod view;
 pub(crate) mod windows;
+mod follow;
 mod sweep;
 mod sweep_extra;
 mod sweep_index;
@@ -131,6 +132,9 @@ pub struct Store {
     /// The root, open (`O_PATH`) at its first use by
     /// [`Store::checked_dir`]; `None` if it could not be opened.
     root_dir: OnceLock<Option<std::os::fd::OwnedFd>>,
+    /// The window logs of sources this process has read
+    /// (`windows.rs`, `Config::follow`).
+    windows: windows::WindowCache,
 }
 
 /// `dir` open as a place only (`O_PATH`), for `openat2` to start from.
@@ -256,6 +260,7 @@ impl Store {
             hub: OnceLock::new(),
             kept: Mutex::new(KeptCache::default()),
             gauge: SpaceGauge::default(),
+            windows: Default::default(),
             filters_compiled: Default::default(),
             fs_magic,
             shared_setting,

@@ -285,6 +285,10 @@ impl Store {
             }
         }
         let (routes_generation, routes, written) = self.after_append(writer, kept, waking.is_some(), wrote);
+        if let (Some((source_writer, _)), true) = (&source, wrote) {
+            // Under the source's lock, after the route record (follow.rs).
+            self.route_changed_windows(topic, source_writer.last_seq(), event);
+        }
         if let Some((writer, kept)) = source {
             self.keep(writer, kept);
         }
