@@ -822,7 +822,7 @@ impl Server {
                 requests: self.requests.load(Ordering::Relaxed),
             },
         };
-        crate::metrics_http::answer(&self.figures, scrape, request, peer).await
+        crate::metrics_http::answer(&self.figures, scrape, request, user).await
     }
 }
 
