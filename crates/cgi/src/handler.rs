@@ -426,7 +426,7 @@ impl Handler {
         };
         match self.store.resolve(name) {
             Ok(Destination::Local(topic)) => Ok(topic),
-            Ok(Destination::Remote(url)) => {
+            Ok(Destination::Remote(url) | Destination::Push(url)) => {
                 Err(Failure::new(403, "Proxying not supported", format!("'{url}' is not a topic of this server; proxying is not supported")))
             }
             Err(err) => Err(Failure::journal(err, what)),

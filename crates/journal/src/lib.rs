@@ -435,6 +435,7 @@ mod ids;
 mod log;
 mod logs;
 mod metrics;
+mod push;
 mod record;
 mod remote;
 mod shared;
@@ -484,6 +485,7 @@ pub mod internal {
     pub use crate::ids::now;
     pub use crate::log::LogCursor;
     pub use crate::metrics::{Exposition, PROMETHEUS_CONTENT_TYPE};
+    pub use crate::push::{is_push_destination, Push, PushAnswer, PUSH_PREFIX};
     pub use crate::record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
     pub use crate::remote::{content_transform, deliver, deliver_to, parse_content_transform, RemoteFailure};
     pub use crate::shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};

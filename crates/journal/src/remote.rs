@@ -43,6 +43,14 @@ pub trait Remote: Send + Sync {
     /// with [`ErrorKind::BadRequest`] when `url` is not a usable URL; the
     /// message names the URL.
     fn post_form(&self, url: &str, pairs: &[(&[u8], &[u8])]) -> Result<RemoteReply, Error>;
+
+    /// The sender of Web Push messages, when this client has one
+    /// (`crate::push`, issue 42): none by default, and push routes are
+    /// then refused.
+    #[doc(hidden)]
+    fn push(&self) -> Option<&dyn crate::push::Push> {
+        None
+    }
 }
 
 /// Which remote URLs the journal may send requests to (route destinations

@@ -167,9 +167,9 @@ impl std::str::FromStr for PushPolicy {
 }
 
 impl PushPolicy {
-    /// For tests only: also allow `https` endpoints on a loopback address
-    /// (a stand-in push service with a test certificate). A product never
-    /// sets this; the allowlist still applies to names.
+    /// For tests only: also allow endpoints on a loopback address literal,
+    /// over `https` or plain `http` (a stand-in push service in a test). A
+    /// product never sets this; the allowlist still applies to names.
     pub fn allowing_loopback_for_tests(mut self) -> PushPolicy {
         self.loopback_for_tests = true;
         self
@@ -180,7 +180,13 @@ impl PushPolicy {
     pub fn check(&self, endpoint: &str) -> Result<()> {
         let forbidden = |why: &str| Error::new(ErrorKind::Forbidden, format!("push endpoint '{endpoint}' refused: {why}"));
         let url = url::Url::parse(endpoint).map_err(|_| forbidden("not a URL"))?;
-        if url.scheme() != "https" {
+        let loopback_literal = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            _ => false,
+        };
+        let test_http = self.loopback_for_tests && loopback_literal && url.scheme() == "http";
+        if url.scheme() != "https" && !test_http {
             return Err(forbidden("only https push endpoints are allowed"));
         }
         if !url.username().is_empty() || url.password().is_some() {
@@ -286,10 +292,12 @@ mod tests {
     }
 
     #[test]
-    fn loopback_for_tests_allows_only_loopback_literals_over_https() {
+    fn loopback_for_tests_allows_only_loopback_literals() {
         let p = PushPolicy::default().allowing_loopback_for_tests();
         assert!(p.check("https://127.0.0.1:8443/push").is_ok());
-        assert!(p.check("http://127.0.0.1:8443/push").is_err());
+        assert!(p.check("http://127.0.0.1:8443/push").is_ok());
+        assert!(p.check("http://fcm.googleapis.com/push").is_err());
+        assert!(PushPolicy::default().check("http://127.0.0.1:8443/push").is_err());
         assert!(p.check("https://10.0.0.1/push").is_err());
         assert!(PushPolicy::default().check("https://[::1]/push").is_err());
         assert!(PushPolicy::default().check("https://localhost/push").is_err());

@@ -9,7 +9,16 @@ Used by crates/push/tests/interop.rs over stdin/stdout, one JSON object a
 line: it first prints {"subscription": ...}; then for each line
 {"endpoint": E, "headers": {...}, "body": base64} it prints
 {"ok": true, "plaintext": base64, "claims": {...}} or {"ok": false,
-"error": why}. Tests only, never the product.
+"error": why}.
+
+With --http, it is a push service on 127.0.0.1 (plain http, for the
+product's test setting KN_PUSH_TEST_LOOPBACK): it prints
+{"subscription": ..., "base": "http://127.0.0.1:PORT"} and answers a POST
+to /push/<script> with the statuses the script lists in turn, dash
+separated, the last repeated (/push/429-503-201: 429 with Retry-After: 2,
+then 503, then 201 for ever); each POST's verdict (as above, with its
+path and the status answered) is kept and GET /results returns them all.
+Tests only, never the product.
 """
 
 import base64
@@ -55,13 +64,66 @@ def check(private_key, auth_secret, message):
     return {"plaintext": base64.b64encode(plaintext).decode(), "claims": claims}
 
 
+def serve_http(private_key, auth_secret, subscription_keys):
+    import http.server
+    import threading
+
+    results = []
+    counts = {}
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            with lock:
+                body = json.dumps(results).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", "0"))
+            body = self.rfile.read(length)
+            endpoint = "http://%s%s" % (self.headers.get("Host"), self.path)
+            message = {"endpoint": endpoint, "headers": dict(self.headers.items()), "body": base64.b64encode(body).decode()}
+            try:
+                verdict = check(private_key, auth_secret, message)
+            except Exception as e:
+                verdict = "%s: %s" % (type(e).__name__, e)
+            script = self.path.rsplit("/", 1)[-1].split("-")
+            with lock:
+                n = counts.get(self.path, 0)
+                counts[self.path] = n + 1
+                status = int(script[min(n, len(script) - 1)]) if all(x.isdigit() for x in script) else 201
+                entry = {"ok": False, "error": verdict} if isinstance(verdict, str) else dict(ok=True, **verdict)
+                entry.update(path=self.path, status=status, headers={k.lower(): v for k, v in self.headers.items()})
+                results.append(entry)
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "2")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    base = "http://127.0.0.1:%d" % server.server_address[1]
+    print(json.dumps({"subscription": {"endpoint": base + "/push/201", "keys": subscription_keys}, "base": base}), flush=True)
+    server.serve_forever()
+
+
 def main():
     private_key = ec.generate_private_key(ec.SECP256R1())
     public = private_key.public_key().public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
     auth_secret = os.urandom(16)
-    endpoint = sys.argv[1] if len(sys.argv) > 1 else "https://fcm.googleapis.com/fcm/send/standin"
+    if sys.argv[1:] == ["--http"]:
+        serve_http(private_key, auth_secret, {"p256dh": b64u(public), "auth": b64u(auth_secret)})
+        return
+    endpoint = "https://fcm.googleapis.com/fcm/send/standin"
     subscription = {"endpoint": endpoint, "keys": {"p256dh": b64u(public), "auth": b64u(auth_secret)}}
     print(json.dumps({"subscription": subscription}), flush=True)
     for line in sys.stdin:

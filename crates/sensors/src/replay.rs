@@ -307,7 +307,7 @@ pub fn origin_of(store: &Store, event: &Event) -> Option<Origin> {
         match store.resolve(location) {
             Ok(Destination::Local(topic)) => return Some(Origin::Local(topic)),
             Ok(Destination::Remote(url)) => return Some(Origin::Remote(url)),
-            Err(_) => {}
+            Ok(Destination::Push(_)) | Err(_) => {}
         }
     }
     match routed_from.map(|v| store.resolve(v)) {

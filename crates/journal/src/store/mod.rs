@@ -27,6 +27,7 @@ mod nowait;
 mod nowait_group;
 mod outbox;
 mod outbox_delivery;
+mod outbox_push;
 mod outbox_state;
 mod post;
 mod presence;
@@ -71,6 +72,9 @@ pub enum Destination {
     Local(Topic),
     /// An absolute `http(s)://` URL of another server.
     Remote(String),
+    /// A browser's push subscription: `webpush:` and its JSON
+    /// (`crate::push`, docs/PROTOCOL.md "Web Push (extension)").
+    Push(String),
 }
 
 /// The event store. Cheap to share between threads (`Arc<Store>`); every
@@ -371,6 +375,10 @@ impl Store {
     /// ```
     pub fn resolve(&self, name: &[u8]) -> Result<Destination> {
         let scheme = |s: &[u8]| name.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+        if crate::push::is_push_destination(name) {
+            let text = std::str::from_utf8(name).map_err(|_| Error::new(ErrorKind::BadRequest, "bad push subscription: not UTF-8"))?;
+            return Ok(Destination::Push(text.to_string()));
+        }
         if !(scheme(b"http://") || scheme(b"https://")) {
             return Ok(Destination::Local(Topic::parse_bytes(name)?));
         }

@@ -43,6 +43,10 @@ pub(super) enum Delivery {
     /// Failed for now (a local I/O error, a full disk, a remote 5xx or no
     /// answer): the route is kept and the event retried later.
     Transient(Error),
+    /// Failed for now, and not to be tried again before the given seconds
+    /// (a push service's `Retry-After`, `outbox_push.rs`); otherwise as
+    /// `Transient`.
+    Later(Error, Option<u64>),
     /// Failed for good (PROTOCOL.md 4.1): the route is poisoned.
     Permanent(Counter, Error),
 }
@@ -95,13 +99,15 @@ impl Store {
     pub(super) fn delivery_failed(&self, source: &Topic, route: &ListedRoute, seq: u64, failed: Delivery, state: &mut State, report: &mut PostReport) {
         match failed {
             Delivery::Done => {}
-            Delivery::Transient(err) => {
+            Delivery::Transient(err) => self.delivery_failed(source, route, seq, Delivery::Later(err, None), state, report),
+            Delivery::Later(err, after) => {
                 let _ = self.count(Counter::DeliveriesRetried, 1);
                 if self.config.forward_retries == 0 {
                     self.poison(source, route.route.id(), unreachable_counter(&err), &err.to_string(), report);
                     return;
                 }
-                let next_at = now() + self.config.forward_backoff.as_secs_f64();
+                let wait = self.config.forward_backoff.as_secs_f64().max(after.unwrap_or(0) as f64).min(MAX_BACKOFF_SECS);
+                let next_at = now() + wait;
                 state.lagging.push(Lag { route_id: route.route.id().to_vec(), from: seq, attempts: 1, next_at });
             }
             Delivery::Permanent(counter, err) => self.poison(source, route.route.id(), counter, &err.to_string(), report),
@@ -185,7 +191,7 @@ impl Store {
                     state.lagging.remove(i);
                     continue;
                 }
-                Some(Delivery::Transient(err)) => {
+                Some(Delivery::Transient(err)) | Some(Delivery::Later(err, None)) => {
                     let _ = self.count(Counter::DeliveriesRetried, 1);
                     let attempts = lag.attempts + 1;
                     if attempts > self.config.forward_retries {
@@ -196,6 +202,21 @@ impl Store {
                     }
                     let wait = self.config.forward_backoff.as_secs_f64() * 2f64.powi(attempts.min(30) as i32 - 1);
                     state.lagging[i] = Lag { route_id: lag.route_id, from, attempts, next_at: now() + wait.min(MAX_BACKOFF_SECS) };
+                }
+                Some(Delivery::Later(err, Some(after))) => {
+                    // A push service's Retry-After: no sooner than it asks,
+                    // and counted as a retry like any other.
+                    let _ = self.count(Counter::DeliveriesRetried, 1);
+                    let attempts = lag.attempts + 1;
+                    if attempts > self.config.forward_retries {
+                        let reason = format!("{err} (still refused after {} retries)", self.config.forward_retries);
+                        self.poison(source, &lag.route_id, unreachable_counter(&err), &reason, report);
+                        state.lagging.remove(i);
+                        continue;
+                    }
+                    let backoff = self.config.forward_backoff.as_secs_f64() * 2f64.powi(attempts.min(30) as i32 - 1);
+                    let wait = backoff.max(after as f64).min(MAX_BACKOFF_SECS);
+                    state.lagging[i] = Lag { route_id: lag.route_id, from, attempts, next_at: now() + wait };
                 }
                 Some(Delivery::Done) => unreachable!("a delivery that was done is not a failure"),
             }
@@ -227,6 +248,7 @@ impl Store {
                 Err(err) => classify_local(err),
             },
             Ok(Destination::Remote(url)) => self.deliver_remote(&url, copy, shared),
+            Ok(Destination::Push(subscription)) => self.deliver_push(&subscription, &listed.route.event, &with_payload(copy, shared)),
             Err(reason) => Delivery::Permanent(Counter::PoisonedBadName, Error::new(ErrorKind::BadTopic, reason)),
         }
     }
@@ -370,6 +392,12 @@ impl Store {
                 Delivery::Done => None,
                 failed => Some((seq, failed)),
             }),
+            Destination::Push(subscription) => copies.into_iter().find_map(|(seq, copy, shared)| {
+                match self.deliver_push(&subscription, &route.route.event, &with_payload(copy, shared)) {
+                    Delivery::Done => None,
+                    failed => Some((seq, failed)),
+                }
+            }),
         }
     }
 
@@ -473,6 +501,14 @@ pub(super) fn classify_local(err: Error) -> Delivery {
             Delivery::Transient(err)
         }
     }
+}
+
+/// `copy` with its payload back in it, if it was shared.
+fn with_payload(mut copy: Event, shared: Option<Arc<SharedPayload>>) -> Event {
+    if let Some(shared) = shared {
+        copy.set(KN_PAYLOAD, shared.bytes.clone());
+    }
+    copy
 }
 
 /// The counter of a route poisoned after its retries: remote (no answer)

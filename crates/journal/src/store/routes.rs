@@ -419,6 +419,7 @@ impl Store {
                 self.config.outbound.check(&url)?;
                 Ok(url.into_bytes())
             }
+            Destination::Push(subscription) => self.push_destination(subscription),
         }
     }
 
@@ -453,7 +454,7 @@ impl Store {
             return None;
         }
         match self.resolve(to) {
-            Ok(Destination::Local(_)) => None,
+            Ok(Destination::Local(_) | Destination::Push(_)) => None,
             Err(err) => Some(err),
             Ok(Destination::Remote(_)) => {
                 let own = self.server_names().into_iter().find(|own| {

@@ -100,7 +100,7 @@ impl Store {
         }
         let to = match self.resolve(to) {
             Ok(Destination::Local(to)) => to,
-            Ok(Destination::Remote(url)) => {
+            Ok(Destination::Remote(url) | Destination::Push(url)) => {
                 return Err(bad(format!(
                     "bad {KN_UNREAD_TO} '{url}': not a topic of this server"
                 )))
