@@ -223,7 +223,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn a_journal_view_numbers_as_todays_copies_do(ops in prop::collection::vec(op(), 0..40)) {

@@ -153,3 +153,31 @@ fn without_follow_no_window_is_written() {
     assert!(!dir.path().join("room").join(WINDOWS_DIR).exists());
     assert_eq!(journal(&store, &j).len(), 1, "today's copy");
 }
+
+#[test]
+fn the_sweep_closes_a_removed_journals_window_and_the_journal_made_again_numbers_on() {
+    let (dir, store) = open(true);
+    let j = live(&store, "/page/kn_journal");
+    let room = t("/room");
+    store.route(&room, j.as_str().as_bytes(), ev(&[("kn_id", "r1")])).unwrap();
+    for i in 0..3 {
+        store.notify(&room, ev(&[("kn_payload", &format!("first life {i}"))])).unwrap();
+    }
+    store.expire(&j).unwrap();
+    let report = store.sweep_all(Some(std::time::Duration::ZERO)).unwrap();
+    assert_eq!((report.journals_removed, report.routes_removed), (1, 1), "{report:?}");
+    let found = windows::read(&dir.path().join("room")).unwrap();
+    assert!(!found.windows[0].is_open(), "the sweep's deletion of the route closed its window");
+
+    let j = live(&store, "/page/kn_journal");
+    store.route(&room, j.as_str().as_bytes(), ev(&[("kn_id", "r2")])).unwrap();
+    for i in 0..2 {
+        store.notify(&room, ev(&[("kn_payload", &format!("second life {i}"))])).unwrap();
+    }
+    let found = windows::read(&dir.path().join("room")).unwrap();
+    assert_eq!(found.windows.len(), 2);
+    assert!(found.windows[1].is_open());
+    let today = journal(&store, &j);
+    assert_eq!(checkpoints(&today), ["4", "5"], "today's journal made again numbers on");
+    assert_eq!(store.journal_view(&j).unwrap(), today);
+}

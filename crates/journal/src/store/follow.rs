@@ -129,9 +129,19 @@ impl Store {
         sources.sort();
         let mut spans = Vec::new();
         let mut windows_of = Vec::new();
+        // A journal removed by the sweep and made again starts above every
+        // number it had (`.removed`): a window closed below that was the
+        // earlier journal's. (Interim: `.removed` shares a slot among
+        // names, so another removal may raise it; a record of the removal
+        // in the window log is the lasting rule, one-copy.md.)
+        let start = log::removed_first_seq(&self.config, &jdir)?;
         for source in &sources {
             for w in self.windows.get(&self.dir(source))?.into_journal(journal.as_str()) {
-                spans.push(span_of(w));
+                let span = span_of(w);
+                if w.closed.as_ref().is_some_and(|c| span.last_number(c.spent) < start) {
+                    continue;
+                }
+                spans.push(span);
                 windows_of.push((source.clone(), w.clone()));
             }
         }

@@ -161,6 +161,10 @@ impl Store {
             let _ = writer.compact_wanted(t);
         }
         self.keep(writer, kept);
+        for (_, event) in &stored {
+            // Under the source's lock, after the deletion (follow.rs).
+            self.route_changed_windows(&routes, source_writer.last_seq(), event);
+        }
         self.keep(source_writer, source_kept);
         self.appended(waking, !stored.is_empty());
         if !stored.is_empty() {
