@@ -162,7 +162,7 @@ pub fn dep5(expr: &str, texts: &mut BTreeMap<String, String>) -> Result<String, 
                     Some(inner) if inner != *op => format!("({text})"),
                     _ => text,
                 };
-                stack.push((format!("{} {word} {}", wrap(left), wrap(right)), Some(op.clone())));
+                stack.push((format!("{} {word} {}", wrap(left), wrap(right)), Some(*op)));
             }
         }
     }

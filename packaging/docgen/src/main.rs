@@ -202,6 +202,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[test]
+    fn pubsub_cgi_page_has_a_manuals_sections_and_one_row_per_variable() {
+        let names: Vec<String> = programs().iter().map(|c| c.get_name().to_string()).collect();
+        let pages = man::pages(programs().remove(0), &extra("pubsub-cgi"), &names, "0");
+        let (_, page) = pages.iter().find(|(file, _)| file == "pubsub-cgi.1").unwrap();
+        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "ENVIRONMENT", "\"EXIT STATUS\"", "FILES", "\"SEE ALSO\""] {
+            assert!(page.contains(&format!(".SH {section}\n")), "no {section}:\n{page}");
+        }
+        assert!(!page.contains(".SH EXTRA"), "{page}");
+        // Each variable of --help's environment list heads a row of its own.
+        let help = kn_cgi::cli::Cli::command().render_long_help().to_string();
+        let listed: Vec<&str> = help.lines().filter_map(|l| l.strip_prefix("    KN_")).map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+        assert!(listed.len() >= 10, "{help}");
+        let rows: Vec<&str> = page.lines().collect();
+        for name in listed {
+            let name = format!("KN_{}", name.trim_end_matches(','));
+            // (roff escapes nothing in a variable's name.)
+            let row = rows.windows(2).any(|w| w[0] == ".TP" && w[1].contains(&name));
+            assert!(row, "{name} heads no row:\n{page}");
+        }
+        let serve = pages.iter().find(|(file, _)| file == "pubsub-cgi-serve.1").map(|(_, p)| p).unwrap();
+        let synopsis = serve.split(".SH SYNOPSIS").nth(1).unwrap().split(".SH").next().unwrap();
+        assert!(synopsis.contains("\\-\\-listen\\fR \\fIADDR"), "{synopsis}");
+    }
+
     fn tempfile_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("kn-docgen-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
