@@ -192,6 +192,24 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The store's format, from one walk of its topics (`kn doctor`).
+    pub fn store_format(&self) -> Result<windows::StoreFormat> {
+        let mut format = windows::StoreFormat { version: 4, ..Default::default() };
+        for topic in self.topics()? {
+            let dir = self.dir(&topic);
+            if !windows::windows_dir(&dir).is_dir() {
+                continue;
+            }
+            let found = windows::read(&dir)?;
+            format.window_logs += 1;
+            format.converted += usize::from(found.converted);
+            format.unreadable += found.unreadable;
+        }
+        Ok(format)
+    }
+}
+
 fn span_of(w: &windows::Window) -> Span {
     Span { from: w.from, base: w.base, closed: w.closed.as_ref().map(|c| (c.until, c.spent)), placed: Vec::new() }
 }

@@ -346,3 +346,38 @@ impl WindowCache {
         self.sources.lock().unwrap_or_else(|p| p.into_inner()).remove(source_dir);
     }
 }
+
+/// What `kn doctor` says of a store's format (issue 39): how many topics
+/// keep a window log (`S/.windows`, written with `Config::follow`) and how
+/// many of those are converted (`w_converted`). A store is format 4 while
+/// its journals hold copies, which they all do until the switch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreFormat {
+    /// The format readers read: 4 (journals hold their copies) until the
+    /// switch to views (docs/design/one-copy.md, step 6).
+    pub version: u32,
+    /// Topics with a window log.
+    pub window_logs: usize,
+    /// Of those, how many hold a `w_converted` record.
+    pub converted: usize,
+    /// Window records no reader could read (damaged past their checksum's
+    /// reach, or of another version).
+    pub unreadable: usize,
+}
+
+impl std::fmt::Display for StoreFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "store format {}: journals hold one copy of each event they show", self.version)?;
+        if self.window_logs > 0 {
+            write!(
+                f,
+                "; {} topics keep window logs (KN_FOLLOW, issue 39: written beside the copies, not yet read), {} converted",
+                self.window_logs, self.converted
+            )?;
+        }
+        if self.unreadable > 0 {
+            write!(f, "; {} unreadable window records", self.unreadable)?;
+        }
+        Ok(())
+    }
+}

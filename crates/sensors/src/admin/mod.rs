@@ -164,6 +164,10 @@ pub fn write_stats(out: &mut dyn Write, rows: &[(Topic, TopicStat)]) -> io::Resu
 pub fn write_doctor(out: &mut dyn Write, store: &Store) -> io::Result<bool> {
     writeln!(out, "store: {}", store.root().display())?;
     writeln!(out, "file system: {}", store.describe_mode())?;
+    match store.store_format() {
+        Ok(format) => writeln!(out, "{format}")?,
+        Err(e) => writeln!(out, "store format: unknown ({e})")?,
+    }
     let checks = store.mount_checks();
     let mut wrong = false;
     for c in &checks {
