@@ -105,7 +105,10 @@ pub const INERT_TYPES: [&str; 10] = [
 /// True when a stream of `content_type` may be shown by a browser as it
 /// is ([`INERT_TYPES`]).
 pub fn is_inert(content_type: &str) -> bool {
-    INERT_TYPES.contains(&kn_streams::essence(content_type).as_str())
+    // A list of types (`text/plain,text/html`) is judged by a browser by
+    // its last valid type (the Fetch standard's "extract a MIME type"),
+    // never its first: none is inert.
+    !content_type.contains(',') && INERT_TYPES.contains(&kn_streams::essence(content_type).as_str())
 }
 
 /// How much of a body over `StreamsConfig::max_append_bytes` is read and
@@ -915,6 +918,10 @@ mod tests {
             ("text/javascript", false),
             ("application/javascript", false),
             ("application/pdf", false),
+            // A browser takes the last type of a list (Fetch, "extract a
+            // MIME type"), the essence here the first.
+            ("text/plain; x=,text/html", false),
+            ("text/plain, text/html", false),
             ("text/plain", true),
             ("text/plain; charset=utf-8", true),
             ("application/json", true),

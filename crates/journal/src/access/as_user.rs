@@ -164,6 +164,10 @@ impl AsUser<'_> {
         // Only the store writes these.
         params.remove(crate::store::KN_POISONED);
         params.remove(crate::store::KN_POISONED_BEFORE);
+        // A route is a change whatever its destination: one to a remote
+        // URL needs only `read` on its source below, which a cookie from
+        // another site has, yet it forwards every later event there.
+        self.who.check_change(&format!("route '{from}'"))?;
         self.who.record_as_creator(&mut params);
         let local = match self.store.resolve(to) {
             Ok(Destination::Local(topic)) => Some(topic),
