@@ -120,6 +120,12 @@ impl Limits {
     pub fn max_body(&self) -> u64 {
         self.max_body
     }
+
+    /// The most form elements a request may carry
+    /// ([`Limits::with_max_elements`]).
+    pub fn max_elements(&self) -> usize {
+        self.max_elements
+    }
 }
 
 /// The pieces of a plain HTTP request, for serving the protocol from an

@@ -344,12 +344,10 @@ impl Following<'_> {
 /// The frames answering one text frame of the client: its request made
 /// by the handler as a form POST of `who` would be, or why it is none.
 fn answer(server: &Server, who: &super::Who, text: &str) -> (Vec<String>, Option<AfterReply>) {
-    let message = match frames::message(text) {
+    // One pair of the request is its format (crate::websocket::frames).
+    let message = match frames::message(text, server.limits.max_elements().saturating_sub(1)) {
         Ok(message) => message,
-        Err(why) => {
-            let kn_id = kn_wire::Params::parse(text.as_bytes()).ok().and_then(|p| p.get("kn_id").map(<[u8]>::to_vec));
-            return (vec![frames::refusal(&why, kn_id.as_deref())], None);
-        }
+        Err(why) => return (vec![frames::refusal(&why)], None),
     };
     let kn_id = message.kn_id.as_deref();
     let request = match Request::from_http(who.request(message.body), &server.limits) {
@@ -363,7 +361,7 @@ fn answer(server: &Server, who: &super::Who, text: &str) -> (Vec<String>, Option
         (Reply::Done(response), after) => (frames::answers(&response.body, kn_id), Some(after)),
         (Reply::Tunnel(tunnel), _) => {
             drop(tunnel);
-            (vec![frames::refusal(&frames::NotARequest("a tunnel does not travel on a WebSocket".into()), kn_id)], None)
+            (vec![frames::refusal(&frames::NotARequest::new("a tunnel does not travel on a WebSocket", kn_id))], None)
         }
     }
 }

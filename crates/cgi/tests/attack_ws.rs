@@ -1,0 +1,133 @@
+//! An outsider's attacks on `serve`'s WebSocket transport (brief A2 of
+//! the WebSocket review, issue 41), each against the real `pubsub-cgi
+//! serve` on a temporary store, each a hole found and kept here so that
+//! it stays closed:
+//!
+//! * a request frame of many tiny pairs (`a&a&a&...`, or a JSON array of
+//!   a million one-letter strings) was decoded whole before
+//!   `KN_MAX_FORM_ELEMENTS` was looked at: one 4 MiB frame from an
+//!   anonymous client made the server's peak memory grow by about 180 MB
+//!   (45 times the frame), on each of the request pool's threads at once;
+//!   a form POST stops at the limit before decoding more;
+//! * a JSON request frame refused for its method was answered without
+//!   its `kn_in_reply_to` (the `kn_id` was looked for in the frame as if
+//!   it were a form body, decoding it whole a second time).
+//!
+//! The client is the `tungstenite` library in its client role, over a
+//! plain socket: these tests send frames no browser would.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use kn_test_support::{Dir, Serve};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pubsub-cgi");
+
+type Socket = tungstenite::WebSocket<TcpStream>;
+
+fn serve(root: &Path, env: &[(&str, &str)]) -> Serve {
+    let mut command = Serve::command_of(Path::new(BIN), root, None);
+    command.envs(env.iter().copied());
+    Serve::spawn(command)
+}
+
+/// An anonymous socket on `journal` (`/what/open/...`, which the store
+/// without rules lets anyone read).
+fn open(serve: &Serve, journal: &str) -> Socket {
+    let url = format!("ws://{}/kn{journal}?do_method=route&kn_response_format=websocket", serve.addr());
+    let stream = TcpStream::connect(serve.addr()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
+    let (mut socket, _) = tungstenite::client::client_with_config(url.as_str(), stream, Some(config)).unwrap();
+    let first = next_object(&mut socket).expect("the first status event");
+    assert!(first["status"].as_str().is_some_and(|s| s.starts_with("200")), "{first}");
+    socket
+}
+
+/// The server's next JSON object, or `None` at the close.
+fn next_object(socket: &mut Socket) -> Option<Value> {
+    loop {
+        match socket.read() {
+            Ok(Message::Text(text)) => return Some(serde_json::from_str(text.as_str()).unwrap()),
+            Ok(Message::Close(_)) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// The answer to the request just sent (the first object carrying
+/// `kn_in_reply_to` or a status).
+fn answer(socket: &mut Socket, text: String) -> Value {
+    socket.send(Message::text(text)).unwrap();
+    loop {
+        let object = next_object(socket).expect("an answer before the close");
+        if object.get("status").is_some() {
+            return object;
+        }
+    }
+}
+
+/// The server's peak resident memory so far, in KiB (`VmHWM`).
+fn peak_kib(serve: &Serve) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", serve.child.id())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_frame_of_many_tiny_pairs_is_refused_without_decoding_them_all() {
+    let dir = Dir::new("attack_ws_pairs");
+    let serve = serve(&dir.join("kn_events"), &[]);
+    let mut socket = open(&serve, "/what/open/pairs");
+    // Warm: the first request's allocations are not the attack's.
+    let warm = answer(&mut socket, "kn_to=%2Fwhat%2Fopen%2Fpairs&kn_payload=x".into());
+    assert!(warm["status"].as_str().unwrap().starts_with("200"), "{warm}");
+    let before = peak_kib(&serve);
+    // 4 MiB (KN_WS_MAX_MESSAGE's default) of two-byte pairs, then the
+    // same as a JSON array of one-letter strings.
+    let form = "a&".repeat((4 << 20) / 2 - 8);
+    let json = format!("{{\"kn_batch\":[{}\"a\"]}}", "\"a\",".repeat((4 << 20) / 4 - 8));
+    for frame in [form, json] {
+        let refused = answer(&mut socket, frame);
+        assert!(refused["status"].as_str().unwrap().starts_with("413"), "{refused}");
+    }
+    let grew = peak_kib(&serve).saturating_sub(before);
+    eprintln!("peak memory grew {grew} KiB for two 4 MiB frames");
+    // The frames themselves (and the library's copy) are a few times
+    // 4 MiB; decoding a million pairs was about 180 MB.
+    assert!(grew < 48 << 10, "peak memory grew {grew} KiB");
+}
+
+#[test]
+fn a_refused_json_frame_is_answered_with_its_kn_id() {
+    let dir = Dir::new("attack_ws_reply_to");
+    let serve = serve(&dir.join("kn_events"), &[]);
+    let mut socket = open(&serve, "/what/open/reply");
+    let refused = answer(&mut socket, r#"{"kn_id":"r1","do_method":"replay","kn_from":"/what/open/reply"}"#.into());
+    assert!(refused["status"].as_str().unwrap().starts_with("400"), "{refused}");
+    assert_eq!(refused["kn_in_reply_to"], "r1", "{refused}");
+    let form = answer(&mut socket, "kn_id=r2&do_method=lib".into());
+    assert_eq!(form["kn_in_reply_to"], "r2", "{form}");
+}
+
+#[test]
+fn a_frame_of_exactly_the_form_element_limit_is_answered_and_one_more_is_413() {
+    let dir = Dir::new("attack_ws_elements");
+    // A request on a socket carries one pair more than its frame (its
+    // kn_response_format), as a form POST carries its query's.
+    let serve = serve(&dir.join("kn_events"), &[("KN_MAX_FORM_ELEMENTS", "6")]);
+    let mut socket = open(&serve, "/what/open/elements");
+    let five = "kn_id=e5&kn_to=%2Fwhat%2Fopen%2Felements&kn_payload=x&a=1&b=2";
+    let at = answer(&mut socket, five.into());
+    assert!(at["status"].as_str().unwrap().starts_with("200"), "{at}");
+    let past = answer(&mut socket, format!("{five}&c=3").replace("e5", "e6"));
+    assert!(past["status"].as_str().unwrap().starts_with("413"), "{past}");
+    assert_eq!(past["kn_in_reply_to"], "e6", "{past}");
+    let json = answer(&mut socket, r#"{"kn_id":"j6","kn_to":"/what/open/elements","kn_payload":"x","a":"1","b":["2","3"]}"#.into());
+    assert!(json["status"].as_str().unwrap().starts_with("413"), "{json}");
+    assert_eq!(json["kn_in_reply_to"], "j6", "{json}");
+}
