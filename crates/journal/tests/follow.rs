@@ -84,6 +84,20 @@ fn run(seed: u64, steps: usize) {
     let view = store.journal_view(&j).unwrap();
     assert_eq!(checkpoints(&view), checkpoints(&today), "seed {seed}: checkpoints");
     assert_eq!(view, today, "seed {seed}: the view is today's journal, element for element");
+    let last: u64 = today.last().map_or(0, |e| String::from_utf8_lossy(e.checkpoint().unwrap()).parse().unwrap());
+    let mut selections: Vec<Selection> = (0..=last + 1)
+        .map(|c| Selection { since_checkpoint: Some(c.to_string().into_bytes()), ..Selection::none() })
+        .chain((0..4).map(|n| Selection { max_n: Some(n), ..Selection::none() }))
+        .collect();
+    selections.push(Selection::none());
+    selections.push(Selection { since_checkpoint: Some(b"x".to_vec()), ..Selection::none() });
+    selections.push(Selection { max_age: Some(3600.0), max_n: Some(2), ..Selection::none() });
+    for selection in &selections {
+        let today = store.events(&j, selection).unwrap();
+        let view = store.journal_view_selected(&j, selection).unwrap();
+        assert_eq!(view.resume, today.resume, "seed {seed}: {selection:?}");
+        assert_eq!(view.events, today.events, "seed {seed}: {selection:?}");
+    }
     drop(dir);
 }
 

@@ -121,9 +121,44 @@ impl Store {
     /// `journal` read as a view (`view.rs`): its own records, those its
     /// windows' routes copied left out, merged with its windows' events of
     /// their sources, each with its checkpoint and the hop-by-hop elements
-    /// of its window; unexpired, oldest first. For tests and `kn doctor`
-    /// until the switch: what a reader will read then.
+    /// of its window; unexpired, oldest first. For tests until the
+    /// switch: what a reader will read then.
     pub fn journal_view(&self, journal: &Topic) -> Result<Vec<Event>> {
+        let now = super::now();
+        Ok(self.view_items(journal)?.0.into_iter().filter(|i| !i.event.is_expired(now)).map(|i| i.event).collect())
+    }
+
+    /// [`Store::journal_view`] selected as [`Store::events`] selects from
+    /// a journal (PROTOCOL.md 3.4): a resume after a checkpoint (`Exact`,
+    /// or `Unknown` for a number the journal never gave), else the newest
+    /// `max_n` and those stored within `max_age`.
+    pub fn journal_view_selected(&self, journal: &Topic, selection: &super::Selection) -> Result<super::Selected> {
+        use super::{Resume, Selected};
+        let (items, last_given) = self.view_items(journal)?;
+        let t = super::now();
+        let (after, resume) = match &selection.since_checkpoint {
+            Some(cp) => match std::str::from_utf8(cp).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+                Some(c) if c > 0 && c <= last_given => (c, Resume::Exact),
+                _ => (0, Resume::Unknown),
+            },
+            None if selection.is_empty() => return Ok(Selected { events: Vec::new(), resume: Resume::NotAsked }),
+            None => (0, Resume::NotAsked),
+        };
+        let since = selection.since_checkpoint.is_some();
+        let max_n = if since { usize::MAX } else { selection.max_n.unwrap_or(usize::MAX) };
+        let cutoff = match selection.max_age {
+            Some(a) if !since && a.is_finite() => (t - a).floor(),
+            _ => f64::MIN,
+        };
+        let live: Vec<ViewItem> =
+            items.into_iter().filter(|i| i.checkpoint > after && i.stored_secs as f64 >= cutoff && !i.event.is_expired(t)).collect();
+        let skip = live.len().saturating_sub(max_n);
+        Ok(Selected { events: live.into_iter().skip(skip).map(|i| i.event).collect(), resume })
+    }
+
+    /// Every event of the view, expired ones too, oldest first, and the
+    /// highest number the journal has given.
+    fn view_items(&self, journal: &Topic) -> Result<(Vec<ViewItem>, u64)> {
         let jdir = self.dir(journal);
         let mut sources = super::sweep_routes::read_sources(&jdir);
         sources.sort();
@@ -168,27 +203,31 @@ impl Store {
             source_records.push(records);
         }
         let seqs: Vec<u64> = own.iter().map(|r| r.seq).collect();
-        let now = super::now();
+        let mut last_given = self.journal_last_seq(journal)?;
+        for ((source, w), span) in windows_of.iter().zip(&spans) {
+            let end = match &w.closed {
+                Some(c) => c.spent,
+                None => log::cursor_at_end(&self.dir(source))?.last_seq(),
+            };
+            last_given = last_given.max(span.last_number(end));
+        }
         let mut out = Vec::new();
         for (checkpoint, entry) in view::merge(&seqs, &spans, &shown) {
-            let mut event = match entry {
-                Entry::Own(k) => own[k].event.clone(),
+            let (mut event, stored_secs) = match entry {
+                Entry::Own(k) => (own[k].event.clone(), own[k].stored_secs),
                 Entry::Source { window, seq } => {
                     let Some(r) = source_records[window].iter().find(|r| r.seq == seq) else { continue };
                     let hop = &windows_of[window].1.hop;
                     let mut e = r.event.clone();
                     e.strip_hop_by_hop();
                     e.set(KN_ROUTE_LOCATION, hop.location.clone()).set(KN_ROUTE_ID, hop.route_id.clone()).set(KN_ROUTED_FROM, hop.routed_from.clone());
-                    e
+                    (e, r.stored_secs)
                 }
             };
-            if event.is_expired(now) {
-                continue;
-            }
             event.set(crate::event::KN_ROUTE_CHECKPOINT, checkpoint.to_string());
-            out.push(event);
+            out.push(ViewItem { checkpoint, stored_secs, event });
         }
-        Ok(out)
+        Ok((out, last_given))
     }
 }
 
@@ -208,6 +247,13 @@ impl Store {
         }
         Ok(format)
     }
+}
+
+/// One event of a view, with what a selection needs of it.
+struct ViewItem {
+    checkpoint: u64,
+    stored_secs: u64,
+    event: Event,
 }
 
 fn span_of(w: &windows::Window) -> Span {
