@@ -24,6 +24,16 @@
 //       kn_content_filter, kn_expires, and id (a route id to reuse).
 //       The route is requested once the connection is open.
 //   kn.unsubscribe(id, callbacks) -> Promise<status>
+//   kn.pushSubscribe(topic, options, callbacks) -> Promise<{id, status, subscription}>
+//       Web Push to this browser even when the page is closed
+//       (docs/BROWSER.md, "Push to a closed page"): registers the service
+//       worker options.worker (default "/kn-sw.js", www/kn-sw.js), gets a
+//       PushSubscription with the server's VAPID key (window.kn_vapid_key,
+//       else do_method=vapid) and routes topic to it (kn_to=webpush:...).
+//       options: id, kn_push_ttl, kn_push_urgency, kn_push_topic,
+//       kn_content_filter, kn_expires.
+//   kn.pushUnsubscribe(topic, id, callbacks) -> Promise<status>
+//       deletes that route.
 //   kn.request(params, callbacks) -> Promise<status>
 //       any PubSub request (params as for the protocol).
 //   callbacks: {onSuccess(status), onError(status)}; status is the status
@@ -404,6 +414,59 @@
     return request({do_method: "route", kn_from: sub.topic, kn_to: "", kn_id: id}, callbacks);
   }
 
+  // ----- Web Push ------------------------------------------------------------
+
+  function base64url(bytes) {
+    var s = "";
+    for (var i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+    return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function fromBase64url(text) {
+    var s = atob(text.replace(/-/g, "+").replace(/_/g, "/"));
+    var out = new Uint8Array(s.length);
+    for (var i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+    return out;
+  }
+
+  function vapidKey() {
+    if (window.kn_vapid_key) return Promise.resolve(window.kn_vapid_key);
+    return fetch(server + "?do_method=vapid", {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("this server sends no Web Push");
+      return r.text();
+    }).then(function (t) { return t.trim(); });
+  }
+
+  function pushSubscribe(topic, options, callbacks) {
+    options = options || {};
+    if (!("serviceWorker" in navigator) || !window.PushManager) {
+      return Promise.reject(new Error("this browser has no Web Push"));
+    }
+    var id = options.id || ("p" + freshId());
+    return navigator.serviceWorker.register(options.worker || "/kn-sw.js").then(function () {
+      return navigator.serviceWorker.ready;
+    }).then(function (reg) {
+      return reg.pushManager.getSubscription().then(function (s) {
+        return s || vapidKey().then(function (key) {
+          return reg.pushManager.subscribe({userVisibleOnly: true, applicationServerKey: fromBase64url(key)});
+        });
+      });
+    }).then(function (subscription) {
+      var json = JSON.stringify(subscription.toJSON ? subscription.toJSON() : subscription);
+      var params = {do_method: "route", kn_from: topic, kn_id: id, kn_to: "webpush:" + base64url(new TextEncoder().encode(json))};
+      ["kn_push_ttl", "kn_push_urgency", "kn_push_topic", "kn_content_filter", "kn_expires"].forEach(function (k) {
+        if (options[k] !== undefined && options[k] !== null && options[k] !== "") params[k] = options[k];
+      });
+      return request(params, callbacks).then(function (status) {
+        return {id: id, status: status, subscription: subscription};
+      });
+    });
+  }
+
+  function pushUnsubscribe(topic, id, callbacks) {
+    return request({do_method: "route", kn_from: topic, kn_to: "", kn_id: id}, callbacks);
+  }
+
   // ----- the connection ------------------------------------------------------
 
   function setState(state, detail) {
@@ -592,6 +655,8 @@
     publishMany: publishMany,
     subscribe: subscribe,
     unsubscribe: unsubscribe,
+    pushSubscribe: pushSubscribe,
+    pushUnsubscribe: pushUnsubscribe,
     request: function (params, callbacks) { return request(withId(params), callbacks); },
     connect: function () { connect(); },
     freshId: freshId,

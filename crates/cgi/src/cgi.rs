@@ -69,7 +69,7 @@ fn serve_one() -> ExitCode {
     };
     // The server's names come from KN_SERVER_URL and `.names`, never
     // from this request's Host (see `Store::adopt_name`).
-    let store = match Store::open_with(config) {
+    let store = match Store::open_with(config).and_then(|s| kn_push::wire(s).map_err(push_error)) {
         Ok(s) => Arc::new(s),
         Err(err) => return fail(&mut out, 500, "Event store unavailable", err.message()),
     };
@@ -353,4 +353,9 @@ fn fail(out: &mut impl Write, code: u16, reason: &str, message: &str) -> ExitCod
         let _ = response.write_to(out);
     }
     ExitCode::SUCCESS
+}
+
+/// A Web Push setting or key file that does not work, as a store error.
+fn push_error(err: kn_push::Error) -> kn_journal::Error {
+    kn_journal::Error::new(kn_journal::ErrorKind::BadRequest, err.to_string())
 }

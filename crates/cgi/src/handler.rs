@@ -274,6 +274,14 @@ impl Handler {
             Method::Test => return Reply::Done(self.test(&request.names())),
             Method::Receipts => return self.receipts(request, format, &page, &user),
             Method::Ack => return self.ack(request, format, &page, &user),
+            Method::Vapid => {
+                let Some(push) = self.store.push_sender() else {
+                    let status = status_event(404, "No Web Push", "this server sends no Web Push (KN_PUSH_CONTACT is not set)", status_from);
+                    return self.reply_statuses(request, format, &page, vec![status]);
+                };
+                let key = push.public_key().into_bytes();
+                return Reply::Done(Response::new(Head::new(None, "text/plain; charset=utf-8"), key));
+            }
         }
         if method == "route" && is_tunnel_request(params) {
             return match self.tunnel(request, params, request.path_info(), format, &user) {
@@ -645,6 +653,12 @@ impl Handler {
         body.extend_from_slice(b"\r\nif (! window.kn_server) window.kn_server = '");
         js_single_quoted(request.script_name().as_bytes(), &mut body);
         body.extend_from_slice(b"';");
+        if let Some(push) = self.store.push_sender() {
+            // kn.pushSubscribe's applicationServerKey (www/js/kn_client.js).
+            body.extend_from_slice(b"\r\nwindow.kn_vapid_key = '");
+            js_single_quoted(push.public_key().as_bytes(), &mut body);
+            body.extend_from_slice(b"';");
+        }
         Response::new(cacheable(Head::new(None, "application/x-javascript; charset=utf-8")), body)
     }
 

@@ -518,7 +518,8 @@ impl Server {
         let streams_config = kn_streams::StreamsConfig::from_env()?;
         let caps = config.caps(open_files_limit());
         let readers = Pool::start(TUNNEL_READ_THREADS, "kn-tunnel-read")?;
-        let store = Arc::new(Store::open_with(store_config)?);
+        let store = Store::open_with(store_config)?;
+        let store = Arc::new(kn_push::wire(store).map_err(|e| kn_journal::Error::new(kn_journal::ErrorKind::BadRequest, e.to_string()))?);
         let static_dir = match config.static_dir {
             Some(dir) => Some(
                 dir.canonicalize().map_err(|e| Error::io(&format!("cannot open static directory '{}'", dir.display()), e))?,

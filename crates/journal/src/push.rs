@@ -51,4 +51,8 @@ pub trait Push: Send + Sync {
     /// service; `route` holds the route's own elements (`kn_push_ttl`,
     /// `kn_push_urgency`, `kn_push_topic`), which the event's override.
     fn send(&self, destination: &str, route: &Event, event: &Event) -> PushAnswer;
+
+    /// The server's VAPID public key in base64url (`do_method=vapid`, a
+    /// page's `applicationServerKey`).
+    fn public_key(&self) -> String;
 }

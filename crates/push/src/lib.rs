@@ -41,7 +41,7 @@ mod vapid;
 
 pub use ece::{encrypt, encrypt_with, OVERHEAD};
 pub use error::{Error, ErrorKind, Result};
-pub use sender::{PushRemote, PushSettings, Sender, VAPID_KEY_FILE};
+pub use sender::{wire, PushRemote, PushSettings, Sender, VAPID_KEY_FILE};
 pub use subscription::{PushPolicy, Subscription, DEFAULT_PUSH_SERVICES, MAX_SUBSCRIPTION_BYTES};
 pub use vapid::{VapidKey, MAX_JWT_SECONDS};
 

@@ -130,6 +130,10 @@ impl Push for Sender {
         self.subscription(destination).map(|s| s.endpoint().to_string())
     }
 
+    fn public_key(&self) -> String {
+        self.key.public_base64url()
+    }
+
     fn send(&self, destination: &str, route: &Event, event: &Event) -> PushAnswer {
         let sub = match self.subscription(destination) {
             Ok(sub) => sub,
@@ -173,6 +177,17 @@ impl Push for Sender {
             Err(e) => PushAnswer::Retry(None, format!("push service '{endpoint}' did not answer: {e}")),
         }
     }
+}
+
+/// Gives `store` a Web Push sender when the operator set
+/// `KN_PUSH_CONTACT` ([`PushSettings::from_env`]); the store as it was
+/// otherwise. Its other remote requests keep the client its settings make
+/// (`HttpRemote::from_config`).
+pub fn wire(store: kn_journal::Store) -> crate::Result<kn_journal::Store> {
+    let Some(settings) = PushSettings::from_env()? else { return Ok(store) };
+    let sender = Sender::open(store.root(), store.config(), settings)?;
+    let inner = Arc::new(kn_journal::HttpRemote::from_config(store.config()));
+    Ok(store.with_remote(Arc::new(PushRemote::new(inner, sender))))
 }
 
 /// A store's outbound client with Web Push: [`Remote`] requests go to

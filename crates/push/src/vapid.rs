@@ -64,8 +64,8 @@ impl VapidKey {
     }
 
     /// Reads the key at `path`, or makes one there if there is none: the
-    /// file is written under a temporary name with mode 0600 and linked
-    /// into place, so two processes starting at once agree on one key.
+    /// file is written under a temporary name with mode 0660 (the store's
+    /// group, as `.session-key`) and linked into place, so two processes starting at once agree on one key.
     pub fn load_or_create(path: &Path) -> Result<VapidKey> {
         match fs::read_to_string(path) {
             Ok(text) => VapidKey::from_text(&text).map_err(|e| io(path, &e.to_string())),
@@ -96,9 +96,11 @@ impl VapidKey {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("vapid");
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
         let result = (|| {
-            let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o660).open(&tmp)?;
+            // Whatever the umask: the store's group reads it, others never.
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o660))?;
             file.write_all(self.to_text().as_bytes())?;
             file.write_all(b"\n")?;
             file.sync_all()?;
@@ -147,7 +149,7 @@ mod tests {
         let again = VapidKey::load_or_create(&path).unwrap();
         assert_eq!(first.public_base64url(), again.public_base64url());
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
         let rotated = VapidKey::rotate(&path).unwrap();
         assert_ne!(first.public_base64url(), rotated.public_base64url());
         assert_eq!(VapidKey::load_or_create(&path).unwrap().public_base64url(), rotated.public_base64url());

@@ -35,6 +35,8 @@ pub enum Method {
     Receipts,
     /// `ack`: a client confirms events.
     Ack,
+    /// `vapid`: the server's Web Push (VAPID) public key.
+    Vapid,
 }
 
 /// One `do_method`: its name, what it does, and an example request
@@ -104,6 +106,14 @@ pub const METHODS: &[Entry] = &[
         method: Method::Whoami,
         summary: "Who the server takes the client for, as the JavaScript client reads it.",
         example: None,
+    },
+    Entry {
+        name: "vapid",
+        method: Method::Vapid,
+        summary: "The server's Web Push (VAPID) public key in base64url, as plain text: a page's `applicationServerKey` \
+                  for a route to its push subscription (`kn_to=webpush:...`, docs/PROTOCOL.md \"Web Push (extension)\"). \
+                  `404` when the server sends no Web Push (`KN_PUSH_CONTACT` unset).",
+        example: Some("curl '{SERVER}?do_method=vapid'"),
     },
     Entry { name: "lib", method: Method::Lib, summary: "The JavaScript client (`kn_client.js`).", example: None },
     Entry { name: "libform", method: Method::Lib, summary: "The JavaScript client with its `kn:` form handler.", example: None },

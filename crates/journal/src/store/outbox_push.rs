@@ -12,6 +12,12 @@ use super::outbox_delivery::Delivery;
 use super::Store;
 
 impl Store {
+    /// The store's Web Push sender, if the program gave it one.
+    #[doc(hidden)]
+    pub fn push_sender(&self) -> Option<&dyn crate::push::Push> {
+        self.remote.push()
+    }
+
     /// Checks a push destination at route creation: this server sends Web
     /// Push, the subscription parses, its endpoint passes the push service
     /// allowlist and the outbound policy. The destination as stored.
