@@ -7,8 +7,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -46,53 +46,10 @@ pub struct Cluster {
     pub tag: String,
 }
 
+pub use kn_test_support::cluster::{processes, run, sh};
+
 pub fn tools_missing() -> Option<String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (network namespaces, glusterd, FUSE mounts)".into());
-    }
-    for (tool, package) in [("ip", "iproute2"), ("glusterd", "glusterfs-server"), ("gluster", "glusterfs-server"), ("mount.glusterfs", "glusterfs-client")] {
-        let found = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"].iter().any(|d| Path::new(d).join(tool).exists());
-        if !found {
-            return Some(format!("{tool} not installed (apt-get install {package})"));
-        }
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse".into());
-    }
-    None
-}
-
-pub fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs `cmd` for at most `limit`: true when it exited successfully in
-/// time; else it is killed (and reaped) and the answer is false.
-pub fn run_within(cmd: &mut Command, limit: Duration) -> bool {
-    let Ok(mut child) = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn() else { return false };
-    match support::wait_exit(&mut child, limit) {
-        Some(status) => status.success(),
-        None => {
-            let _ = child.kill();
-            // A child stuck on a hung FUSE mount dies once the mount's
-            // client is gone: reaped then, or left to init.
-            let _ = support::wait_exit(&mut child, Duration::from_secs(1));
-            false
-        }
-    }
-}
-
-pub fn sh(args: &[&str]) -> Result<String, String> {
-    run(Command::new(args[0]).args(&args[1..]))
+    kn_test_support::cluster::tools_missing(&[("ip", "iproute2"), ("glusterd", "glusterfs-server"), ("gluster", "glusterfs-server"), ("mount.glusterfs", "glusterfs-client")])
 }
 
 impl Cluster {
@@ -213,35 +170,10 @@ pub fn relays() -> HashSet<PathBuf> {
         .collect()
 }
 
-/// Every process: (pid, command line with spaces).
-pub fn processes() -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        out.push((pid, String::from_utf8_lossy(&raw).replace('\0', " ")));
-    }
-    out
-}
-
 impl Drop for Cluster {
     fn drop(&mut self) {
         for point in self.mounts.drain(..).rev() {
-            let p = point.to_string_lossy().into_owned();
-            // `umount` itself stats the mount point: on a hung client it
-            // would wait for ever, so it gets a few seconds.
-            let unmounted = support::wait_for(Duration::from_secs(5), || run_within(Command::new("umount").arg(&p), Duration::from_secs(3)));
-            if !unmounted {
-                // Ending the mount's client aborts its FUSE connection: a
-                // process stuck on the mount gets its error and can exit.
-                for (pid, cmd) in processes() {
-                    if cmd.contains("glusterfs") && cmd.trim_end().ends_with(&p) {
-                        eprintln!("the client of {p} (pid {pid}) is hung: killed");
-                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                    }
-                }
-                run_within(Command::new("umount").args(["-l", &p]), Duration::from_secs(10));
-            }
+            kn_test_support::cluster::unmount(&point, "glusterfs");
         }
         for volume in self.volumes.clone() {
             let _ = self.gluster(&["volume", "stop", &volume, "force"]);

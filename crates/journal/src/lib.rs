@@ -488,7 +488,7 @@ pub mod internal {
     pub use crate::push::{is_push_destination, Push, PushAnswer, PUSH_PREFIX};
     pub use crate::record::{decode as decode_record, encode as encode_record, BlobRef, Decoded, Record};
     pub use crate::remote::{content_transform, deliver, deliver_to, parse_content_transform, RemoteFailure};
-    pub use crate::shared::{check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
+    pub use crate::shared::{append, check_mount, magic_of, FileSystem, MountCheck, GLUSTER_MOUNT_OPTIONS, GLUSTER_VOLUME_OPTIONS};
     pub use crate::stats::{Counter, Counters, STATS_FILE};
     pub use crate::store::{
         own_host_name, presence_id, raise_open_file_limit, Destination, HeldStatuses, NameKind, PresenceChanges, Receipt, Receipts,

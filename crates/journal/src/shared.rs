@@ -8,8 +8,13 @@ use std::time::Duration;
 
 use crate::config::Shared;
 
+#[path = "shared_ceph.rs"]
+mod ceph;
+
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 const NFS_SUPER_MAGIC: i64 = 0x6969;
+/// The kernel CephFS client's `statfs` type; `ceph-fuse` shows as FUSE.
+const CEPH_SUPER_MAGIC: i64 = 0x00C3_6400;
 
 /// The file system a store lives on, as `statfs(2)` and `/proc/mounts`
 /// describe it.
@@ -46,9 +51,16 @@ impl FileSystem {
     }
 
     /// True on a network file system that several hosts may mount (FUSE,
-    /// NFS): what `Shared::Auto` turns shared mode on for.
+    /// NFS, CephFS): what `Shared::Auto` turns shared mode on for.
     pub fn is_network(&self) -> bool {
-        self.magic == FUSE_SUPER_MAGIC || self.magic == NFS_SUPER_MAGIC
+        is_network_magic(self.magic)
+    }
+
+    /// True when the mount is CephFS: the kernel client (`statfs` type
+    /// 0x00C36400, `/proc/mounts` type `ceph`) or `ceph-fuse` (FUSE, type
+    /// `fuse.ceph-fuse`, or `fuse.ceph` as some versions name it).
+    pub fn is_cephfs(&self) -> bool {
+        self.magic == CEPH_SUPER_MAGIC || matches!(self.name.as_str(), "ceph" | "fuse.ceph-fuse" | "fuse.ceph")
     }
 
     /// True when the mount is a GlusterFS FUSE mount.
@@ -69,8 +81,12 @@ pub(crate) fn resolve(shared: Shared, magic: i64) -> bool {
     match shared {
         Shared::On => true,
         Shared::Off => false,
-        Shared::Auto => magic == FUSE_SUPER_MAGIC || magic == NFS_SUPER_MAGIC,
+        Shared::Auto => is_network_magic(magic),
     }
+}
+
+fn is_network_magic(magic: i64) -> bool {
+    magic == FUSE_SUPER_MAGIC || magic == NFS_SUPER_MAGIC || magic == CEPH_SUPER_MAGIC
 }
 
 fn statfs_type(path: &Path) -> Option<i64> {
@@ -92,6 +108,7 @@ fn magic_name(magic: i64) -> &'static str {
         0x2FC1_2FC1 => "zfs",
         FUSE_SUPER_MAGIC => "fuse",
         NFS_SUPER_MAGIC => "nfs",
+        CEPH_SUPER_MAGIC => "ceph",
         _ => "unknown",
     }
 }
@@ -178,6 +195,9 @@ pub const GLUSTER_MOUNT_OPTIONS: &[(&str, &str, &str)] = &[
 /// is installed and answers within a few seconds). Empty on other file
 /// systems.
 pub fn check_mount(fs: &FileSystem) -> Vec<MountCheck> {
+    if fs.is_cephfs() {
+        return ceph::check_mount(fs);
+    }
     if !fs.is_glusterfs() {
         return Vec::new();
     }
@@ -267,13 +287,20 @@ fn volume_options(host: &str, volume: &str) -> Result<Vec<(String, String)>, Str
 
 /// Runs the gluster CLI with `args` (within 10 s): its standard output.
 fn gluster(args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new("gluster")
-        .args(["--mode=script", "--timeout=5"])
+    let mut all = vec!["--mode=script", "--timeout=5"];
+    all.extend(args);
+    run_cli("gluster", &all)
+}
+
+/// Runs the CLI `program` (gluster, ceph) with `args`, for at most 10 s:
+/// its standard output.
+fn run_cli(program: &str, args: &[&str]) -> Result<String, String> {
+    let mut child = Command::new(program)
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot run the gluster CLI: {e}"))?;
+        .map_err(|e| format!("cannot run the {program} CLI: {e}"))?;
     let mut out = child.stdout.take();
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
@@ -291,13 +318,13 @@ fn gluster(args: &[&str]) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("the gluster CLI did not answer within 10 s".to_string());
+                return Err(format!("the {program} CLI did not answer within 10 s"));
             }
         }
     };
     let text = reader.join().unwrap_or_default();
     if !status.success() {
-        return Err(format!("gluster {} failed ({status})", args.join(" ")));
+        return Err(format!("{program} {} failed ({status})", args.join(" ")));
     }
     Ok(text)
 }
@@ -317,6 +344,21 @@ pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
     };
     let mode = if shared { "shared mode" } else { "local mode" };
     format!("{}{place}: {mode} (KN_SHARED={setting})", fs.name)
+}
+
+/// Appends `bytes` at the end of `file` as `fstat` gives it now, with
+/// `pwrite`: the caller holds an exclusive lock that every writer of the
+/// file takes. Never `O_APPEND` (`file` must not be opened with it, or
+/// Linux writes at its own idea of the end): on CephFS an `O_APPEND`
+/// write from one mount lands at that client's cached end, and two
+/// mounts appending in turn overwrite each other's records even under a
+/// lock with `fsync` (docs/SCALE-OUT.md, "What each engine must give");
+/// the size read under the lock is the one the MDS hands with the lock's
+/// capabilities.
+pub fn append(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let end = file.metadata()?.len();
+    file.write_all_at(bytes, end)
 }
 
 /// Which `flock` [`lock`] takes.

@@ -41,6 +41,9 @@
 //! * [`raw`]: [`raw::Conn`], [`raw::Reply`], [`raw::Tunnel`]: a raw
 //!   HTTP/1.1 keep-alive client and tunnel reader for `pubsub-cgi serve`
 //!   (not re-exported at the root).
+//! * [`cluster`]: what the scale-out tests' clusters (GlusterFS, CephFS)
+//!   share: bounded commands, namespaces and veths, unmounting a FUSE
+//!   mount whose client may hang (not re-exported at the root).
 //! * [`process`]: [`wait_for`], [`process_alive`], [`run_with_stdin`],
 //!   [`scratch`], [`owner`].
 //!
@@ -57,6 +60,7 @@
 #![deny(missing_docs)]
 
 pub mod bins;
+pub mod cluster;
 pub mod dir;
 pub mod http;
 pub mod process;

@@ -174,16 +174,22 @@ impl Store {
 
     /// Notes that a static route reads `presence` (a `kn_presence`
     /// topic), so that [`Store::pass_routed_presence`] keeps it up to date
-    /// with no tunnel on it. One line appended the first time.
+    /// with no tunnel on it. One line appended the first time, at the end
+    /// under the file's exclusive lock (not `O_APPEND`, which loses lines
+    /// two CephFS hosts append: `shared::append`).
     pub(super) fn note_routed_presence(&self, presence: &Topic) -> Result<()> {
         let path = self.config.root.join(ROUTED_FILE);
-        let mut file = crate::log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
+        let mut file = crate::log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, &self.config).map_err(|e| Error::io("cannot lock", &path, e))?;
         let mut text = String::new();
         let _ = file.read_to_string(&mut text);
-        if text.lines().any(|line| line == presence.as_str()) {
-            return Ok(());
-        }
-        file.write_all(format!("{presence}\n").as_bytes()).map_err(|e| Error::io("cannot append to", &path, e))
+        let noted = if text.lines().any(|line| line == presence.as_str()) {
+            Ok(())
+        } else {
+            crate::shared::append(&file, format!("{presence}\n").as_bytes()).map_err(|e| Error::io("cannot append to", &path, e))
+        };
+        crate::shared::unlock(&file, &self.config);
+        noted
     }
 
     /// A presence pass on each `kn_presence` topic that static routes

@@ -6,7 +6,7 @@
 //! and the queue of the backstop walk (`.sweep`, also the sweep's lock).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind as IoKind, Write as _};
+use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -34,9 +34,11 @@ const CHUNK: usize = 64 << 10;
 
 /// Appends `entries` (a topic and the time, in seconds since the epoch,
 /// from which it is due) to the due queue in `path`, creating the file if
-/// needed: one `O_APPEND` write under a shared `flock` of the file, so a
-/// rotation (under an exclusive one) never loses it: a writer that finds
-/// the file it locked replaced appends to the new one.
+/// needed: one write at the file's end under an exclusive `flock` of the
+/// file, so a rotation (under one too) never loses it: a writer that
+/// finds the file it locked replaced appends to the new one. Not
+/// `O_APPEND` under a shared lock: on CephFS two hosts' `O_APPEND`
+/// writes overwrite each other (`shared::append`).
 pub(super) fn enqueue(config: &Config, name: &str, entries: &[(u64, &Topic)]) -> Result<()> {
     if entries.is_empty() {
         return Ok(());
@@ -46,7 +48,7 @@ pub(super) fn enqueue(config: &Config, name: &str, entries: &[(u64, &Topic)]) ->
     // (skipped, or looked at for nothing) instead of swallowing this one.
     let text: String = std::iter::once("\n".to_string()).chain(entries.iter().map(|(due, topic)| format!("{due} {topic}\n"))).collect();
     for _ in 0..16 {
-        let file = match OpenOptions::new().append(true).open(path) {
+        let file = match OpenOptions::new().write(true).open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == IoKind::NotFound => {
                 create_queue(path)?;
@@ -54,11 +56,11 @@ pub(super) fn enqueue(config: &Config, name: &str, entries: &[(u64, &Topic)]) ->
             }
             Err(e) => return Err(Error::io("cannot open", path, e)),
         };
-        crate::shared::lock(&file, crate::shared::LockKind::Shared, config).map_err(|e| Error::io("cannot lock", path, e))?;
+        crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock", path, e))?;
         if !is_current(&file, path) {
             continue;
         }
-        return (&file).write_all(text.as_bytes()).map_err(|e| Error::io("cannot write", path, e));
+        return crate::shared::append(&file, text.as_bytes()).map_err(|e| Error::io("cannot write", path, e));
     }
     Err(Error::io("cannot append to", path, std::io::Error::other("replaced again and again")))
 }
@@ -271,8 +273,9 @@ pub(super) fn append_owed(root: &Path, owed: &[Owed]) -> Result<()> {
     }
     let path = root.join(OWED_FILE);
     let text: String = owed.iter().map(|o| format!("{} {} {}\n", o.removed_at, o.source, o.journal)).collect();
-    let mut file = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
-    file.write_all(text.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
+    // At the end as the size tells it, not O_APPEND (`shared::append`).
+    let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+    crate::shared::append(&file, text.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
 }
 
 /// Replaces `.sweep-routes` by `owed` (under the sweep's lock): what is
@@ -380,6 +383,7 @@ impl<'f> Queue<'f> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     fn topic(n: usize) -> Topic {
         Topic::parse(&format!("/who/w{}/s/{n}/kn_journal", n % 4)).unwrap()

@@ -6,7 +6,7 @@
 //! revived, a route's source indexed for the sweep).
 
 use std::fs::{self, File};
-use std::io::{ErrorKind as IoKind, Write as _};
+use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -167,8 +167,9 @@ impl Store {
             return Ok(());
         }
         let path = dir.join(SOURCES_FILE);
-        let mut file = log::open_shared(&path, true).map_err(|e| Error::io("cannot open", &path, e))?;
-        file.write_all(format!("{source}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
+        // At the end as the size tells it, not O_APPEND (`shared::append`).
+        let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+        crate::shared::append(&file, format!("{source}\n").as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
     }
 
     /// Locks `parent` to create a child directory in it: the sweep prunes
