@@ -74,6 +74,10 @@ impl Sender {
             .max_redirects(0)
             .timeout_global(Some(config.remote_timeout))
             .timeout_connect(Some(config.remote_connect_timeout))
+            // The store's proxy (KN_HTTP_PROXY) or none, never ureq's
+            // default `Proxy::try_from_env()`: in a CGI, `HTTP_PROXY` is
+            // the client's `Proxy:` header (httpoxy).
+            .proxy(config.http_proxy.as_ref().and_then(|p| ureq::Proxy::new(p.as_str()).ok()))
             .build()
             .new_agent();
         Ok(Sender { settings, key, agent })
