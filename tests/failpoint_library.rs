@@ -2,7 +2,10 @@
 //! (`crates/journal/tests/blob_failpoints.rs`: a post failing between
 //! storing a blob, linking it and writing its record leaves no record
 //! without its blob; `crates/journal/tests/append_failpoints.rs`: an
-//! append failing after writing its records never has them overwritten).
+//! append failing after writing its records never has them overwritten;
+//! `crates/journal/tests/window_failpoints.rs`: a route write whose window
+//! record fails, with `KN_FOLLOW`, leaves no window open for a deleted
+//! route).
 //! They need kn-journal built with the `failpoints` feature, which a plain
 //! `cargo test --workspace` does not turn on (it would compile the fault
 //! hooks into every test's store): this test builds and runs them in
@@ -22,6 +25,14 @@ fn kn_journals_blob_failpoint_tests_pass() {
 #[test]
 fn kn_journals_append_failpoint_tests_pass() {
     passes(&support::failpoint_tests("kn-journal", "append_failpoints"));
+}
+
+/// `crates/journal/tests/window_failpoints.rs`: a route without its
+/// window reads as its copies; a deletion whose closing record fails is
+/// refused (issue 39).
+#[test]
+fn kn_journals_window_failpoint_tests_pass() {
+    passes(&support::failpoint_tests("kn-journal", "window_failpoints"));
 }
 
 fn passes(out: &str) {

@@ -80,7 +80,8 @@ pub(crate) const FILE_MODE: u32 = 0o664;
 /// linked into the topic, then EIO before the record is written;
 /// `forward-eio`, `forward-enospc`, `forward-emfile`: a local delivery
 /// along a route fails with that error before it appends, see
-/// `store/outbox.rs`).
+/// `store/outbox.rs`; `window-eio`: a window log record is not written,
+/// see `store/windows.rs`).
 #[cfg(feature = "failpoints")]
 pub(crate) fn failpoint(name: &str) -> bool {
     std::env::var_os("KN_FAILPOINT")

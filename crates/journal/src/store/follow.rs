@@ -11,8 +11,7 @@
 //! copies do but the view cannot (the record field they need is step 3's
 //! rest); the window is written after the route record, not before it,
 //! and without the journal's lock (the design's order is the journal's
-//! lock, then the source's); the sweep's settling of routes into a removed
-//! journal (`sweep_routes.rs`) closes no window (step 4).
+//! lock, then the source's).
 
 use crate::event::{Event, KN_PAYLOAD, KN_ROUTED_FROM, KN_ROUTE_ID, KN_ROUTE_LOCATION};
 use crate::log::{self, LogCursor};
@@ -23,13 +22,31 @@ use super::windows::{self, Hop, SourceWindows, WindowChange};
 use super::{Destination, Result, Store};
 
 impl Store {
-    /// After a route record of a source was stored in its `kn_routes`
-    /// (`routes`), under the source's lock, whose log ends at
-    /// `source_end`: the window changes it makes. A no-op unless
-    /// `Config::follow`. A failure is not the route's: the record is
-    /// stored, and the copies, which readers read, do not depend on it.
+    /// Before a deletion of a route (a record with an empty destination:
+    /// a client's deletion, the sweep's, a poisoning) is stored in the
+    /// source's `kn_routes` (`routes`), under the source's lock, whose log
+    /// ends at `source_end`: the closing record of the route's open
+    /// window, first, as FORMAT.md orders it. A failure fails the
+    /// deletion, which its client retries: a window is never left open
+    /// for a route stored as deleted. A no-op unless `Config::follow`.
+    pub(super) fn route_deleting_windows(&self, routes: &Topic, source_end: u64, route: &Event) -> Result<()> {
+        if !self.config.follow || route.get(KN_PAYLOAD).is_some_and(|d| !d.is_empty()) {
+            return Ok(());
+        }
+        let Some(source) = routes.parent() else { return Ok(()) };
+        self.write_route_windows(&source, source_end, route)
+    }
+
+    /// After a route record with a destination was stored in the source's
+    /// `kn_routes` (`routes`), under the source's lock, whose log ends at
+    /// `source_end`: the window changes it makes (a replaced route's
+    /// window closed, a new window opened). Written after the route
+    /// record: a crash in between leaves a route without a window, read as
+    /// a version-4 route (copies only). A failure is not the route's: the
+    /// record is stored, and the copies, which readers read, do not depend
+    /// on it. A no-op unless `Config::follow`.
     pub(super) fn route_changed_windows(&self, routes: &Topic, source_end: u64, route: &Event) {
-        if !self.config.follow {
+        if !self.config.follow || route.get(KN_PAYLOAD).is_none_or(|d| d.is_empty()) {
             return;
         }
         let Some(source) = routes.parent() else { return };

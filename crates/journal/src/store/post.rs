@@ -254,6 +254,11 @@ impl Store {
                 let parent_kept = self.take_kept(&parent);
                 let (mut writer, parent_kept) = self.writer(&parent, parent_kept, &mut prepare)?;
                 writer.routes_changing()?;
+                // A deletion closes its window first (follow.rs).
+                if let Err(e) = self.route_deleting_windows(topic, writer.last_seq(), event) {
+                    self.keep(writer, parent_kept);
+                    return Err(e);
+                }
                 source = Some((writer, parent_kept));
             }
         }

@@ -147,6 +147,11 @@ impl Store {
         let mut stored = Vec::new();
         let mut result = Ok(());
         for event in &events {
+            // Its window closed first, under the source's lock (follow.rs).
+            if let Err(e) = self.route_deleting_windows(&routes, source_writer.last_seq(), event) {
+                result = Err(e);
+                break;
+            }
             match writer.append(event, t.max(0.0) as u64, &self.gauge) {
                 Ok(Appended::Stored(seq)) => stored.push((seq, event)),
                 Ok(_) => {}
@@ -161,10 +166,6 @@ impl Store {
             let _ = writer.compact_wanted(t);
         }
         self.keep(writer, kept);
-        for (_, event) in &stored {
-            // Under the source's lock, after the deletion (follow.rs).
-            self.route_changed_windows(&routes, source_writer.last_seq(), event);
-        }
         self.keep(source_writer, source_kept);
         self.appended(waking, !stored.is_empty());
         if !stored.is_empty() {

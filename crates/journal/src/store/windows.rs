@@ -249,6 +249,9 @@ pub fn windows_dir(source_dir: &Path) -> PathBuf {
 /// records sit among S's events where they were decided.
 pub fn append(source_dir: &Path, config: &Config, gauge: &SpaceGauge, changes: &[WindowChange]) -> Result<Vec<u64>> {
     let dir = windows_dir(source_dir);
+    if log::failpoint("window-eio") {
+        return Err(Error::io("cannot write window log", &dir, std::io::Error::from_raw_os_error(libc::EIO)));
+    }
     match super::create_topic_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
