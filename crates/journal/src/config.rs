@@ -100,6 +100,7 @@ impl std::str::FromStr for Shared {
 /// | `forward_inline` | 32 active routes: a notify to a topic with more is answered once its event is stored, and forwarded right after, many events to a journal at a time (0: always before the answer) | `KN_FORWARD_INLINE` |
 /// | `group_commit` | 64 posts: the most posts of one process waiting for the same topic that are stored together, with one lock, one write and one forwarding pass (0 or 1: each post alone) | `KN_GROUP_COMMIT` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
+/// | `max_push_routes` | 16 active Web Push routes per creator (a user, or an anonymous visitor's session) in the store (more: `403`; docs/PROTOCOL.md, "Web Push (extension)") | `KN_MAX_PUSH_ROUTES` |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
 /// | `max_topic_depth` | 32 segments per topic name (more: `400`); at most [`MAX_TOPIC_DEPTH`](crate::MAX_TOPIC_DEPTH) (64), beyond which no name is valid anywhere | `KN_MAX_TOPIC_DEPTH` |
@@ -237,6 +238,10 @@ pub struct Config {
     /// ([`ErrorKind::Forbidden`]), so that one client cannot make every
     /// post to a topic write without bound.
     pub max_routes: usize,
+    /// Most active Web Push routes one creator may have in the store
+    /// (`store/outbox_push.rs`): a push route makes this server send to a
+    /// client-supplied address, so each user's share is bounded.
+    pub max_push_routes: usize,
     /// Largest `kn_content_filter` regular expression accepted, in bytes.
     pub max_filter_bytes: usize,
     /// Most segments a topic name may have: a topic is created with all
@@ -440,6 +445,7 @@ impl Config {
             forward_inline: 32,
             group_commit: 64,
             max_routes: 10_000,
+            max_push_routes: 16,
             max_filter_bytes: 4096,
             max_topic_depth: 32,
             max_topic_bytes: 1024,
@@ -580,6 +586,9 @@ impl Config {
         }
         if let Some(v) = var("KN_MAX_ROUTES")? {
             self.max_routes = v;
+        }
+        if let Some(v) = var("KN_MAX_PUSH_ROUTES")? {
+            self.max_push_routes = v;
         }
         if let Some(v) = var("KN_MAX_REPLAYS")? {
             self.max_replays = v;

@@ -217,3 +217,36 @@ fn a_store_without_a_push_sender_refuses_push_routes() {
     let err = route(&store, "webpush:e30", &[]).unwrap_err();
     assert!(err.to_string().contains("sends no Web Push"), "{err}");
 }
+
+#[test]
+fn a_creator_may_make_max_push_routes_and_one_more_only_after_deleting_one() {
+    let Some(service) = StandIn::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().join("kn_events"));
+    config.reserve_bytes = 0;
+    config.outbound = OutboundPolicy::AllowAll;
+    config.max_push_routes = 2;
+    let store = Store::open_with(config.clone()).unwrap();
+    let sender = Sender::open(store.root(), &config, settings(true)).unwrap();
+    let store = store.with_remote(Arc::new(PushRemote::new(Arc::new(HttpRemote::new()), sender)));
+    let anna = kn_journal::access::Principal::user("anna");
+    let bob = kn_journal::access::Principal::user("bob");
+    let dest = service.destination(&format!("{}/push/201", service.base));
+    let make = |who: &kn_journal::access::Principal, topic: &str, id: &str| {
+        let mut params = Event::new();
+        params.set("kn_id", id);
+        store.as_user(who).route(&t(topic), dest.as_bytes(), params)
+    };
+    make(&anna, "/what/a", "p1").unwrap();
+    make(&anna, "/what/b", "p2").unwrap();
+    // The same route again is no new route.
+    make(&anna, "/what/b", "p2").unwrap();
+    let err = make(&anna, "/what/c", "p3").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Forbidden, "{err}");
+    assert!(err.to_string().contains("KN_MAX_PUSH_ROUTES"), "{err}");
+    // Another user has a bound of their own.
+    make(&bob, "/what/c", "p3").unwrap();
+    // Deleting one makes room.
+    store.as_user(&anna).delete_route(&t("/what/a"), b"p1", None).unwrap();
+    make(&anna, "/what/c", "p4").unwrap();
+}

@@ -3,10 +3,13 @@
 //! [`Push`](crate::push::Push). Kept apart from `outbox_delivery.rs`,
 //! which calls [`Store::deliver_push`] like `deliver_remote`.
 
+use std::path::{Path, PathBuf};
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
-use crate::push::PushAnswer;
+use crate::push::{is_push_destination, PushAnswer};
 use crate::stats::Counter;
+use crate::topic::Topic;
 
 use super::outbox_delivery::Delivery;
 use super::Store;
@@ -50,4 +53,71 @@ impl Store {
             PushAnswer::Refused(why) => Delivery::Permanent(Counter::PoisonedRefused, Error::new(ErrorKind::Remote, why)),
         }
     }
+
+    /// Counts a new push route of its creator (the `kn_route_creator` or
+    /// `kn_route_session` in `params`, else anonymous) against
+    /// `max_push_routes` (`KN_MAX_PUSH_ROUTES`): refused (`403`) past it.
+    /// Each creator's push routes are noted in `.push/<creator hash>/`,
+    /// one small file per route naming its source and id; at the bound,
+    /// the notes of routes no longer active push routes (deleted,
+    /// poisoned, replaced, expired) are dropped before counting again, so
+    /// the notes never outgrow the bound for long. Two requests racing at
+    /// the bound may both pass: by one route each.
+    pub(super) fn count_push_route(&self, from: &Topic, params: &Event) -> Result<()> {
+        let creator = params
+            .get(crate::access::KN_ROUTE_CREATOR)
+            .or_else(|| params.get(crate::access::KN_ROUTE_SESSION))
+            .unwrap_or(b"anonymous");
+        let dir = self.root().join(PUSH_DIR).join(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(creator)));
+        let id = params.id().unwrap_or(b"");
+        let mut key = from.as_str().as_bytes().to_vec();
+        key.push(b'\n');
+        key.extend_from_slice(id);
+        let note = dir.join(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&key)));
+        let io = |e: std::io::Error| Error::io("cannot note a push route in", &dir, e);
+        if note.exists() {
+            return Ok(()); // the same route again (a replacement)
+        }
+        let max = self.config.max_push_routes;
+        if notes(&dir).len() >= max {
+            for stale in notes(&dir).into_iter().filter(|n| !self.is_push_route(n)) {
+                let _ = std::fs::remove_file(stale);
+            }
+            let count = notes(&dir).len();
+            if count >= max {
+                let who = String::from_utf8_lossy(creator);
+                return Err(Error::new(
+                    ErrorKind::Forbidden,
+                    format!("'{who}' has {count} active push routes, the maximum (KN_MAX_PUSH_ROUTES is {max}): delete one first"),
+                ));
+            }
+        }
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        // Written whole under a temporary name, then renamed: a reader
+        // never sees half a note.
+        let tmp = dir.join(format!(".tmp-{}", std::process::id()));
+        std::fs::write(&tmp, &key).and_then(|()| std::fs::rename(&tmp, &note)).map_err(io)
+    }
+
+    /// Whether the note at `path` names a route that is still an active
+    /// push route. A note that cannot be read counts as one (kept).
+    fn is_push_route(&self, path: &Path) -> bool {
+        let Ok(key) = std::fs::read(path) else { return true };
+        let Some(split) = key.iter().position(|&b| b == b'\n') else { return false };
+        let Ok(source) = Topic::parse_bytes(&key[..split]) else { return false };
+        match self.route_of(&source, &key[split + 1..]) {
+            Ok(Some(route)) => route.is_active(crate::ids::now()) && is_push_destination(route.destination()) && route.event.get(super::KN_POISONED).is_none(),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+}
+
+/// The directory of the push route notes, in the store's root.
+pub(super) const PUSH_DIR: &str = ".push";
+
+/// The notes of a creator's push routes (temporaries left out).
+fn notes(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.'))).collect()
 }

@@ -268,6 +268,9 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
+        if crate::push::is_push_destination(&destination) {
+            self.count_push_route(from, &params)?;
+        }
         let journal = match self.resolve(&destination) {
             Ok(Destination::Local(to)) if to.is_journal() => Some(to),
             _ => None,
