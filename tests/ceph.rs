@@ -19,30 +19,28 @@
 
 mod ceph_cluster;
 mod e2e;
+#[path = "scale_out/presence.rs"]
+mod presence_scenario;
+mod presence_watch;
+mod scale_out;
 mod support;
 
 use std::collections::HashSet;
 use std::io::Write as _;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use ceph_cluster::*;
-use kn_journal::{Config, Selection, Store, Topic};
+use e2e::Tunnel;
+use kn_journal::{Selection, Topic};
+use scale_out::*;
 
 /// Records each host appends in item 2.
 const RECORDS: usize = 200;
-
-fn kn_in(ns: &str, root: &Path, args: &[&str]) -> (bool, String) {
-    let out = Cluster::in_ns(ns, &support::cargo_bin("kn").to_string_lossy())
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .env_remove("KN_SHARED")
-        .output()
-        .expect("run kn");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-}
 
 fn flock(file: &std::fs::File, how: libc::c_int) {
     assert_eq!(unsafe { libc::flock(file.as_raw_fd(), how) }, 0, "flock: {}", std::io::Error::last_os_error());
@@ -81,30 +79,34 @@ fn lost_when_two_hosts_append(mounts: &[&Path], name: &str, o_append: bool) -> u
     (0..mounts.len()).flat_map(|h| (0..RECORDS).map(move |i| format!("h{h}-{i}"))).filter(|r| !got.contains(r.as_str())).count()
 }
 
-fn open_store(root: &Path) -> Store {
-    let mut c = Config::new(root);
-    c.reserve_bytes = 0;
-    Store::open_with(c).expect("open the store")
-}
-
 #[test]
 fn three_hosts_share_one_cephfs() {
     if !gate() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let cluster = Cluster::start("ceph", 3);
+    let mut cluster = Cluster::start("ceph", 3);
     eprintln!("CephFS up with 3 mounts in {:.1} s", cluster.started.elapsed().as_secs_f64());
-    let mounts: Vec<&Path> = cluster.mounts.iter().map(|p| p.as_path()).collect();
+    let owned = cluster.mounts.clone();
+    let mounts: Vec<&Path> = owned.iter().map(|p| p.as_path()).collect();
     let roots: Vec<_> = mounts.iter().map(|m| m.join("kn_events")).collect();
 
-    // 1. The doctor, from host 2's namespace (where the cluster answers).
-    let (ok, doctor) = kn_in(&cluster.host_ns(2), &roots[1], &["doctor"]);
+    // 1. The doctor (this process's namespace reaches the cluster).
+    let (ok, doctor) = kn(&roots[1], &["doctor"]);
     eprintln!("kn doctor on host 2:\n{doctor}");
     assert!(ok, "kn doctor finds a required setting wrong:\n{doctor}");
     assert!(doctor.contains("fuse.ceph-fuse") && doctor.contains("shared mode"), "{doctor}");
     assert!(doctor.contains("mds_tick_interval"), "the doctor checks the MDS tick:\n{doctor}");
     assert!(!doctor.contains("WRONG"), "{doctor}");
+    cluster.set_mds_tick("5");
+    let (ok, slow) = kn(&roots[1], &["doctor"]);
+    assert!(!ok && slow.lines().any(|l| l.contains("WRONG") && l.contains("mds_tick_interval = 5 s")), "Ceph's default tick:\n{slow}");
+    let a = Host::start("A", &roots[0]);
+    let selftest = support::get(&format!("{}?do_method=test", a.url())).text();
+    assert!(selftest.contains("File system: fuse.ceph-fuse") && selftest.contains("mds_tick_interval is 5 s"), "{selftest}");
+    cluster.set_mds_tick("0.02");
+    let selftest = support::get(&format!("{}?do_method=test", a.url())).text();
+    assert!(selftest.contains("shared mode") && !selftest.contains("FAIL"), "{selftest}");
 
     // 2. Two hosts appending to one file at once.
     let lost_o_append = lost_when_two_hosts_append(&mounts[..2], "o_append", true);
@@ -132,4 +134,45 @@ fn three_hosts_share_one_cephfs() {
     let missing: Vec<String> = journals.iter().flatten().map(Topic::to_string).filter(|t| !queued.contains(t.as_str())).collect();
     eprintln!("200 journals created by two hosts at once in {:?}", started.elapsed());
     assert!(missing.is_empty(), "journals missing from .sweep-journals: {missing:?}");
+
+    // 3. The scenarios every engine runs (tests/scale_out/): notify on A,
+    // tunnel on B; both hosts posting at once; routes across hosts.
+    let b = Host::start("B", &roots[1]);
+    let cross = notify_crosses_hosts(&a, &b, &roots[1]);
+    eprintln!("CephFS notify A -> tunnel B: p50 {:?} p99 {:?}", percentile(&cross, 0.5), percentile(&cross, 0.99));
+    let store = open_store(&roots[1]);
+    let (volume, local) = two_hosts_post_at_once(&a, &b, &store, posts_per_host());
+    eprintln!("CephFS: {volume:.0} posts/s from two hosts, {local:.0} on a local disk ({:.3})", volume / local);
+    routes_cross_hosts(&a, &b, &store);
+
+    // 4. The MDS killed and started again under load: posts wait for it
+    // (or fail), nothing acknowledged is lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let plan = vec![
+        (0..100_000).map(|i| Post { topic: format!("/mds/t{}", i % 10), id: format!("ma-{i}") }).collect::<Vec<_>>(),
+        (0..100_000).map(|i| Post { topic: "/who/mds/kn_journal".into(), id: format!("mb-{i}") }).collect(),
+    ];
+    let mut reader = Tunnel::open(&format!("{}/who/mds/kn_journal?do_method=route&kn_response_format=simple&kn_status_from=mr", a.url()));
+    reader.expect_watching("mr", String::new);
+    let addrs = [a.addr(), b.addr()];
+    let s = stop.clone();
+    let posting = thread::spawn(move || load(&addrs, &plan, 2, &s));
+    thread::sleep(Duration::from_secs(1));
+    let down = cluster.restart_mds(Duration::from_secs(2));
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let r = posting.join().unwrap();
+    let acked: Vec<Post> = r.acked.into_iter().flatten().collect();
+    let problems = audit_with(&store, &acked, |id| r.failed_ids.contains(id));
+    eprintln!("MDS down {down:?} under load: {} posts acknowledged ({} failed {:?})", acked.len(), r.failed, r.failures);
+    assert!(problems.is_empty(), "after an MDS restart: {:?}", &problems[..problems.len().min(10)]);
+    assert!(!acked.is_empty(), "no post went through around the MDS restart");
+    reader.stream.close();
+    drop((a, b));
+
+    // 5. SIGKILL of a writing server on one host while another reads; then
+    // presence across two hosts.
+    a_writer_killed_on_one_host_tears_nothing(&roots[0], &roots[2]);
+    presence_scenario::presence_across_two_hosts(&roots[1], &roots[2]);
+    eprintln!("total {:.0} s", cluster.started.elapsed().as_secs_f64());
 }

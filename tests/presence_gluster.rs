@@ -15,24 +15,14 @@
 mod e2e;
 mod gluster_cluster;
 mod presence_watch;
+#[path = "scale_out/presence.rs"]
+mod presence_scenario;
+mod scale_out;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use e2e::PATIENCE;
 use gluster_cluster::*;
-use presence_watch::Watch;
-use support::Serve;
-
-const DEBOUNCE_MS: u64 = 1000;
-const PASS_MS: u64 = 100;
-
-fn host(root: &std::path::Path) -> Serve {
-    let mut command = Serve::command(root, None);
-    command.args(["--public-url", PUBLIC_URL]).env("KN_RESERVE_BYTES", "0").env_remove("KN_SHARED");
-    command.env("KN_PRESENCE_DEBOUNCE_MS", DEBOUNCE_MS.to_string()).env("KN_PRESENCE_PASS_MS", PASS_MS.to_string());
-    Serve::spawn(command)
-}
 
 #[test]
 fn presence_across_two_hosts_of_a_glusterfs_volume() {
@@ -47,36 +37,5 @@ fn presence_across_two_hosts_of_a_glusterfs_volume() {
     let mount_a = cluster.mount(&volume, "a", MOUNT_OPTIONS);
     let mount_b = cluster.mount(&volume, "b", MOUNT_OPTIONS);
     eprintln!("cluster up in {:.1} s", started.elapsed().as_secs_f64());
-    let a = host(&mount_a.join("kn_events"));
-    let mut b = host(&mount_b.join("kn_events"));
-    e2e::route(&a, "/chat", "/who/x/kn_journal", "rx", "");
-    e2e::route(&b, "/chat", "/who/y/kn_journal", "ry", "");
-
-    let mut on_a = Watch::tunnel(&a, "/chat/kn_presence", "");
-    let mut on_b = Watch::tunnel(&b, "/chat/kn_presence", "");
-    let x = Watch::tunnel(&a, "/who/x/kn_journal", "");
-    let _y = Watch::tunnel(&b, "/who/y/kn_journal", "");
-    let joined = Instant::now();
-    for w in [&mut on_a, &mut on_b] {
-        w.presence("join", "/who/x/kn_journal", PATIENCE).expect("x (on host a) joined");
-        w.presence("join", "/who/y/kn_journal", PATIENCE).expect("y (on host b) joined");
-    }
-    eprintln!("both joins on both hosts {:?} after the tunnels opened", joined.elapsed());
-
-    // x's tunnel closes on host a: both hosts see it leave.
-    x.close();
-    let closed = Instant::now();
-    for w in [&mut on_a, &mut on_b] {
-        w.presence("leave", "/who/x/kn_journal", PATIENCE).expect("x left");
-    }
-    eprintln!("x's leave on both hosts {:?} after its tunnel closed", closed.elapsed());
-
-    // Host b's server dies (SIGKILL, with y's tunnel): y leaves, on a.
-    b.child.kill().unwrap();
-    let _ = b.child.wait();
-    let killed = Instant::now();
-    on_a.presence("leave", "/who/y/kn_journal", PATIENCE).expect("y left with its host's server");
-    let took = killed.elapsed();
-    eprintln!("y's leave on host a {took:?} after host b's server was SIGKILLed (debounce {DEBOUNCE_MS} ms, pass {PASS_MS} ms)");
-    assert!(took >= Duration::from_millis(DEBOUNCE_MS), "left before the debounce: {took:?}");
+    presence_scenario::presence_across_two_hosts(&mount_a.join("kn_events"), &mount_b.join("kn_events"));
 }

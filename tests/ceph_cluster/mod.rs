@@ -219,6 +219,26 @@ impl Cluster {
         point
     }
 
+    /// SIGKILLs the MDS, starts it again and waits until it is active:
+    /// how long the file system had no MDS.
+    pub fn restart_mds(&mut self, down_for: Duration) -> Duration {
+        let at = self.daemons.iter().position(|d| d.name == "mds.a").expect("the MDS");
+        let mut old = self.daemons.remove(at);
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        let killed = Instant::now();
+        std::thread::sleep(down_for);
+        let srv = self.server_ns();
+        self.spawn("mds.a", &srv, "ceph-mds", &["-i", "a", "-f"]);
+        self.wait("active MDS after its restart", Duration::from_secs(120), || self.ceph(&["mds", "stat"]).is_ok_and(|t| t.contains("up:active")));
+        killed.elapsed()
+    }
+
+    /// Sets `mds_tick_interval` on the running MDS (the doctor checks it).
+    pub fn set_mds_tick(&self, seconds: &str) {
+        self.ceph(&["tell", "mds.a", "config", "set", "mds_tick_interval", seconds]).unwrap();
+    }
+
     /// The pid of a daemon the cluster started (`mds.a`, `fuse.h2`).
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.daemons.iter().find(|d| d.name == name).map(|d| d.child.id())

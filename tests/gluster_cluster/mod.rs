@@ -21,9 +21,6 @@ pub const NODE: &str = "198.18.0.1";
 pub const CLIENT: &str = "198.18.0.254/24";
 /// The mount options shared mode needs (DEPLOY.md).
 pub const MOUNT_OPTIONS: &str = "attribute-timeout=0,entry-timeout=0,negative-timeout=0";
-/// The URL every host is configured with: the load balancer's (DEPLOY.md:
-/// a route made on one host must name a topic of every host).
-pub const PUBLIC_URL: &str = "http://kn.example.test/kn";
 
 /// One cluster at a time: they use the same addresses.
 pub static SERIAL: Mutex<()> = Mutex::new(());
