@@ -418,8 +418,11 @@ pub fn killed_post(id: &str) -> bool {
     id.strip_prefix('k').and_then(|rest| rest.split_once('-')).is_some_and(|(round, i)| round.parse::<u32>().is_ok() && i.parse::<u32>().is_ok())
 }
 
+/// Posts per host in item 2: `KN_SCALE_POSTS` (or `KN_GLUSTER_POSTS`, its
+/// older name), 200 by default; the benches (bench/gluster-bench.sh,
+/// bench/ceph-bench.sh) run more.
 pub fn posts_per_host() -> usize {
-    std::env::var("KN_GLUSTER_POSTS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+    ["KN_SCALE_POSTS", "KN_GLUSTER_POSTS"].iter().find_map(|v| std::env::var(v).ok()?.parse().ok()).unwrap_or(200)
 }
 
 
