@@ -195,3 +195,24 @@ fn the_sweep_closes_a_removed_journals_window_and_the_journal_made_again_numbers
     assert_eq!(checkpoints(&today), ["4", "5"], "today's journal made again numbers on");
     assert_eq!(store.journal_view(&j).unwrap(), today);
 }
+
+#[test]
+fn a_filtered_window_keeps_its_filter_once_its_route_is_deleted() {
+    let (dir, store) = open(true);
+    let j = live(&store, "/page/kn_journal");
+    let room = t("/room");
+    store.route(&room, j.as_str().as_bytes(), ev(&[("kn_id", "r1"), ("kn_content_filter", "^urgent")])).unwrap();
+    for p in ["urgent 1", "chatter", "urgent 2"] {
+        store.notify(&room, ev(&[("kn_payload", p)])).unwrap();
+    }
+    store.delete_route(&room, b"r1", None).unwrap();
+    store.notify(&room, ev(&[("kn_payload", "urgent after")])).unwrap();
+    let found = windows::read(&dir.path().join("room")).unwrap();
+    assert_eq!(found.windows[0].filter.as_deref(), Some(&b"^urgent"[..]));
+    let payloads = |events: Vec<Event>| events.iter().map(|e| String::from_utf8_lossy(e.payload()).into_owned()).collect::<Vec<_>>();
+    assert_eq!(payloads(store.journal_view(&j).unwrap()), ["urgent 1", "urgent 2"]);
+    assert_eq!(payloads(journal(&store, &j)), ["urgent 1", "urgent 2"], "today's copies");
+    // The filtered event leaves its number unused in the view (strictly
+    // increasing, not consecutive: FORMAT.md, "Checkpoints").
+    assert_eq!(checkpoints(&store.journal_view(&j).unwrap()), ["1", "3"]);
+}

@@ -25,6 +25,7 @@ fn open(route: &str, journal: &str, from: u64, base: i64) -> WindowChange {
         from,
         base,
         hop: Hop { location: b"http://test.example/kn/who/kn_journal".to_vec(), routed_from: b"http://test.example/kn/room".to_vec(), route_id: route.as_bytes().to_vec() },
+        filter: (route == "r2").then(|| b"^urgent".to_vec()),
     }
 }
 
@@ -62,6 +63,7 @@ fn window_records_read_back_as_written() {
     assert!(a.holds(2) && a.holds(6) && !a.holds(1) && !a.holds(7));
     let b = &found.windows[1];
     assert!(b.is_open() && b.holds(1_000_000));
+    assert_eq!((a.filter.as_deref(), b.filter.as_deref()), (None, Some(&b"^urgent"[..])), "a route's filter is kept in its window");
     assert_eq!(found.open_window(b"r2", "/b/kn_journal"), Some(b));
     assert_eq!(found.open_window(b"r1", "/a/kn_journal"), None);
     assert_eq!(found.into_journal("/a/kn_journal").count(), 1);

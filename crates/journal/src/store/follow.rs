@@ -74,7 +74,8 @@ impl Store {
                     None => format!("{}/{}", urls.routes, String::from_utf8_lossy(id)).into_bytes(),
                 };
                 let hop = Hop { location, routed_from: urls.topic.into_bytes(), route_id: id.to_vec() };
-                changes.push(WindowChange::Open { route: id.to_vec(), journal: journal.as_str().to_string(), from: end, base: span.base, hop });
+                let filter = route.get("kn_content_filter").map(<[u8]>::to_vec);
+                changes.push(WindowChange::Open { route: id.to_vec(), journal: journal.as_str().to_string(), from: end, base: span.base, hop, filter });
             }
         }
         if !changes.is_empty() {
@@ -213,8 +214,7 @@ impl Store {
         let mut shown = Vec::new();
         for (source, w) in &windows_of {
             let records = read_all(&self.dir(source))?;
-            let route = self.route_of(source, &w.route)?;
-            let filter = route.as_ref().and_then(|r| r.event.get("kn_content_filter")).and_then(|p| self.compile_filter(p).ok());
+            let filter = w.filter.as_ref().and_then(|p| self.compile_filter(p).ok());
             let seqs = records.iter().filter(|r| w.holds(r.seq) && filter.as_ref().is_none_or(|f| f.is_match(r.event.payload()))).map(|r| r.seq).collect();
             shown.push(seqs);
             source_records.push(records);

@@ -41,6 +41,7 @@ const W_ROUTED_FROM: &str = "w_routed_from";
 const W_ROUTE_ID: &str = "w_route_id";
 const W_CONVERTED: &str = "w_converted";
 const W_REASON: &str = "w_reason";
+const W_FILTER: &str = "w_filter";
 
 /// The hop-by-hop elements of the events a window shows, fixed when it
 /// opened (PROTOCOL.md 4: `kn_route_location`, `kn_routed_from`,
@@ -71,6 +72,10 @@ pub enum WindowChange {
         base: i64,
         /// The hop-by-hop elements of its events.
         hop: Hop,
+        /// The route's `kn_content_filter`, if it has one: a window shows
+        /// only the events it matches, also once the route is deleted
+        /// (its tombstone has no filter).
+        filter: Option<Vec<u8>>,
     },
     /// The route's window closes: it shows S's events up to `until`; every
     /// number of the journal up to `spent + base + k` counts as given.
@@ -105,6 +110,8 @@ pub struct Window {
     pub base: i64,
     /// The hop-by-hop elements of its events.
     pub hop: Hop,
+    /// The route's `kn_content_filter`, if it has one.
+    pub filter: Option<Vec<u8>>,
     /// When it closed: the last S seq it shows, and S's last seq then.
     pub closed: Option<Closed>,
     /// The seq of its opening record in the window log: windows are told
@@ -165,8 +172,8 @@ impl SourceWindows {
 
     fn apply(&mut self, seq: u64, secs: u64, change: WindowChange) {
         match change {
-            WindowChange::Open { route, journal, from, base, hop } => {
-                self.windows.push(Window { route, journal, from, base, hop, closed: None, opened_at: seq, opened_secs: secs });
+            WindowChange::Open { route, journal, from, base, hop, filter } => {
+                self.windows.push(Window { route, journal, from, base, hop, filter, closed: None, opened_at: seq, opened_secs: secs });
             }
             WindowChange::Close { route, journal, until, spent, reason } => {
                 // A closing record without its open window (written twice
@@ -185,7 +192,10 @@ impl WindowChange {
     pub fn to_event(&self) -> Event {
         let mut e = Event::new();
         match self {
-            WindowChange::Open { route, journal, from, base, hop } => {
+            WindowChange::Open { route, journal, from, base, hop, filter } => {
+                if let Some(filter) = filter {
+                    e.set(W_FILTER, filter.clone());
+                }
                 e.set(W_ROUTE, route.clone())
                     .set(W_JOURNAL, journal.as_bytes())
                     .set(W_FROM, from.to_string())
@@ -226,7 +236,8 @@ impl WindowChange {
                 routed_from: e.get(W_ROUTED_FROM).unwrap_or_default().to_vec(),
                 route_id: e.get(W_ROUTE_ID).unwrap_or_default().to_vec(),
             };
-            return Some(WindowChange::Open { route, journal, from: number(e, W_FROM)?, base: number(e, W_BASE)?, hop });
+            let filter = e.get(W_FILTER).map(<[u8]>::to_vec);
+            return Some(WindowChange::Open { route, journal, from: number(e, W_FROM)?, base: number(e, W_BASE)?, hop, filter });
         }
         let until = number(e, W_UNTIL)?;
         let spent = number(e, W_SPENT)?;
