@@ -11,7 +11,12 @@
 //!   a form POST stops at the limit before decoding more;
 //! * a JSON request frame refused for its method was answered without
 //!   its `kn_in_reply_to` (the `kn_id` was looked for in the frame as if
-//!   it were a form body, decoding it whole a second time).
+//!   it were a form body, decoding it whole a second time);
+//! * a message a client sends in fragments and never finishes was held
+//!   outside the body budget (`KN_BODY_BUDGET_BYTES`) every form POST
+//!   shares: each socket could make the server hold `KN_WS_MAX_MESSAGE`
+//!   (4 MiB) for as long as it answered pings, and every tunnel could be
+//!   a socket (28,672 of them under the package's open-file limit).
 //!
 //! The client is the `tungstenite` library in its client role, over a
 //! plain socket: these tests send frames no browser would.
@@ -22,6 +27,8 @@ use std::time::Duration;
 
 use kn_test_support::{Dir, Serve};
 use serde_json::Value;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 
@@ -130,4 +137,57 @@ fn a_frame_of_exactly_the_form_element_limit_is_answered_and_one_more_is_413() {
     let json = answer(&mut socket, r#"{"kn_id":"j6","kn_to":"/what/open/elements","kn_payload":"x","a":"1","b":["2","3"]}"#.into());
     assert!(json["status"].as_str().unwrap().starts_with("413"), "{json}");
     assert_eq!(json["kn_in_reply_to"], "j6", "{json}");
+}
+
+/// Sends `bytes` as non-final fragments of a text message (`first`: the
+/// message's first fragment), then a ping: `None` once its pong came (the
+/// server read the fragments and holds the socket), else the code of the
+/// server's close.
+fn send_fragments(socket: &mut Socket, bytes: usize, first: bool) -> Option<u16> {
+    let piece = 16 << 10;
+    let mut sent = Ok(());
+    for i in 0..bytes.div_ceil(piece) {
+        let opcode = if first && i == 0 { OpCode::Data(Data::Text) } else { OpCode::Data(Data::Continue) };
+        sent = socket.send(Message::Frame(Frame::message("a".repeat(piece.min(bytes - i * piece)), opcode, false)));
+        if sent.is_err() {
+            break;
+        }
+    }
+    if sent.is_ok() {
+        sent = socket.send(Message::Ping(b"read?".to_vec().into()));
+    }
+    loop {
+        match socket.read() {
+            Ok(Message::Pong(_)) => return None,
+            Ok(Message::Close(frame)) => return Some(frame.map_or(1005, |f| u16::from(f.code))),
+            Ok(_) => continue,
+            Err(e) => panic!("neither a pong nor a close: {e} (sending: {sent:?})"),
+        }
+    }
+}
+
+#[test]
+fn messages_in_progress_on_sockets_share_the_body_budget() {
+    let dir = Dir::new("attack_ws_budget");
+    let serve = serve(&dir.join("kn_events"), &[("KN_BODY_BUDGET_BYTES", "1048576")]);
+    let mut holding: Vec<Socket> = (0..2).map(|i| open(&serve, &format!("/what/open/budget{i}"))).collect();
+    for socket in &mut holding {
+        assert_eq!(send_fragments(socket, 400 << 10, true), None, "400 KiB of a message fit the budget");
+    }
+    // 800 KiB held: 400 more do not fit a budget of 1 MiB.
+    let mut third = open(&serve, "/what/open/budget2");
+    third.get_mut().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(send_fragments(&mut third, 400 << 10, true), Some(1013), "closed: Try Again Later");
+    // The two holding sockets finish their messages: answered (a notify
+    // without a topic), and the budget is given back.
+    for socket in &mut holding {
+        socket.send(Message::Frame(Frame::message("", OpCode::Data(Data::Continue), true))).unwrap();
+        let refused = next_object(socket).expect("an answer");
+        assert!(refused["status"].as_str().unwrap().starts_with("400"), "{refused}");
+    }
+    drop(third);
+    // What the third held may be given back a moment later: 600 KiB fit
+    // in any case, and only once the holding sockets gave theirs back.
+    let mut fourth = open(&serve, "/what/open/budget3");
+    assert_eq!(send_fragments(&mut fourth, 600 << 10, true), None, "the budget was given back");
 }

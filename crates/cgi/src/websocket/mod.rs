@@ -27,6 +27,7 @@
 //!    task follows the socket on the bare connection (`socket.rs`),
 //!    `tokio-tungstenite` doing the framing.
 
+mod budget;
 mod config;
 mod frames;
 mod socket;

@@ -37,6 +37,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
+use super::budget::Budgeted;
 use super::frames;
 use super::{Pending, Server, WsConfig};
 use crate::handler::{AfterReply, Reply, TunnelReply};
@@ -44,7 +45,7 @@ use crate::request::Request;
 use crate::serve_held::ConnIo;
 use crate::serve_tunnel::Reads;
 
-type Socket = WebSocketStream<ConnIo>;
+type Socket = WebSocketStream<Budgeted>;
 
 /// The close codes of docs/PROTOCOL.md, "WebSocket (extension)".
 pub(crate) mod code {
@@ -63,6 +64,9 @@ pub(crate) mod code {
     pub(crate) const TOO_BIG: u16 = 1009;
     /// The tunnel failed to read its journal.
     pub(crate) const INTERNAL: u16 = 1011;
+    /// A message in progress found the body budget
+    /// (`KN_BODY_BUDGET_BYTES`) taken: reconnect later.
+    pub(crate) const TRY_AGAIN_LATER: u16 = 1013;
     /// 4000 + the status of the status event that ended the tunnel: `4401`
     /// (a bearer token expired, or the rules refuse an anonymous reader),
     /// `4403` (the rules no longer let the reader read).
@@ -91,6 +95,7 @@ enum Step {
 /// Follows the socket of `pending` on `io` until it ends.
 pub(super) async fn follow(server: Arc<Server>, pending: Pending, io: ConnIo, config: WsConfig) {
     let Pending { tunnel, permit, who } = pending;
+    let io = Budgeted::new(io, server.clone());
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config.socket())).await;
     let mut socket = Following { server: server.clone(), ws: &mut ws, who, config: config.clone(), pending: Vec::new(), library_owes: false };
     let (end, tunnel) = socket.run(tunnel).await;
@@ -220,7 +225,13 @@ impl Following<'_> {
                     Step::Flushed(Err(_)) | Step::Wrote(Ok(0)) | Step::Wrote(Err(_)) => return (End::Gone, kept(tunnel)),
                     Step::Wrote(Ok(n)) => self.took(n),
                     Step::Incoming(None) => return (End::Gone, kept(tunnel)),
-                    Step::Incoming(Some(Err(err))) => return (refused_frame(err), kept(tunnel)),
+                    Step::Incoming(Some(Err(err))) => {
+                        let end = match self.ws.get_ref().refused() {
+                            Some((code, why)) => End::Close(*code, reason(why)),
+                            None => refused_frame(err),
+                        };
+                        return (end, kept(tunnel));
+                    }
                     Step::Incoming(Some(Ok(message))) => {
                         last_heard = Instant::now();
                         ping_sent = None;
@@ -310,11 +321,20 @@ impl Following<'_> {
             Message::Text(text) => self.request(text).await,
             Message::Binary(_) => Err(End::Close(code::UNSUPPORTED, "requests are text frames".into())),
             // Its pong (or the close's answer) waits in the library.
-            Message::Ping(_) | Message::Close(_) => {
+            Message::Ping(payload) => {
+                self.ws.get_mut().control_done(payload.len());
                 self.library_owes = true;
                 Ok(())
             }
-            Message::Pong(_) | Message::Frame(_) => Ok(()),
+            Message::Close(_) => {
+                self.library_owes = true;
+                Ok(())
+            }
+            Message::Pong(payload) => {
+                self.ws.get_mut().control_done(payload.len());
+                Ok(())
+            }
+            Message::Frame(_) => Ok(()),
         }
     }
 
@@ -326,6 +346,9 @@ impl Following<'_> {
         // Parsing a frame (up to KN_WS_MAX_MESSAGE) and making the request
         // are the pool's work, never the event loop's.
         let handled = self.server.pool.spawn_blocking(move || answer(&server, &who, text.as_str())).await;
+        // The message is answered: its share of the body budget is given
+        // back (crate::websocket::budget).
+        self.ws.get_mut().message_done();
         let (answers, after) = handled.unwrap_or_else(|_| {
             (vec![frames::answer(kn_wire::status_event(500, "Internal Server Error", "the request handler failed (a bug: please report it)", None), None)], None)
         });
