@@ -78,6 +78,35 @@ pub fn check(store: &Store, method: &str, path: &str, forked_from: Option<&str>,
     Ok(())
 }
 
+/// Whether `who` may do through the bridge what a `method` request of
+/// stream `path` does there (docs/DURABLE-STREAMS.md, "The bridge"): a
+/// bound stream reads its topic (`GET`, `HEAD`), posts to it (`POST`),
+/// or both (a `PUT` binding it with `Kn-Topic` `binding`). Only a
+/// principal that something besides the rules narrows (a token's claim,
+/// a cookie's channel) is checked here, against its claim on the topic:
+/// without a rules file everyone else may do anything to any topic, and
+/// with one the bridge is off. An existing stream's binding is read with
+/// [`kn_streams::Streams::head`]; a stream that cannot be read is left to
+/// the request itself to refuse.
+pub fn check_bridge(streams: &kn_streams::Streams, method: &str, path: &str, binding: Option<&str>, who: &Principal) -> Result<(), kn_journal::Error> {
+    if !who.is_narrowed() {
+        return Ok(());
+    }
+    let ops: &[Operation] = match method {
+        "GET" | "HEAD" => &[Operation::Read],
+        "POST" => &[Operation::Post],
+        "PUT" => &[Operation::Read, Operation::Post],
+        _ => return Ok(()),
+    };
+    let topic = match (method, binding) {
+        ("PUT", Some(topic)) => Some(topic.to_owned()),
+        _ => streams.head(path).ok().and_then(|info| info.topic),
+    };
+    // A binding that names no topic imports and posts nothing.
+    let Some(topic) = topic.and_then(|t| Topic::parse(&t).ok()) else { return Ok(()) };
+    ops.iter().try_for_each(|op| who.check_claim(*op, &topic))
+}
+
 /// Where a stream request's bearer token may be (crate::bearer).
 pub struct Bearer<'a> {
     /// The `Authorization` header.

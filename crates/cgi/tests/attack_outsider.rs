@@ -10,7 +10,11 @@
 //! * a stream whose `Content-Type` lists two types (`text/plain,
 //!   text/html`) was judged by its first and served without
 //!   `Content-Disposition: attachment`, while a browser takes the last
-//!   (the Fetch standard's "extract a MIME type") and renders HTML.
+//!   (the Fetch standard's "extract a MIME type") and renders HTML;
+//! * a token whose claim names only streams read and posted any topic
+//!   through a stream bound to it (`Kn-Topic`, docs/DURABLE-STREAMS.md,
+//!   "The bridge"): without a rules file the bridge is on, and only the
+//!   stream's path was held against the claim.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -24,11 +28,16 @@ use serde_json::json;
 
 /// A token of `sub`, signed with the store's own key, valid ten minutes.
 fn token(root: &Path, sub: &str) -> String {
+    token_with(root, json!({"sub": sub}))
+}
+
+/// A token of `claims` (plus its `exp`), signed with the store's own key.
+fn token_with(root: &Path, mut claims: serde_json::Value) -> String {
     let key = token_key_of_store(root, true).unwrap().unwrap();
-    let exp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 600;
+    claims["exp"] = json!(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 600);
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some("store".to_string());
-    jsonwebtoken::encode(&header, &json!({"sub": sub, "exp": exp}), &EncodingKey::from_secret(&key)).unwrap()
+    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(&key)).unwrap()
 }
 
 /// One request on its own connection: the whole answer (head and body).
@@ -157,4 +166,44 @@ fn a_cookie_from_another_site_makes_no_route_to_a_remote_url_through_the_cgi() {
     assert!(store.routes(&notes).unwrap().is_empty(), "{:?}", store.routes(&notes).unwrap());
     let answer = run("same-origin");
     assert!(answer.starts_with("Status: 200"), "{answer}");
+}
+
+/// A token narrowed to streams below `/v1/stream/anna/` (and a
+/// capability of the same claim) neither binds a stream to bob's topic
+/// nor reads or posts that topic through a stream someone else bound:
+/// the bridge reads and posts its topic, so the claim must allow that
+/// too. Without a rules file, as the rules turn the bridge off.
+#[test]
+fn a_token_for_streams_only_reads_and_posts_no_topic_through_the_bridge() {
+    let dir = Dir::new("attack-bridge-claim");
+    let (serve, root) = start(&dir);
+    let streams_only = json!({"post": ["/v1/stream/anna/**"], "read": ["/v1/stream/anna/**"]});
+    let plain = token(&root, "anna");
+    let bearer = |t: &str| format!("Bearer {t}");
+    let json_type = ("Content-Type", "application/json");
+    // Bob's topic holds an event; anna's unnarrowed token binds a stream to it.
+    let secret = request(&serve, "GET", "/kn?do_method=notify&kn_to=/who/bob/private&kn_payload=bob-secret", &[], b"");
+    assert_eq!(status(&secret), 200, "{secret}");
+    let plain_auth = bearer(&plain);
+    let bound = request(&serve, "PUT", "/v1/stream/anna/bound", &[("Authorization", plain_auth.as_str()), json_type, ("Kn-Topic", "/who/bob/private")], b"");
+    assert_eq!(status(&bound), 201, "{bound}");
+    for claims in [json!({"sub": "anna", "kn": streams_only}), json!({"kn": streams_only})] {
+        let narrowed = bearer(&token_with(&root, claims.clone()));
+        let auth = ("Authorization", narrowed.as_str());
+        // The claim allows the stream itself.
+        let own = request(&serve, "PUT", "/v1/stream/anna/own", &[auth, json_type], b"");
+        assert!([200, 201].contains(&status(&own)), "{claims}: {own}");
+        let binding = request(&serve, "PUT", "/v1/stream/anna/mine", &[auth, json_type, ("Kn-Topic", "/who/bob/private")], b"");
+        assert_eq!(status(&binding), 403, "{claims}: a binding to bob's topic: {binding}");
+        for method in ["GET", "HEAD"] {
+            let read = request(&serve, method, "/v1/stream/anna/bound?offset=-1", &[auth], b"");
+            assert_eq!(status(&read), 403, "{claims}: {method} of a stream bound to bob's topic: {read}");
+        }
+        let append = request(&serve, "POST", "/v1/stream/anna/bound", &[auth, json_type], br#"{"kn_payload":"forged"}"#);
+        assert_eq!(status(&append), 403, "{claims}: an append posted to bob's topic: {append}");
+    }
+    let store = kn_journal::Store::open(&root).unwrap();
+    let private = kn_journal::Topic::parse("/who/bob/private").unwrap();
+    let events = store.events(&private, &kn_journal::Selection::all()).unwrap().events;
+    assert!(events.iter().all(|e| e.get_str("kn_payload").as_deref() != Some("forged")), "{events:?}");
 }

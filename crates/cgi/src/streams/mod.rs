@@ -350,7 +350,9 @@ fn refusal(streams: &Streams, req: &StreamRequest) -> Result<Option<u64>, Stream
         r.set("WWW-Authenticate", refused.challenge());
         r
     })?;
-    let Err(e) = crate::stream_access::check(store, &req.method, &req.path, from, &who) else { return Ok(who.token_expires()) };
+    let checked = crate::stream_access::check(store, &req.method, &req.path, from, &who)
+        .and_then(|()| crate::stream_access::check_bridge(streams, &req.method, &req.path, req.header("Kn-Topic"), &who));
+    let Err(e) = checked else { return Ok(who.token_expires()) };
     let mut r = failure(&StreamError::new(StreamErrorKind::Store(e.kind()), e.message()));
     if e.kind() == kn_journal::ErrorKind::Unauthorized && !who.has_token() {
         r.set("WWW-Authenticate", format!("Basic realm=\"{}\"", crate::handler::AUTH_REALM));
