@@ -1,7 +1,7 @@
 //! What `kn doctor` and the self-test check of a CephFS mount (the kernel
 //! client or `ceph-fuse`): the MDS settings shared mode needs, read with
 //! the `ceph` CLI against the cluster the mount's client names
-//! (docs/SCALE-OUT.md, "CephFS").
+//! (docs/SCALE-OUT.md, "CephFS settings").
 
 use std::path::Path;
 
