@@ -100,16 +100,34 @@ pub fn check_server(out: &mut dyn Write, url: &str, config: &Config) -> Result<b
 }
 
 /// One line per check: `ok NAME`, `FAIL NAME: why`, or `?? NAME: what it
-/// said`.
+/// said`. What the server said is shown, never obeyed: a control
+/// character (an escape sequence, a carriage return or a line break that
+/// would forge an `ok` line) or a bidirectional override is written as
+/// `\u{..}`, as a terminal must not take a remote page's orders.
 pub fn write_checks(out: &mut dyn Write, checks: &[Check]) -> io::Result<()> {
     for check in checks {
+        let name = shown(&check.name);
         match &check.verdict {
-            Verdict::Ok => writeln!(out, "ok    {}", check.name)?,
-            Verdict::Fail(why) => writeln!(out, "FAIL  {}: {why}", check.name)?,
-            Verdict::Unknown(said) => writeln!(out, "??    {}: {said}", check.name)?,
+            Verdict::Ok => writeln!(out, "ok    {name}")?,
+            Verdict::Fail(why) => writeln!(out, "FAIL  {name}: {}", shown(why))?,
+            Verdict::Unknown(said) => writeln!(out, "??    {name}: {}", shown(said))?,
         }
     }
     Ok(())
+}
+
+/// `text` with every control character and bidirectional override or
+/// isolate written `\u{..}`.
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -135,6 +153,18 @@ mod tests {
         assert!(parse("<html>It works!</html>").is_empty());
         assert!(parse("").is_empty());
         assert!(parse("<h1>unclosed").is_empty());
+    }
+
+    #[test]
+    fn a_remote_pages_control_characters_are_shown_not_obeyed() {
+        let page = "<h1>Store\x1b]0;owned\x07</h1><p> FAIL: \x1b[31mred\r\nok    forged\u{202e}\n<h1>x\u{9b}2J</h1><p> Success.\n";
+        let mut out = Vec::new();
+        write_checks(&mut out, &parse(page)).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.lines().count(), 2, "{out}");
+        assert!(!out.chars().any(|c| c != '\n' && (c.is_control() || c == '\u{202e}')), "{out:?}");
+        assert!(out.starts_with("FAIL  Store\\u{1b}]0;owned\\u{7}: \\u{1b}[31mred\\u{d}\\u{a}ok    forged\\u{202e}\n"), "{out}");
+        assert!(out.ends_with("ok    x\\u{9b}2J\n"), "{out}");
     }
 
     #[test]
