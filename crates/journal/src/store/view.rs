@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn resume_finds_the_next_event_and_refuses_numbers_never_given() {
         let span = Span::opening(0, 0);
-        let view = merge(&[], &[span.clone()], &[vec![1, 2, 4]]);
+        let view = merge(&[], std::slice::from_ref(&span), &[vec![1, 2, 4]]);
         let given = span.last_number(5);
         assert_eq!(resume_at(&view, 0, given), Some(0));
         assert_eq!(resume_at(&view, 2, given), Some(2));
