@@ -186,7 +186,7 @@ impl Store {
         // number it had (`.removed`): a window closed below that was the
         // earlier journal's. (Interim: `.removed` shares a slot among
         // names, so another removal may raise it; a record of the removal
-        // in the window log is the lasting rule, one-copy.md.)
+        // in the window log is the lasting rule, docs/design/one-copy.md.)
         let start = log::removed_first_seq(&self.config, &jdir)?;
         for source in &sources {
             for w in self.windows.get(&self.dir(source))?.into_journal(journal.as_str()) {
