@@ -613,7 +613,9 @@
   var socketFailures = 0;
   function openSocket() {
     var a = document.createElement("a");
-    a.href = tunnelUrl().replace("kn_response_format=sse", "kn_response_format=websocket");
+    // The token goes in the subprotocol alone: a URL is what proxies and
+    // web servers log.
+    a.href = tunnelUrl().replace("kn_response_format=sse", "kn_response_format=websocket").replace(/;kn_token=[^;&]*/, "");
     var url = (a.protocol === "https:" ? "wss://" : "ws://") + a.host + a.pathname + a.search;
     var protocols = ["kn"];
     if (token()) protocols.push("kn.bearer." + token());
