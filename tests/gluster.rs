@@ -8,7 +8,10 @@
 //! its own cache: the two "hosts"), and runs one `pubsub-cgi serve` per
 //! mount. Then:
 //!
-//! 1. notify on host A, tunnel on host B: p50/p99 latency (printed);
+//! 1. notify on host A, tunnel on host B: p50/p99 latency (printed); the
+//!    same with wake-ups pushed (`KN_WAKE_ADDR`): with B polling every 10
+//!    minutes a notify still arrives (the push), and an A/B against the
+//!    poll (printed);
 //! 2. both hosts post at once to one ordinary topic, one journal and 100
 //!    topics: every acknowledged post stored exactly once, nothing torn,
 //!    duplicates suppressed across hosts, checkpoints strictly increasing;
@@ -85,6 +88,8 @@ fn several_hosts_share_one_store_on_a_replica_3_volume() {
 
     // 1. Notify on A, tunnel on B (and on a second server of B).
     notify_crosses_hosts(&a, &b, &root_b);
+    // The same, pushed (KN_WAKE_ADDR) against polled, alternating.
+    pushed_wakeups(&root_a, &root_b);
 
     // 2. Both hosts at once: one ordinary topic, one journal, 100 topics;
     // the same load on a local ext4 store for comparison.

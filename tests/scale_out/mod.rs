@@ -33,11 +33,19 @@ pub struct Host {
     pub name: &'static str,
     pub root: PathBuf,
     pub serve: Option<Serve>,
+    /// Settings of this host's server beyond the common ones.
+    pub env: Vec<(String, String)>,
 }
 
 impl Host {
     pub fn start(name: &'static str, root: &Path) -> Host {
-        let mut host = Host { name, root: root.to_path_buf(), serve: None };
+        Host::start_with(name, root, &[])
+    }
+
+    /// [`Host::start`] with settings of its own (`KN_WAKE_ADDR`).
+    pub fn start_with(name: &'static str, root: &Path, env: &[(&str, &str)]) -> Host {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut host = Host { name, root: root.to_path_buf(), serve: None, env };
         host.restart();
         host
     }
@@ -45,6 +53,7 @@ impl Host {
     pub fn restart(&mut self) {
         let mut command = Serve::command(&self.root, None);
         command.args(["--public-url", PUBLIC_URL]).env("KN_RESERVE_BYTES", "0").env_remove("KN_SHARED");
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         self.serve = Some(Serve::spawn(command));
     }
 
@@ -588,4 +597,49 @@ pub fn a_writer_killed_on_one_host_tears_nothing(root_a: &Path, root_b: &Path) {
     assert!(clean, "kn verify after SIGKILL: {verify}");
     reader.stream.close();
     victim.kill();
+}
+
+/// A free UDP address on the loopback (for `KN_WAKE_ADDR`).
+fn free_udp() -> String {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.local_addr().unwrap().to_string()
+}
+
+/// Wake-ups pushed (`KN_WAKE_ADDR`, docs/SCALE-OUT.md "Wake-ups"): hosts
+/// A and B each announce a loopback address. First host B's server reads
+/// `.changes` only every 10 minutes: a notify on A can reach a tunnel on
+/// B only by A's nudge (asserted). Then an A/B of the same two hosts,
+/// alternating: B polling every 5 ms as usual without the push, and
+/// with it. The latencies (polled, pushed), printed, for the figures.
+pub fn pushed_wakeups(root_a: &Path, root_b: &Path) -> (Vec<Duration>, Vec<Duration>) {
+    let (wa, wb) = (free_udp(), free_udp());
+    {
+        let a = Host::start_with("WA", root_a, &[("KN_WAKE_ADDR", &wa)]);
+        let b = Host::start_with("WB", root_b, &[("KN_WAKE_ADDR", &wb), ("KN_CHANGES_POLL_MS", "600000")]);
+        let pushed = latencies(&a, &b, "/lat/pushed-only", 5);
+        eprintln!("pushed, B polling every 10 min: p50 {:?} p99 {:?}", percentile(&pushed, 0.5), percentile(&pushed, 0.99));
+        assert!(percentile(&pushed, 0.99) < PATIENCE, "a nudge from host A did not wake host B");
+    }
+    let (mut polled, mut pushed) = (Vec::new(), Vec::new());
+    for round in 0..4 {
+        let push = round % 2 == 1;
+        let env = |addr: &str| if push { vec![("KN_WAKE_ADDR".to_string(), addr.to_string())] } else { Vec::new() };
+        let a = Host { name: "WA", root: root_a.to_path_buf(), serve: None, env: env(&wa) };
+        let b = Host { name: "WB", root: root_b.to_path_buf(), serve: None, env: env(&wb) };
+        let (mut a, mut b) = (a, b);
+        a.restart();
+        b.restart();
+        let got = latencies(&a, &b, &format!("/lat/ab{round}"), 20);
+        if push { pushed.extend(got) } else { polled.extend(got) }
+    }
+    polled.sort();
+    pushed.sort();
+    eprintln!(
+        "latency notify A -> tunnel B, same hosts alternating: polled p50 {:?} p99 {:?}; pushed and polled p50 {:?} p99 {:?}",
+        percentile(&polled, 0.5),
+        percentile(&polled, 0.99),
+        percentile(&pushed, 0.5),
+        percentile(&pushed, 0.99)
+    );
+    (polled, pushed)
 }

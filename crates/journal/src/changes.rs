@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::shared::drop_cached_pages;
+
+#[path = "changes_wake.rs"]
+mod wake;
 use crate::topic::Topic;
 use crate::watch::Hub;
 
@@ -50,6 +53,8 @@ pub(crate) struct ChangeLog {
     queue: Mutex<Queue>,
     /// The writer's turn, with the open file.
     file: Mutex<Option<Open>>,
+    /// The other hosts to nudge after a write (`KN_WAKE_ADDR`).
+    nudger: wake::Nudger,
 }
 
 #[derive(Default)]
@@ -94,6 +99,9 @@ impl ChangeLog {
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).done = last;
         if written.is_err() {
             *slot = None;
+        } else if let Some(own) = wake::configured() {
+            // Written: the hosts that announced themselves read it now.
+            self.nudger.nudge(&config.root, Some(own));
         }
         written
     }
@@ -205,6 +213,8 @@ struct Poller {
     at_relay: Position,
     leader: bool,
     max_bytes: u64,
+    /// The leader's socket for pushed wake-ups (`KN_WAKE_ADDR`).
+    wake: Option<Arc<std::net::UdpSocket>>,
 }
 
 impl Poller {
@@ -218,6 +228,7 @@ impl Poller {
             at_relay: Position { generation: None, offset: HEADER },
             leader: false,
             max_bytes,
+            wake: None,
         };
         let (lock, relay) = relay_paths(&poller.root);
         poller.lock = crate::log::open_shared(&lock, false).ok();
@@ -248,6 +259,7 @@ impl Poller {
                     // are read by no one: a new relay generation makes
                     // every process of the host re-read once.
                     self.leader = true;
+                    self.wake = wake::configured().and_then(|addr| wake::listen(&self.root, addr)).map(Arc::new);
                     self.start_on_changes();
                     let renewed = self.relay.as_ref().map(|r| append_entries(r, b"", self.max_bytes, true, &mut false));
                     if !matches!(renewed, Some(Ok(()))) {
@@ -277,6 +289,7 @@ impl Poller {
                     // hear nothing: hand the lead over.
                     self.relay = None;
                     self.leader = false;
+                    self.wake = None;
                     if let Some(lock) = &self.lock {
                         let _ = lock.unlock();
                     }
@@ -323,13 +336,20 @@ pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_byt
         let watcher = watcher;
         loop {
             // The first tick at once: it may take the host's lead.
-            let follows = {
+            let (follows, wake) = {
                 let Some(hub) = hub.upgrade() else { break };
                 let mut poller = poller.lock().unwrap_or_else(|p| p.into_inner());
                 poller.tick(&hub);
-                !poller.leader && poller.relay.is_some() && poller.lock.is_some() && watcher.is_some()
+                let follows = !poller.leader && poller.relay.is_some() && poller.lock.is_some() && watcher.is_some();
+                (follows, poller.wake.clone())
             };
-            std::thread::sleep(if follows { every * RELAY_FALLBACK } else { every });
+            match wake {
+                // The leader: a nudge from another host's write, or the poll.
+                Some(socket) => {
+                    wake::wait(&socket, every);
+                }
+                None => std::thread::sleep(if follows { every * RELAY_FALLBACK } else { every }),
+            }
         }
         // Stops the notifier (which may be waiting for the poller) after
         // every lock is released.
