@@ -18,6 +18,12 @@
 //!   (4 MiB) for as long as it answered pings, and every tunnel could be
 //!   a socket (28,672 of them under the package's open-file limit).
 //!
+//! And one that holds, kept so that it stays so: the `Origin` check of a
+//! socket opened through Apache's proxy (the packaged snippet's
+//! `ProxyPreserveHost On` keeps the browser's `Host`, and the `Origin`
+//! passes unchanged), which refuses another site's page and lets the
+//! site's own through.
+//!
 //! The client is the `tungstenite` library in its client role, over a
 //! plain socket: these tests send frames no browser would.
 
@@ -25,11 +31,12 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use kn_test_support::{Dir, Serve};
+use kn_test_support::{available, Apache, Dir, Serve, APACHE};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pubsub-cgi");
@@ -190,4 +197,40 @@ fn messages_in_progress_on_sockets_share_the_body_budget() {
     // in any case, and only once the holding sockets gave theirs back.
     let mut fourth = open(&serve, "/what/open/budget3");
     assert_eq!(send_fragments(&mut fourth, 600 << 10, true), None, "the budget was given back");
+}
+
+/// The status a handshake to `url` with `origin` is answered with.
+fn handshake_status(url: &str, origin: &str) -> u16 {
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("Origin", origin.parse().unwrap());
+    let host = url.trim_start_matches("ws://").split('/').next().unwrap();
+    let stream = TcpStream::connect(host).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    match tungstenite::client::client(request, stream) {
+        Ok((_, response)) => response.status().as_u16(),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => response.status().as_u16(),
+        Err(e) => panic!("the handshake failed: {e}"),
+    }
+}
+
+#[test]
+fn the_origin_check_holds_through_apaches_proxy() {
+    if !available(APACHE) {
+        return;
+    }
+    let dir = Dir::new("attack_ws_apache_origin");
+    let serve = serve(&dir.join("kn_events"), &[]);
+    let port = serve.addr().rsplit(':').next().unwrap().to_owned();
+    let snippet = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/deb/knpubsub-proxy.conf")).unwrap();
+    let lines: String = snippet
+        .lines()
+        .filter(|l| l.starts_with("ProxyPass") || l.starts_with("ProxyPreserveHost"))
+        .map(|l| l.replace("127.0.0.1:8080", &format!("127.0.0.1:{port}")) + "\n")
+        .collect();
+    let apache = Apache::start_with(|_| lines.clone());
+    let front = format!("127.0.0.1:{}", apache.port());
+    let url = format!("ws://{front}/kn/what/open/origin?do_method=route&kn_response_format=websocket");
+    assert_eq!(handshake_status(&url, "http://evil.example"), 403, "{}", apache.error_log());
+    assert_eq!(handshake_status(&url, &format!("http://127.0.0.1:{port}")), 403, "serve's own address is not the page's origin");
+    assert_eq!(handshake_status(&url, &format!("http://{front}")), 101, "{}", apache.error_log());
 }
