@@ -16,7 +16,13 @@
 //!   outside the body budget (`KN_BODY_BUDGET_BYTES`) every form POST
 //!   shares: each socket could make the server hold `KN_WS_MAX_MESSAGE`
 //!   (4 MiB) for as long as it answered pings, and every tunnel could be
-//!   a socket (28,672 of them under the package's open-file limit).
+//!   a socket (28,672 of them under the package's open-file limit);
+//! * a socket opened with a Basic login (`serve --htpasswd`) kept posting
+//!   as its user after the user was removed from the htpasswd file (or
+//!   its password changed), where the next form POST was refused `401`:
+//!   the login is now checked again with each request (a cache hit while
+//!   the file is unchanged), and a login no longer valid ends the socket
+//!   `4401` after a `401` status event.
 //!
 //! And one that holds, kept so that it stays so: the `Origin` check of a
 //! socket opened through Apache's proxy (the packaged snippet's
@@ -233,4 +239,49 @@ fn the_origin_check_holds_through_apaches_proxy() {
     assert_eq!(handshake_status(&url, "http://evil.example"), 403, "{}", apache.error_log());
     assert_eq!(handshake_status(&url, &format!("http://127.0.0.1:{port}")), 403, "serve's own address is not the page's origin");
     assert_eq!(handshake_status(&url, &format!("http://{front}")), 101, "{}", apache.error_log());
+}
+
+/// `bob:secret`, as `openssl passwd -apr1` writes it.
+const BOB: &str = "bob:$apr1$j5EmwajY$D/tlXx.yNsEMPSu4m57an/\n";
+
+#[test]
+fn a_socket_opened_with_a_basic_login_ends_when_the_login_is_removed() {
+    let dir = Dir::new("attack_ws_basic");
+    let htpasswd = dir.join("htpasswd");
+    std::fs::write(&htpasswd, BOB).unwrap();
+    let mut command = Serve::command_of(Path::new(BIN), &dir.join("kn_events"), None);
+    command.arg("--htpasswd").arg(&htpasswd);
+    let serve = Serve::spawn(command);
+    let url = format!("ws://{}/kn/who/bob/kn_journal?do_method=route&kn_response_format=websocket", serve.addr());
+    let mut request = url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("Authorization", "Basic Ym9iOnNlY3JldA==".parse().unwrap());
+    let stream = TcpStream::connect(serve.addr()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut socket, _) = tungstenite::client::client(request, stream).unwrap();
+    assert!(next_object(&mut socket).unwrap()["status"].as_str().unwrap().starts_with("200"));
+    let notify = |n: usize| format!("kn_id=b{n}&kn_to=%2Fwho%2Fbob%2Fnotes&kn_payload=x");
+    let first = answer(&mut socket, notify(0));
+    assert_eq!(first["status"], "200 Notified", "{first}");
+    std::fs::write(&htpasswd, "").unwrap();
+    // The file is looked at again within a second or so: ask until the
+    // change is seen (no time asserted).
+    let mut statuses = Vec::new();
+    for n in 1..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        let answered = answer(&mut socket, notify(n));
+        let status = answered["status"].as_str().unwrap().to_owned();
+        statuses.push(status.clone());
+        if !status.starts_with("200") {
+            break;
+        }
+    }
+    assert_eq!(statuses.last().map(String::as_str), Some("401 Unauthorized"), "{statuses:?}");
+    let closed = loop {
+        match socket.read() {
+            Ok(Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
+            Ok(_) => continue,
+            Err(e) => panic!("no close: {e}"),
+        }
+    };
+    assert_eq!(closed, Some(4401));
 }

@@ -94,6 +94,9 @@ struct Who {
     headers: Vec<(String, Vec<u8>)>,
     remote_user: Option<String>,
     local: SocketAddr,
+    /// The client's address, for the gate's back-off when its login is
+    /// checked again (crate::websocket::socket).
+    peer: std::net::IpAddr,
 }
 
 impl Who {
@@ -236,6 +239,7 @@ impl Server {
             headers: headers.iter().filter(|(n, _)| kept_for_requests(n)).cloned().collect(),
             remote_user: remote_user.clone(),
             local: self.local,
+            peer: peer.ip(),
         };
         let http = HttpRequest {
             method: "GET".to_owned(),

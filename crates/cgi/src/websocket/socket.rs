@@ -341,7 +341,21 @@ impl Following<'_> {
     /// Answers one request of the client with its status events, made by
     /// the handler on the request pool as a form POST would be.
     async fn request(&mut self, text: Utf8Bytes) -> Result<(), End> {
-        let who = self.who.clone();
+        let mut who = self.who.clone();
+        // The login the socket was opened with, checked again (a cache
+        // hit unless the htpasswd file changed): a password changed or a
+        // user removed ends the socket, as it refuses the next form POST.
+        match self.server.gate.identify(&who.headers, who.peer).await {
+            Ok(Some(user)) => who.remote_user = Some(user),
+            // No login among what the socket keeps (a token, which the
+            // handler checks, or a trusted proxy's header): as opened.
+            Ok(None) => {}
+            Err(_) => {
+                let status = kn_wire::status_event(401, "Unauthorized", "the login this socket was opened with is no longer valid", None);
+                self.queue(text_frame(frames::answer(status, None)))?;
+                return Err(End::Close(code::STATUS_BASE + 401, "the login is no longer valid: reconnect with new credentials".into()));
+            }
+        }
         let server = self.server.clone();
         // Parsing a frame (up to KN_WS_MAX_MESSAGE) and making the request
         // are the pool's work, never the event loop's.
