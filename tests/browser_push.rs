@@ -41,9 +41,9 @@ fn a_page_subscribes_through_the_service_worker_and_its_route_delivers() {
     }
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/push/tests/push_service.py");
-    let mut service = Command::new("python3").arg(script).arg("--http").stdout(Stdio::piped()).spawn().unwrap();
+    let mut service = Killed(Command::new("python3").arg(script).arg("--http").stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
-    BufReader::new(service.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(service.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let first: serde_json::Value = serde_json::from_str(&line).unwrap();
     let subscription = first["subscription"].clone();
     let base = first["base"].as_str().unwrap().to_string();
@@ -92,6 +92,24 @@ fn a_page_subscribes_through_the_service_worker_and_its_route_delivers() {
         let given: Vec<u8> = serde_json::from_value(js(&page, "return window.kn_test_key;").await).unwrap();
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         assert_eq!(URL_SAFE_NO_PAD.encode(given), key.trim(), "the page subscribed with another key");
+
+        // The topic browser lists the push route like any route, naming
+        // its push service.
+        page.goto(&format!("{}/browser.html", serve.base)).await.expect("open browser.html");
+        for (topic, part) in [("/what", "toggle"), ("/what/chat", "node")] {
+            let node = format!("#tree li[data-topic=\"{topic}\"] > .{part}");
+            let shown = wait_js(&page, Duration::from_secs(15), &format!("return !!document.querySelector('{node}');")).await;
+            assert_eq!(shown, json!(true), "{topic} is in the tree");
+            page.find(fantoccini::Locator::Css(&node)).await.expect("the topic's node").click().await.expect("click");
+        }
+        let host = base.trim_start_matches("http://");
+        let listed = wait_js(
+            &page,
+            Duration::from_secs(15),
+            &format!("var t = document.getElementById('routes').textContent; return t.indexOf('web push via {host}') >= 0 && t;"),
+        )
+        .await;
+        assert!(listed.is_string(), "the push route is not listed: {listed}");
         page.close().await.ok();
     });
 
@@ -104,6 +122,14 @@ fn a_page_subscribes_through_the_service_worker_and_its_route_delivers() {
     let message: serde_json::Value = serde_json::from_slice(&STANDARD.decode(got["plaintext"].as_str().unwrap()).unwrap()).unwrap();
     assert_eq!(message["kn_payload"], "while closed");
     assert_eq!(got["headers"]["urgency"], "high");
-    let _ = service.kill();
-    let _ = service.wait();
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -70,6 +70,16 @@
     while (eventsBox.children.length > 200) eventsBox.lastChild.remove();
   }
 
+  // A push route (docs/PROTOCOL.md, "Web Push (extension)") shows its
+  // push service rather than the subscription's keys.
+  function destination(d) {
+    if (d.indexOf("webpush:") !== 0) return d;
+    try {
+      var json = JSON.parse(atob(d.slice(8).replace(/-/g, "+").replace(/_/g, "/")));
+      return "web push via " + new URL(json.endpoint).host;
+    } catch (x) { return "web push"; }
+  }
+
   function showRoute(e) {
     var id = e.kn_id || "";
     var li = routesBox.querySelector('li[data-id="' + CSS.escape(id) + '"]');
@@ -78,7 +88,7 @@
       if (!li) { li = el("li", {"data-id": id}); routesBox.appendChild(li); }
       var extra = ["kn_content_filter", "do_max_n", "do_max_age", "kn_expires"].filter(function (k) { return e[k]; })
         .map(function (k) { return k + "=" + e[k]; }).join(" ");
-      li.textContent = "\u2192 " + e.kn_payload + (extra ? "  (" + extra + ")" : "");
+      li.textContent = "\u2192 " + destination(e.kn_payload) + (extra ? "  (" + extra + ")" : "");
       li.title = "route id " + id;
     }
     noRoutes.style.display = routesBox.children.length ? "none" : "";
