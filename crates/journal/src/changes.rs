@@ -16,7 +16,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use crate::shared::drop_cached_pages;
 
@@ -99,9 +98,9 @@ impl ChangeLog {
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).done = last;
         if written.is_err() {
             *slot = None;
-        } else if let Some(own) = wake::configured() {
+        } else if config.wake_addr.is_some() {
             // Written: the hosts that announced themselves read it now.
-            self.nudger.nudge(&config.root, Some(own));
+            self.nudger.nudge(&config.root, config.wake_addr);
         }
         written
     }
@@ -213,12 +212,14 @@ struct Poller {
     at_relay: Position,
     leader: bool,
     max_bytes: u64,
-    /// The leader's socket for pushed wake-ups (`KN_WAKE_ADDR`).
+    /// Where the leader listens for pushed wake-ups (`KN_WAKE_ADDR`),
+    /// and its socket while it leads.
+    wake_addr: Option<std::net::SocketAddr>,
     wake: Option<Arc<std::net::UdpSocket>>,
 }
 
 impl Poller {
-    fn new(root: PathBuf, max_bytes: u64) -> Poller {
+    fn new(root: PathBuf, max_bytes: u64, wake_addr: Option<std::net::SocketAddr>) -> Poller {
         let mut poller = Poller {
             root,
             changes: None,
@@ -228,6 +229,7 @@ impl Poller {
             at_relay: Position { generation: None, offset: HEADER },
             leader: false,
             max_bytes,
+            wake_addr,
             wake: None,
         };
         let (lock, relay) = relay_paths(&poller.root);
@@ -259,7 +261,7 @@ impl Poller {
                     // are read by no one: a new relay generation makes
                     // every process of the host re-read once.
                     self.leader = true;
-                    self.wake = wake::configured().and_then(|addr| wake::listen(&self.root, addr)).map(Arc::new);
+                    self.wake = self.wake_addr.and_then(|addr| wake::listen(&self.root, addr)).map(Arc::new);
                     self.start_on_changes();
                     let renewed = self.relay.as_ref().map(|r| append_entries(r, b"", self.max_bytes, true, &mut false));
                     if !matches!(renewed, Some(Ok(()))) {
@@ -321,9 +323,10 @@ const RELAY_FALLBACK: u32 = 10;
 /// reads to the host's relay; the others read the relay, a local file,
 /// as soon as inotify says it changed (in the notifier's thread: one
 /// thread wake-up less on the way to a tunnel).
-pub(crate) fn spawn_poller(root: &Path, hub: Weak<Hub>, every: Duration, max_bytes: u64) {
+pub(crate) fn spawn_poller(config: &crate::Config, hub: Weak<Hub>) {
+    let (root, every) = (&config.root, config.changes_poll);
     let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-    let poller = Arc::new(Mutex::new(Poller::new(root.clone(), max_bytes)));
+    let poller = Arc::new(Mutex::new(Poller::new(root.clone(), config.changes_bytes, config.wake_addr)));
     let rung = (hub.clone(), poller.clone());
     let watcher = watch_relay(&relay_paths(&root).1, move || {
         let Some(hub) = rung.0.upgrade() else { return };
@@ -471,7 +474,14 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::thread;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
+
+    fn poll_config(root: &Path, every: Duration) -> crate::Config {
+        let mut config = crate::Config::new(root);
+        config.changes_poll = every;
+        config.changes_bytes = 1 << 20;
+        config
+    }
 
     /// Waits until `sub` has had no wake-up for 100 ms (at most 5 s), so
     /// that a wait after it answers only to what follows.
@@ -494,7 +504,7 @@ mod tests {
         let log = ChangeLog::default();
         let mut config = crate::Config::new(root.path());
         log.append(&config, &topic).unwrap();
-        spawn_poller(root.path(), Arc::downgrade(&hub), Duration::from_millis(5), 1 << 20);
+        spawn_poller(&poll_config(root.path(), Duration::from_millis(5)), Arc::downgrade(&hub));
         // The poller wakes everyone when it starts (it may have missed
         // entries): let that pass, or it would answer the wait below.
         settle(&sub);
@@ -572,7 +582,7 @@ mod tests {
         // own timer (ten polls, 2 s here) would.
         let every = Duration::from_millis(200);
         for hub in &hubs {
-            spawn_poller(root.path(), Arc::downgrade(hub), every, 1 << 20);
+            spawn_poller(&poll_config(root.path(), every), Arc::downgrade(hub));
         }
         thread::sleep(every * 3); // a leader is chosen
         let listeners: Vec<_> = subs.iter().map(|s| s.listen()).collect();

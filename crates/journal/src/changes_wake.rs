@@ -1,7 +1,7 @@
 //! Cross-host wake-ups pushed, where the hosts can reach each other
 //! (docs/SCALE-OUT.md, "Wake-ups"): the process that reads `.changes` for
 //! its host (the host's leader) binds a UDP socket on the address the
-//! operator allowed (`KN_WAKE_ADDR`, e.g. the host's address on the
+//! operator allowed (`Config::wake_addr`, `KN_WAKE_ADDR`, e.g. the host's address on the
 //! cluster's network and a port) and announces it on the volume, as a
 //! file named by it in `<root>/.wake/`; a process that appended to
 //! `.changes` sends every other announced address a one-byte datagram,
@@ -23,23 +23,6 @@ const PEERS_FOR: Duration = Duration::from_secs(1);
 /// Most addresses nudged per append (a bound on a directory filled by
 /// mistake).
 const MOST_PEERS: usize = 64;
-
-/// `KN_WAKE_ADDR`: the address this host's leader listens on; None when
-/// unset or not an address (then only the poll wakes this host).
-pub(crate) fn configured() -> Option<SocketAddr> {
-    static ADDR: std::sync::OnceLock<Option<SocketAddr>> = std::sync::OnceLock::new();
-    *ADDR.get_or_init(|| parse_addr(&std::env::var("KN_WAKE_ADDR").ok()?))
-}
-
-fn parse_addr(text: &str) -> Option<SocketAddr> {
-    match text.trim().parse() {
-        Ok(addr) => Some(addr),
-        Err(_) => {
-            eprintln!("kn-journal: KN_WAKE_ADDR '{text}' is not an address:port; cross-host wake-ups are polled");
-            None
-        }
-    }
-}
 
 /// The leader's side: binds `addr` and announces it in `root`'s
 /// `.wake/`. The socket answers [`wait`] calls.
@@ -148,11 +131,8 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_address_or_no_announcement_leaves_the_poll() {
-        assert_eq!(parse_addr("198.18.1.11:7780"), Some("198.18.1.11:7780".parse().unwrap()));
-        assert_eq!(parse_addr("[::1]:7780"), Some("[::1]:7780".parse().unwrap()));
-        assert_eq!(parse_addr("host-a:7780"), None);
-        assert_eq!(parse_addr("198.18.1.11"), None);
+    fn no_announcement_no_nudge() {
         assert!(announced(&PathBuf::from("/nonexistent/.wake")).is_empty());
+        Nudger::default().nudge(Path::new("/nonexistent"), None);
     }
 }

@@ -81,9 +81,10 @@ impl std::str::FromStr for Shared {
 /// | `journal_max_bytes` | 64 MiB | `KN_JOURNAL_MAX_BYTES` |
 /// | `expired_grace` | 1 hour | `KN_EXPIRED_GRACE` (seconds) |
 /// | `poll_interval` | 250 ms | `KN_POLL_MS` |
-/// | `shared` | `auto`: shared mode on FUSE and NFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
+/// | `shared` | `auto`: shared mode on FUSE, NFS and CephFS mounts | `KN_SHARED` (`auto`/`on`/`off`) |
 /// | `changes_poll` | 5 ms: how often one process per host in shared mode reads `.changes` | `KN_CHANGES_POLL_MS` |
 /// | `changes_bytes` | 1 MiB: `.changes` is emptied once it is larger | `KN_CHANGES_BYTES` |
+/// | `wake_addr` | none: in shared mode, the UDP address:port this host's reader of `.changes` listens on and announces in `<root>/.wake/`, so that another host's post nudges it to read at once (docs/SCALE-OUT.md, "Wake-ups") | `KN_WAKE_ADDR` |
 /// | `lock_wait` | 30 s: in shared mode, the longest wait for a file's lock before the operation fails | `KN_LOCK_WAIT_MS` |
 /// | `heartbeat_stale` | 100 s (PROTOCOL.md; tunnels refresh their journal's heartbeat every fifth of it, at most every 20 s) | `KN_HEARTBEAT_STALE_MS`, for tests and benchmarks that compress time (e.g. bench/soak) |
 /// | `presence_debounce` | 5 s: a journal's tunnel gone this long leaves its topics' `kn_presence` (a reconnect within it is no leave); a tunnel that died without closing leaves within this plus twice `presence_pass` (docs/PRESENCE.md) | `KN_PRESENCE_DEBOUNCE_MS` |
@@ -177,6 +178,11 @@ pub struct Config {
     /// In shared mode, `.changes` is emptied (its generation bumped) by
     /// the writer that finds it larger than this.
     pub changes_bytes: u64,
+    /// In shared mode, where the hosts can reach each other: the UDP
+    /// address this host's reader of `.changes` listens on and announces
+    /// on the volume; a post then nudges the other announced hosts to
+    /// read `.changes` at once (the poll stays the fallback).
+    pub wake_addr: Option<std::net::SocketAddr>,
     /// In shared mode, the longest a process waits for a lock on the
     /// volume (a topic's `.lock`, `.changes`, `.forwarded`, `.stats`,
     /// the store's `.lock`) before the operation fails with an error
@@ -432,6 +438,7 @@ impl Config {
             shared: Shared::Auto,
             changes_poll: Duration::from_millis(5),
             changes_bytes: 1 << 20,
+            wake_addr: None,
             lock_wait: Duration::from_secs(30),
             server_url: None,
             max_names: 32,
@@ -534,6 +541,9 @@ impl Config {
         }
         if let Some(v) = var::<u64>("KN_CHANGES_BYTES")? {
             self.changes_bytes = v.max(4096);
+        }
+        if let Some(v) = var::<std::net::SocketAddr>("KN_WAKE_ADDR")? {
+            self.wake_addr = Some(v);
         }
         if let Some(v) = var::<u64>("KN_LOCK_WAIT_MS")? {
             self.lock_wait = Duration::from_millis(v);

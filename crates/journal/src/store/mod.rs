@@ -559,7 +559,7 @@ impl Store {
             let hub = Arc::new(Hub::new());
             if self.is_shared() {
                 // inotify sees only this host's appends.
-                crate::changes::spawn_poller(&self.config.root, Arc::downgrade(&hub), self.config.changes_poll, self.config.changes_bytes);
+                crate::changes::spawn_poller(&self.config, Arc::downgrade(&hub));
             }
             hub
         })
