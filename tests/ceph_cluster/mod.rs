@@ -12,6 +12,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -69,6 +70,8 @@ pub struct Cluster {
     daemons: Vec<Daemon>,
     namespaces: Vec<String>,
     pub started: Instant,
+    /// The hosts' relay files of `.changes` there before the cluster.
+    relays_before: HashSet<PathBuf>,
 }
 
 impl Cluster {
@@ -87,7 +90,16 @@ impl Cluster {
         let tag = format!("knc{}", std::process::id() % 100_000);
         let dir = Dir::new(name);
         let conf = dir.join("ceph.conf");
-        let mut cluster = Cluster { dir, tag, conf, mounts: Vec::new(), daemons: Vec::new(), namespaces: Vec::new(), started: Instant::now() };
+        let mut cluster = Cluster {
+            dir,
+            tag,
+            conf,
+            mounts: Vec::new(),
+            daemons: Vec::new(),
+            namespaces: Vec::new(),
+            started: Instant::now(),
+            relays_before: common::relays(),
+        };
         cluster.network(hosts).unwrap();
         cluster.write_conf();
         cluster.bring_up();
@@ -270,6 +282,9 @@ impl Drop for Cluster {
         }
         for ns in self.namespaces.iter().rev() {
             common::delete_namespace(ns);
+        }
+        for relay in common::relays().difference(&self.relays_before) {
+            let _ = std::fs::remove_file(relay);
         }
     }
 }

@@ -43,7 +43,7 @@ pub struct Cluster {
     pub tag: String,
 }
 
-pub use kn_test_support::cluster::{processes, run, sh};
+pub use kn_test_support::cluster::{processes, relays, run, sh};
 
 pub fn tools_missing() -> Option<String> {
     kn_test_support::cluster::tools_missing(&[("ip", "iproute2"), ("glusterd", "glusterfs-server"), ("gluster", "glusterfs-server"), ("mount.glusterfs", "glusterfs-client")])
@@ -154,17 +154,6 @@ impl Cluster {
         let counts: Vec<u64> = text.lines().filter_map(|l| l.strip_prefix("Number of entries:")).filter_map(|n| n.trim().parse().ok()).collect();
         (counts.len() == 3).then(|| counts.iter().sum())
     }
-}
-
-/// The relay and lock files of shared mode in `/dev/shm`.
-pub fn relays() -> HashSet<PathBuf> {
-    std::fs::read_dir("/dev/shm")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("kn-changes-"))
-        .map(|e| e.path())
-        .collect()
 }
 
 impl Drop for Cluster {

@@ -4,7 +4,8 @@
 //! with veth links, and unmounting a FUSE mount whose client may hang.
 //! Each engine's bring-up stays in its own module.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -129,4 +130,17 @@ pub fn unmount(point: &Path, client: &str) {
         }
         run_within(Command::new("umount").args(["-l", &p]), Duration::from_secs(10));
     }
+}
+
+/// The relay and lock files of shared mode in `/dev/shm` (one pair per
+/// mount path a store was opened on): a cluster notes them before it
+/// starts and removes the ones its hosts made.
+pub fn relays() -> HashSet<PathBuf> {
+    std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kn-changes-"))
+        .map(|e| e.path())
+        .collect()
 }
