@@ -199,15 +199,13 @@ impl Store {
             }
         }
         let own_records = read_all(&jdir)?;
-        // Copies of a window's route, numbered in its range, are what the
-        // window shows (shadow mode: both are written until the switch).
+        // Copies along a route that has a window are what the window
+        // shows (shadow mode: both are written until the switch); a route
+        // without one (made before windows, or killed before its opening
+        // record) is read as its copies.
         let copied = |r: &crate::record::Record| {
             let route_id = r.event.get(KN_ROUTE_ID);
-            windows_of.iter().zip(&spans).any(|((_, w), span)| {
-                let first = span.checkpoint(w.from + 1);
-                let last = w.closed.as_ref().map_or(u64::MAX, |c| span.last_number(c.spent));
-                route_id == Some(&w.hop.route_id[..]) && r.event.get(KN_ROUTED_FROM) == Some(&w.hop.routed_from[..]) && (first..=last).contains(&r.seq)
-            })
+            windows_of.iter().any(|(_, w)| route_id == Some(&w.hop.route_id[..]) && r.event.get(KN_ROUTED_FROM) == Some(&w.hop.routed_from[..]))
         };
         let own: Vec<&crate::record::Record> = own_records.iter().filter(|r| !copied(r)).collect();
         let mut source_records = Vec::new();
