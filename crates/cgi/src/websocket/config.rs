@@ -106,14 +106,18 @@ impl WsConfig {
         !host.is_empty() && authority == host
     }
 
-    /// The library's settings for a socket: a small read buffer (it is
-    /// allocated for every socket, idle or not: 1 KiB, where the
-    /// library's default is 128 KiB), eager writes of its own few frames
+    /// The library's settings for a socket: no read buffer of its own
+    /// (the library's would be allocated for every socket, idle or not:
+    /// it reads instead in steps of a frame header's size from
+    /// crate::websocket's `read_ahead.rs`, which holds what it read from
+    /// the connection only until the library has taken it; the library
+    /// still keeps the room of the largest message it gathered), eager
+    /// writes of its own few frames
     /// (pongs, the close: the server's events are written by
     /// crate::serve::websocket::socket, which bounds them), the caps.
     pub(crate) fn socket(&self) -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
         tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-            .read_buffer_size(1024)
+            .read_buffer_size(0)
             .write_buffer_size(0)
             .max_write_buffer_size(self.send_queue)
             .max_frame_size(Some(self.max_frame))

@@ -30,6 +30,7 @@
 mod budget;
 mod config;
 mod frames;
+mod read_ahead;
 mod socket;
 
 use std::net::SocketAddr;
@@ -146,11 +147,13 @@ pub(crate) fn asked<B>(request: &hyper::Request<B>) -> bool {
 pub(crate) async fn follow(server: Arc<Server>, slot: &Slot, io: ConnIo) -> Result<(), ConnIo> {
     let Some(pending) = slot.take() else { return Err(io) };
     let config = match settings() {
-        Ok(config) => config.clone(),
+        Ok(config) => config,
         Err(_) => return Ok(()),
     };
     // Boxed: every connection's task holds room for the largest thing it
-    // may become, and a socket's state is larger than a tunnel's.
+    // may become, and a socket's state (1,952 bytes of it in a release
+    // build, the library's inline) is larger than a tunnel's: inline, it
+    // made every held SSE tunnel 3-3.5 KB dearer.
     Box::pin(socket::follow(server, pending, io, config)).await;
     Ok(())
 }

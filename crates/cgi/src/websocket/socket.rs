@@ -32,12 +32,13 @@ use futures_util::{Sink, Stream};
 use tokio::io::AsyncWrite;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data as OpData, OpCode};
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::budget::Budgeted;
+use super::read_ahead::ReadAhead;
 use super::frames;
 use super::{Pending, Server, WsConfig};
 use crate::handler::{AfterReply, Reply, TunnelReply};
@@ -45,7 +46,7 @@ use crate::request::Request;
 use crate::serve_held::ConnIo;
 use crate::serve_tunnel::Reads;
 
-type Socket = WebSocketStream<Budgeted>;
+type Socket = WebSocketStream<ReadAhead<Budgeted>>;
 
 /// The close codes of docs/PROTOCOL.md, "WebSocket (extension)".
 pub(crate) mod code {
@@ -93,17 +94,19 @@ enum Step {
 }
 
 /// Follows the socket of `pending` on `io` until it ends.
-pub(super) async fn follow(server: Arc<Server>, pending: Pending, io: ConnIo, config: WsConfig) {
+pub(super) async fn follow(server: Arc<Server>, pending: Pending, io: ConnIo, config: &'static WsConfig) {
     let Pending { tunnel, permit, who } = pending;
-    let io = Budgeted::new(io, server.clone());
+    let io = ReadAhead::new(Budgeted::new(io, server.clone()));
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config.socket())).await;
-    let mut socket = Following { server: server.clone(), ws: &mut ws, who, config: config.clone(), pending: Vec::new(), library_owes: false };
+    let mut socket = Following { server: server.clone(), ws: &mut ws, who, config, pending: Vec::new(), library_owes: false };
     let (end, tunnel) = socket.run(tunnel).await;
     // The close frame after what is queued, and the client's in answer,
     // for a moment at most: a reader that takes nothing is then dropped.
     if let End::Close(code, reason) = end {
         let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
-        let _ = tokio::time::timeout(config.pong_timeout, socket.close(frame)).await;
+        // Boxed, as the rare paths of `run`: a held socket's state is
+        // only what it needs while it waits.
+        let _ = tokio::time::timeout(config.pong_timeout, Box::pin(socket.close(frame))).await;
     }
     // Its watch and reader's mark are let go off the event loop, as a
     // held tunnel's.
@@ -121,7 +124,7 @@ struct Following<'a> {
     server: Arc<Server>,
     ws: &'a mut Socket,
     who: super::Who,
-    config: WsConfig,
+    config: &'static WsConfig,
     /// Bytes of whole frames the connection has not taken yet (at most
     /// `KN_WS_SEND_QUEUE` and one frame); empty, with no capacity, when
     /// it took everything.
@@ -226,7 +229,7 @@ impl Following<'_> {
                     Step::Wrote(Ok(n)) => self.took(n),
                     Step::Incoming(None) => return (End::Gone, kept(tunnel)),
                     Step::Incoming(Some(Err(err))) => {
-                        let end = match self.ws.get_ref().refused() {
+                        let end = match self.ws.get_ref().get_ref().refused() {
                             Some((code, why)) => End::Close(*code, reason(why)),
                             None => refused_frame(err),
                         };
@@ -235,7 +238,10 @@ impl Following<'_> {
                     Step::Incoming(Some(Ok(message))) => {
                         last_heard = Instant::now();
                         ping_sent = None;
-                        if let Err(end) = self.incoming(message).await {
+                        // Boxed: a request's state (its frame, its
+                        // answers, the pool's handle) is held only while
+                        // it is answered, not by every idle socket.
+                        if let Err(end) = Box::pin(self.incoming(message)).await {
                             return (end, kept(tunnel));
                         }
                     }
@@ -247,10 +253,39 @@ impl Following<'_> {
         }
     }
 
-    /// Queues the JSON objects of a tunnel's piece, one text frame each.
+    /// Queues the JSON objects of a tunnel's piece, one text frame each,
+    /// framed where they lie (the `data:` line is the frame's payload as
+    /// it is: no copy of its own, no re-encoding), and writes them in one
+    /// write, as a held SSE tunnel writes a piece.
     fn send_piece(&mut self, piece: &[u8]) -> Result<(), End> {
+        let was_empty = self.pending.is_empty();
         for object in frames::objects(piece) {
-            self.queue(text_frame(object))?;
+            self.make_room(text_header().len(object.len() as u64) + object.len())?;
+            text_header().format(object.len() as u64, &mut self.pending).map_err(|_| End::Gone)?;
+            self.pending.extend_from_slice(object.as_bytes());
+        }
+        if was_empty && !self.library_owes {
+            self.write_now()?;
+        }
+        Ok(())
+    }
+
+    /// Room for a frame of `len` bytes: what waits is written as far as
+    /// the connection takes it when the frame would bring it past
+    /// `KN_WS_SEND_QUEUE`, and if the frame still finds more than that
+    /// waiting, the socket ends.
+    fn make_room(&mut self, len: usize) -> Result<(), End> {
+        if self.pending.is_empty() || self.pending.len() + len <= self.config.send_queue {
+            return Ok(());
+        }
+        if !self.library_owes {
+            self.write_now()?;
+        }
+        if !self.pending.is_empty() && self.pending.len() + len > self.config.send_queue {
+            return Err(End::Close(
+                code::TOO_SLOW,
+                format!("more than {} bytes waited for this reader (KN_WS_SEND_QUEUE): reconnect from your last checkpoint", self.config.send_queue),
+            ));
         }
         Ok(())
     }
@@ -264,12 +299,7 @@ impl Following<'_> {
     /// connection takes it, the rest kept. A frame that finds more than
     /// `KN_WS_SEND_QUEUE` bytes still waiting ends the socket.
     fn queue(&mut self, frame: Frame) -> Result<(), End> {
-        if !self.pending.is_empty() && self.pending.len() + frame.len() > self.config.send_queue {
-            return Err(End::Close(
-                code::TOO_SLOW,
-                format!("more than {} bytes waited for this reader (KN_WS_SEND_QUEUE): reconnect from your last checkpoint", self.config.send_queue),
-            ));
-        }
+        self.make_room(frame.len())?;
         let was_empty = self.pending.is_empty();
         frame.format(&mut self.pending).map_err(|_| End::Gone)?;
         if was_empty && !self.library_owes {
@@ -322,7 +352,7 @@ impl Following<'_> {
             Message::Binary(_) => Err(End::Close(code::UNSUPPORTED, "requests are text frames".into())),
             // Its pong (or the close's answer) waits in the library.
             Message::Ping(payload) => {
-                self.ws.get_mut().control_done(payload.len());
+                self.ws.get_mut().get_mut().control_done(payload.len());
                 self.library_owes = true;
                 Ok(())
             }
@@ -331,7 +361,7 @@ impl Following<'_> {
                 Ok(())
             }
             Message::Pong(payload) => {
-                self.ws.get_mut().control_done(payload.len());
+                self.ws.get_mut().get_mut().control_done(payload.len());
                 Ok(())
             }
             Message::Frame(_) => Ok(()),
@@ -362,7 +392,7 @@ impl Following<'_> {
         let handled = self.server.pool.spawn_blocking(move || answer(&server, &who, text.as_str())).await;
         // The message is answered: its share of the body budget is given
         // back (crate::websocket::budget).
-        self.ws.get_mut().message_done();
+        self.ws.get_mut().get_mut().message_done();
         let (answers, after) = handled.unwrap_or_else(|_| {
             (vec![frames::answer(kn_wire::status_event(500, "Internal Server Error", "the request handler failed (a bug: please report it)", None), None)], None)
         });
@@ -401,6 +431,11 @@ fn answer(server: &Server, who: &super::Who, text: &str) -> (Vec<String>, Option
             (vec![frames::refusal(&frames::NotARequest::new("a tunnel does not travel on a WebSocket", kn_id))], None)
         }
     }
+}
+
+/// The header of a text frame of the server (unmasked, whole).
+fn text_header() -> FrameHeader {
+    FrameHeader { is_final: true, opcode: OpCode::Data(OpData::Text), mask: None, ..FrameHeader::default() }
 }
 
 /// A text frame of the server (unmasked, whole).
