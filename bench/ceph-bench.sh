@@ -25,7 +25,14 @@ out="${BENCH_OUT:-bench/ceph-results-$(date -u +%Y%m%d-%H%M).txt}"
 {
     echo "# bench/ceph-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), KN_SCALE_POSTS=$KN_SCALE_POSTS"
     echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; $(ceph --version 2>/dev/null | cut -d' ' -f1-3)"
-    cargo test --test ceph -- --nocapture --test-threads 1 2>&1 |
-        grep --line-buffered -E '^(CephFS|latency|volume|local|two hosts|[0-9]+ journals|MDS|SIGKILL|routes|both joins|x.s leave|y.s leave|total|test |        (ok|WRONG))' || true
+    log=$(mktemp)
+    status=0
+    cargo test --test ceph -- --nocapture --test-threads 1 >"$log" 2>&1 || status=$?
+    grep -E '^(CephFS|latency|pushed|volume|local|two hosts|[0-9]+ journals|MDS|SIGKILL|routes|both joins|x.s leave|y.s leave|total|test |        (ok|WRONG))' "$log" || true
+    if [ "$status" != 0 ]; then
+        echo "# cargo test failed ($status):"
+        tail -30 "$log"
+    fi
+    rm -f "$log"
 } | tee "$out"
 echo "report: $out"
