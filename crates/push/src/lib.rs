@@ -140,16 +140,24 @@ pub struct PushRequest {
     pub shortened: bool,
 }
 
+/// What is sent when even the short form of an event does not fit (its
+/// id alone is over the cap: whoever posts chooses it): the page learns
+/// that the topic has a new event and reads it there.
+pub const TRUNCATED_MESSAGE: &[u8] = br#"{"kn_push_truncated":"1"}"#;
+
 /// Builds the push request for `full` (the event as the page should get
 /// it); when `full` encrypted would exceed [`MAX_BODY_BYTES`], `short` is
-/// sent instead (the event's id, for the page to fetch the rest). Fails
-/// with [`ErrorKind::BadInput`] when even `short` does not fit.
+/// sent instead (the event's id, for the page to fetch the rest), and
+/// [`TRUNCATED_MESSAGE`] when `short` does not fit either: an event never
+/// makes a route's push fail for its size.
 pub fn prepare(sub: &Subscription, key: &VapidKey, contact: &str, options: &PushOptions, full: &[u8], short: &[u8], now: u64) -> Result<PushRequest> {
-    let shortened = full.len() + OVERHEAD > MAX_BODY_BYTES;
-    let plaintext = if shortened { short } else { full };
-    if plaintext.len() + OVERHEAD > MAX_BODY_BYTES {
-        return Err(Error::new(ErrorKind::BadInput, format!("a push message of {} bytes is over the {MAX_BODY_BYTES} allowed once encrypted", plaintext.len())));
-    }
+    let fits = |m: &[u8]| m.len() + OVERHEAD <= MAX_BODY_BYTES;
+    let shortened = !fits(full);
+    let plaintext = match (shortened, fits(short)) {
+        (false, _) => full,
+        (true, true) => short,
+        (true, false) => TRUNCATED_MESSAGE,
+    };
     let body = encrypt(sub, plaintext)?;
     // A JWT lives 12 hours: well within RFC 8292's day, long enough for
     // clock skew.

@@ -65,10 +65,16 @@ impl Subscription {
         if auth.len() != 16 {
             return Err(bad(format!("a push subscription's auth is {} bytes, not 16", auth.len())));
         }
-        Ok(Subscription { endpoint: json.endpoint, p256dh, auth })
+        // The endpoint as WHATWG URL reads it (what the policy checks):
+        // an HTTP client given the text as written would read a host with
+        // a fullwidth dot or a percent-escape otherwise.
+        let endpoint = url::Url::parse(&json.endpoint).map_or(json.endpoint, String::from);
+        Ok(Subscription { endpoint, p256dh, auth })
     }
 
-    /// The push service's URL for this subscription.
+    /// The push service's URL for this subscription, as WHATWG URL
+    /// serialises it (the form [`PushPolicy::check`] reads and the sender
+    /// posts to).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -113,7 +119,7 @@ pub const DEFAULT_PUSH_SERVICES: &str =
 /// Which push endpoints this server may send to: `https` only, a host on
 /// the allowlist (an exact name, or `*.suffix` for any name under it),
 /// never an address literal in a loopback, private, link-local or other
-/// non-global range.
+/// non-global range, never a port other than 443.
 ///
 /// ```
 /// use kn_push::PushPolicy;
@@ -191,6 +197,12 @@ impl PushPolicy {
         }
         if !url.username().is_empty() || url.password().is_some() {
             return Err(forbidden("user information in a push endpoint"));
+        }
+        // Push services answer on 443; another port of an allowlisted host
+        // is some other service, whose answers a poisoned route's reason
+        // would show.
+        if url.port().is_some() && !(self.loopback_for_tests && loopback_literal) {
+            return Err(forbidden("a push endpoint on a port other than https's 443"));
         }
         match url.host() {
             Some(url::Host::Domain(name)) => {
