@@ -94,7 +94,7 @@ fn window_writes_killed_at_random_points_keep_the_view_todays_journal() {
     // so the view runs ahead of today's numbers from there, and the copies
     // of a later route without a window (killed before its opening record)
     // are numbered by the journal's writer, which does not yet number
-    // above the windows (one-copy.md, "Where the work stands"). Until it
+    // above the windows (docs/design/one-copy.md). Until it
     // does, the view is held to today's journal only in runs where no
     // event was lost.
     let view = store.journal_view(&j).unwrap();
