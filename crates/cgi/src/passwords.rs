@@ -1,9 +1,12 @@
 //! The hashes of an htpasswd file (`serve --htpasswd`), as Apache 2.4's
 //! `htpasswd` writes them and Apache on Linux checks them
 //! (`apr_password_validate`): bcrypt (`-B`), SHA-256/512-crypt (`-2`,
-//! `-5`), DES crypt (`-d`), Apache's MD5 `$apr1$` (`-m`, the default) and
-//! the unsalted `{SHA}` (`-s`). Plain text (`-p`) is refused: Apache hands
-//! an unknown hash to `crypt(3)` on Linux, so it never accepts one either.
+//! `-5`), Apache's MD5 `$apr1$` (`-m`, the default) and the unsalted
+//! `{SHA}` (`-s`). Plain text (`-p`) is refused: Apache hands an unknown
+//! hash to `crypt(3)` on Linux, so it never accepts one either. DES crypt
+//! (`-d`) is refused too: it reads only a password's first 8 characters,
+//! Apache's own documentation discourages it, and no maintained Rust crate
+//! checks it (docs/ACCESS.md).
 
 use base64::Engine as _;
 use md5::{Digest as _, Md5};
@@ -20,11 +23,14 @@ pub(crate) fn kind(hash: &str) -> Result<Kind, &'static str> {
             _ => Err("a malformed '{SHA}' hash"),
         };
     }
-    if ["$2y$", "$2a$", "$2b$", "$5$", "$6$"].iter().any(|p| hash.starts_with(p)) {
-        return Ok(Kind::Crypt);
+    if ["$2y$", "$2a$", "$2b$"].iter().any(|p| hash.starts_with(p)) {
+        return Ok(Kind::Bcrypt);
     }
-    if hash.len() == 13 && hash.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/') {
-        return Ok(Kind::Crypt);
+    if ["$5$", "$6$"].iter().any(|p| hash.starts_with(p)) {
+        return Ok(Kind::ShaCrypt);
+    }
+    if hash.len() == 13 && hash.bytes().all(|b| ITOA64.contains(&b)) {
+        return Err(DES_CRYPT);
     }
     Err("no hash serve (or Apache on Linux) can check: plain text ('htpasswd -p') or an unknown scheme")
 }
@@ -32,8 +38,11 @@ pub(crate) fn kind(hash: &str) -> Result<Kind, &'static str> {
 /// The kinds of hash [`kind`] accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// bcrypt, SHA-256/512-crypt or DES crypt: the `pwhash` crate's.
-    Crypt,
+    /// bcrypt (`$2y$`, `$2a$`, `$2b$`): the `bcrypt` crate's.
+    Bcrypt,
+    /// SHA-256-crypt (`$5$`) or SHA-512-crypt (`$6$`): RustCrypto's
+    /// `sha-crypt`.
+    ShaCrypt,
     /// Apache's MD5 (`$apr1$salt$digest`).
     Apr1,
     /// `{SHA}` and the base64 of the password's SHA-1.
@@ -44,7 +53,11 @@ pub(crate) enum Kind {
 /// refuses matches no password.
 pub(crate) fn verify(password: &str, hash: &str) -> bool {
     match kind(hash) {
-        Ok(Kind::Crypt) => pwhash::unix::verify(password, hash),
+        Ok(Kind::Bcrypt) => bcrypt::verify(password, hash).unwrap_or(false),
+        Ok(Kind::ShaCrypt) => {
+            use sha_crypt::PasswordVerifier as _;
+            sha_crypt::ShaCrypt::default().verify_password(password.as_bytes(), hash).is_ok()
+        }
         Ok(Kind::Apr1) => parse_apr1(hash).is_some_and(|(salt, _)| same(apr1(password, salt).as_bytes(), hash.as_bytes())),
         Ok(Kind::Sha1) => {
             let digest = sha1::Sha1::digest(password.as_bytes());
@@ -56,6 +69,9 @@ pub(crate) fn verify(password: &str, hash: &str) -> bool {
 }
 
 const APR1: &str = "$apr1$";
+/// Why a DES crypt line is refused (`htpasswd -d`): the user is told to set
+/// the password again with `htpasswd -B` (auth.rs).
+pub(crate) const DES_CRYPT: &str = "a DES crypt hash ('htpasswd -d'), which reads only the first 8 characters of a password and serve does not check";
 const SHA: &str = "{SHA}";
 
 /// The salt and digest of `$apr1$salt$digest` (a salt of 1-8 characters,
@@ -192,10 +208,36 @@ mod tests {
         }
         // Taken for crypt hashes by their look: they match nothing, and
         // nothing panics.
-        for hash in ["$2y$05$short", "$2y$", "$5$", "$6$rounds=x$", "$6$$", "............."] {
-            assert_eq!(kind(hash), Ok(Kind::Crypt), "{hash}");
+        for hash in ["$2y$05$short", "$2y$", "$5$", "$6$rounds=x$", "$6$$", "$6$rounds=999999999999$a$b"] {
+            assert!(matches!(kind(hash), Ok(Kind::Bcrypt | Kind::ShaCrypt)), "{hash}");
             assert!(!verify("anna-secret", hash), "{hash}");
             assert!(!verify("", hash), "{hash}");
         }
+    }
+
+    // Made by Apache's own `htpasswd -nbB`, `-nb5` and `-nb2` (apache2-utils
+    // 2.4) for anna-secret; crates/cgi/tests/access.rs runs the real tool.
+    #[test]
+    fn bcrypt_and_sha_crypt_hashes_check_out() {
+        for hash in [
+            "$2y$05$aQda.HjUtKUvf0qjJW6Tk.oR6W3yP9hDEq4HLbns31q/N40dWeky.",
+            "$6$5v8hCvP38xh2mAgH$gLWqDbYpqGx9MIQB77Ys4441.fxofIpbDm7n5/hRdOyX3LrK3P2EZ7S5ltenIB1ZBUgRc/Ra9kPxrHi8.DAFq.",
+            "$5$6QHicL8IAVIPt9Mo$kpHSkZD5BAdbx6ZWsW7VqQRKJTdnNWJVkGWv48GQJ92",
+        ] {
+            assert!(kind(hash).is_ok(), "{hash}");
+            assert!(verify("anna-secret", hash), "{hash}");
+            assert!(!verify("anna-secreT", hash), "{hash}");
+            assert!(!verify("", hash), "{hash}");
+        }
+        // bcrypt's $2a$ and $2b$ spellings of the same hash.
+        assert!(verify("anna-secret", "$2b$05$aQda.HjUtKUvf0qjJW6Tk.oR6W3yP9hDEq4HLbns31q/N40dWeky."));
+    }
+
+    #[test]
+    fn des_crypt_hashes_are_refused_naming_the_8_character_limit() {
+        // `htpasswd -nbd anna anna-secret`.
+        let why = kind("Z0RkSXXurQsTI").unwrap_err();
+        assert!(why.contains("DES crypt") && why.contains("8 characters"), "{why}");
+        assert!(!verify("anna-secret", "Z0RkSXXurQsTI"));
     }
 }

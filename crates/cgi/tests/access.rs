@@ -378,11 +378,11 @@ fn apache_accepts(file: &Path, user: &str, password: &str) -> bool {
 #[test]
 fn serve_accepts_every_hash_apaches_htpasswd_writes_as_apache_does() {
     let dir = Dir::new("access_htpasswd_kinds");
-    // Apache's MD5 (the default), bcrypt, SHA-1, crypt, SHA-512, SHA-256.
-    for flag in ["-m", "-B", "-s", "-d", "-5", "-2"] {
+    // Apache's MD5 (the default), bcrypt, SHA-1, SHA-512, SHA-256 (DES
+    // crypt, -d, is refused: the test below).
+    for flag in ["-m", "-B", "-s", "-5", "-2"] {
         let Some(users) = htpasswd(dir.path(), flag) else { return };
         let s = Served::start(&format!("access_htpasswd_kind{flag}"), &["--htpasswd", users.to_str().unwrap()]);
-        // crypt (-d) reads 8 characters: the wrong password differs in them.
         for (password, right) in [("anna-secret", true), ("wrong-pw", false)] {
             assert_eq!(apache_accepts(&users, "anna", password), right, "htpasswd -v {flag} {password}");
             let who = s.request("do_method=whoami", &basic("anna", password));
@@ -413,6 +413,25 @@ fn serve_refuses_to_start_with_plain_text_passwords_as_apache_refuses_them() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(":1: user 'anna' has no hash serve (or Apache on Linux) can check: plain text ('htpasswd -p')"), "{stderr}");
+    assert!(stderr.contains("htpasswd -B"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_to_start_with_des_crypt_passwords_naming_the_user_and_htpasswd_b() {
+    let dir = Dir::new("access_htpasswd_des");
+    let Some(users) = htpasswd(dir.path(), "-d") else { return };
+    // Apache accepts it, reading only 8 characters: "anna-sec" is enough.
+    assert!(apache_accepts(&users, "anna", "anna-secXXX"));
+    let output = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.join("kn_events"))
+        .arg("--htpasswd")
+        .arg(&users)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(":1: user 'anna' has a DES crypt hash ('htpasswd -d'), which reads only the first 8 characters"), "{stderr}");
     assert!(stderr.contains("htpasswd -B"), "{stderr}");
 }
 

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use hmac::{Hmac, Mac, NewMac};
+use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -58,7 +58,7 @@ impl SessionKey {
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_varkey(&self.0).expect("HMAC takes keys of any length");
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
         mac.update(b"kn_session\0");
         mac
     }
@@ -98,7 +98,7 @@ impl SessionKey {
         let tag: Vec<u8> = (0..32).map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()).collect::<Option<_>>()?;
         let mut mac = self.mac();
         mac.update(id.as_bytes());
-        mac.verify(&tag).ok()?;
+        mac.verify_slice(&tag).ok()?;
         Some(id.to_string())
     }
 }
