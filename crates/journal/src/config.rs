@@ -102,6 +102,10 @@ impl std::str::FromStr for Shared {
 /// | `group_commit` | 64 posts: the most posts of one process waiting for the same topic that are stored together, with one lock, one write and one forwarding pass (0 or 1: each post alone) | `KN_GROUP_COMMIT` |
 /// | `max_routes` | 10,000 active routes per topic (more: `403`) | `KN_MAX_ROUTES` |
 /// | `max_push_routes` | 16 active Web Push routes per creator (a user, or an anonymous visitor's session) in the store (more: `403`; docs/PROTOCOL.md, "Web Push (extension)") | `KN_MAX_PUSH_ROUTES` |
+/// | `push_contact` | none: no Web Push routes. Read by kn-push, not `Config`: the VAPID `sub` push services may write to, a `mailto:` or `https:` URL; set, `serve` and pubsub.cgi deliver Web Push routes (docs/DEPLOY.md, "Web Push") | `KN_PUSH_CONTACT` |
+/// | `push_services` | `default`: the push services of Chrome/Edge (FCM), Firefox (Mozilla autopush), Safari (Apple) and Windows (WNS). Read by kn-push: the host names (`*.` for subdomains) a push endpoint may be on, `default` and `none` as words (docs/DEPLOY.md, "Web Push") | `KN_PUSH_SERVICES` |
+/// | `push_ca_file` | none: Mozilla's roots, built in. Read by kn-push: a PEM file whose certificates a push service's must chain to instead (a private push service, tests) | `KN_PUSH_CA_FILE` (a file path) |
+/// | `push_test_loopback` | off. Read by kn-push, for tests only: a push endpoint may be a loopback address literal, over plain http too, or a name that resolves to loopback | `KN_PUSH_TEST_LOOPBACK` (`1`) |
 /// | `max_filter_bytes` | 4 KiB per `kn_content_filter` | — |
 /// | `blob_bytes` | 64 KiB: a longer `kn_payload` is stored once, in a blob file (0: never) | `KN_BLOB_BYTES` |
 /// | `max_topic_depth` | 32 segments per topic name (more: `400`); at most [`MAX_TOPIC_DEPTH`](crate::MAX_TOPIC_DEPTH) (64), beyond which no name is valid anywhere | `KN_MAX_TOPIC_DEPTH` |

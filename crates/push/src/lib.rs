@@ -33,6 +33,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod client;
 mod ece;
 mod error;
 mod sender;

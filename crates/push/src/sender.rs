@@ -25,8 +25,8 @@ pub struct PushSettings {
     /// `KN_PUSH_SERVICES`: the push service allowlist.
     pub policy: PushPolicy,
     /// `KN_PUSH_TEST_LOOPBACK=1`, for tests only: endpoints on loopback
-    /// address literals allowed, over plain http too (a stand-in push
-    /// service).
+    /// address literals allowed, over plain http too, and push service
+    /// names that resolve to loopback (a stand-in push service).
     pub test_loopback: bool,
 }
 
@@ -62,6 +62,7 @@ pub struct Sender {
     settings: PushSettings,
     key: VapidKey,
     agent: ureq::Agent,
+    config: Config,
 }
 
 impl Sender {
@@ -69,18 +70,17 @@ impl Sender {
     /// [`VAPID_KEY_FILE`]), with the outbound timeouts of `config`.
     pub fn open(root: &Path, config: &Config, settings: PushSettings) -> crate::Result<Sender> {
         let key = VapidKey::load_or_create(&root.join(VAPID_KEY_FILE))?;
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(config.remote_timeout))
-            .timeout_connect(Some(config.remote_connect_timeout))
-            // The store's proxy (KN_HTTP_PROXY) or none, never ureq's
-            // default `Proxy::try_from_env()`: in a CGI, `HTTP_PROXY` is
-            // the client's `Proxy:` header (httpoxy).
-            .proxy(config.http_proxy.as_ref().and_then(|p| ureq::Proxy::new(p.as_str()).ok()))
-            .build()
-            .new_agent();
-        Ok(Sender { settings, key, agent })
+        let agent = crate::client::agent(config, &settings.policy, None);
+        Ok(Sender { settings, key, agent, config: config.clone() })
+    }
+
+    /// The same sender trusting only the certificates of the PEM file
+    /// `ca_file` (`KN_PUSH_CA_FILE`: a private push service's CA, or a
+    /// test's) instead of the built-in Mozilla roots.
+    pub fn trusting(mut self, ca_file: &Path) -> crate::Result<Sender> {
+        let roots = crate::client::roots_of_file(ca_file)?;
+        self.agent = crate::client::agent(&self.config, &self.settings.policy, Some(roots));
+        Ok(self)
     }
 
     /// The VAPID public key (`do_method=vapid`, a page's
@@ -97,11 +97,6 @@ impl Sender {
         let json = String::from_utf8(json).map_err(|_| "bad push destination: not UTF-8 JSON".to_string())?;
         let sub = Subscription::parse(&json).map_err(|e| e.to_string())?;
         self.settings.policy.check(sub.endpoint()).map_err(|e| e.to_string())?;
-        if sub.endpoint().starts_with("https:") {
-            // See Cargo.toml: no TLS client can be built into this
-            // workspace yet. Refused at once rather than retried.
-            return Err(format!("push endpoint '{}' refused: this build has no TLS client for https push services yet", sub.endpoint()));
-        }
         Ok(sub)
     }
 }
@@ -178,6 +173,11 @@ impl Push for Sender {
                     Outcome::Refused(_) => PushAnswer::Refused(why),
                 }
             }
+            // Its name resolved only to addresses the policy forbids
+            // (client.rs): refused, the route poisoned, not retried.
+            Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::PermissionDenied && e.to_string().starts_with(crate::client::REFUSED_ADDRESS) => {
+                PushAnswer::Refused(format!("push endpoint '{endpoint}' refused: {e}"))
+            }
             Err(e) => PushAnswer::Retry(None, format!("push service '{endpoint}' did not answer: {e}")),
         }
     }
@@ -189,7 +189,10 @@ impl Push for Sender {
 /// (`HttpRemote::from_config`).
 pub fn wire(store: kn_journal::Store) -> crate::Result<kn_journal::Store> {
     let Some(settings) = PushSettings::from_env()? else { return Ok(store) };
-    let sender = Sender::open(store.root(), store.config(), settings)?;
+    let mut sender = Sender::open(store.root(), store.config(), settings)?;
+    if let Some(ca_file) = std::env::var_os("KN_PUSH_CA_FILE").filter(|v| !v.is_empty()) {
+        sender = sender.trusting(Path::new(&ca_file))?;
+    }
     let inner = Arc::new(kn_journal::HttpRemote::from_config(store.config()));
     Ok(store.with_remote(Arc::new(PushRemote::new(inner, sender))))
 }

@@ -18,6 +18,10 @@ to /push/<script> with the statuses the script lists in turn, dash
 separated, the last repeated (/push/429-503-201: 429 with Retry-After: 2,
 then 503, then 201 for ever); each POST's verdict (as above, with its
 path and the status answered) is kept and GET /results returns them all.
+With --https CERT KEY, the same over TLS (Python's ssl module) with the
+certificate chain CERT and its key KEY: it prints "base":
+"https://127.0.0.1:PORT" (tests/tls.rs makes the certificates).
+
 Tests only, never the product.
 """
 
@@ -64,7 +68,7 @@ def check(private_key, auth_secret, message):
     return {"plaintext": base64.b64encode(plaintext).decode(), "claims": claims}
 
 
-def serve_http(private_key, auth_secret, subscription_keys):
+def serve_http(private_key, auth_secret, subscription_keys, tls=None):
     import http.server
     import threading
 
@@ -88,7 +92,7 @@ def serve_http(private_key, auth_secret, subscription_keys):
         def do_POST(self):
             length = int(self.headers.get("Content-Length", "0"))
             body = self.rfile.read(length)
-            endpoint = "http://%s%s" % (self.headers.get("Host"), self.path)
+            endpoint = "%s://%s%s" % ("https" if tls else "http", self.headers.get("Host"), self.path)
             message = {"endpoint": endpoint, "headers": dict(self.headers.items()), "body": base64.b64encode(body).decode()}
             try:
                 verdict = check(private_key, auth_secret, message)
@@ -110,6 +114,13 @@ def serve_http(private_key, auth_secret, subscription_keys):
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     base = "http://127.0.0.1:%d" % server.server_address[1]
+    if tls:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls[0], tls[1])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        base = "https://127.0.0.1:%d" % server.server_address[1]
     print(json.dumps({"subscription": {"endpoint": base + "/push/201", "keys": subscription_keys}, "base": base}), flush=True)
     server.serve_forever()
 
@@ -120,8 +131,12 @@ def main():
         serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
     )
     auth_secret = os.urandom(16)
+    keys = {"p256dh": b64u(public), "auth": b64u(auth_secret)}
     if sys.argv[1:] == ["--http"]:
-        serve_http(private_key, auth_secret, {"p256dh": b64u(public), "auth": b64u(auth_secret)})
+        serve_http(private_key, auth_secret, keys)
+        return
+    if sys.argv[1:2] == ["--https"] and len(sys.argv) == 4:
+        serve_http(private_key, auth_secret, keys, tls=(sys.argv[2], sys.argv[3]))
         return
     endpoint = "https://fcm.googleapis.com/fcm/send/standin"
     subscription = {"endpoint": endpoint, "keys": {"p256dh": b64u(public), "auth": b64u(auth_secret)}}
