@@ -429,6 +429,12 @@
     return out;
   }
 
+  function sameBytes(a, b) {
+    if (a.length !== b.length) return false;
+    for (var i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+
   function vapidKey() {
     if (window.kn_vapid_key) return Promise.resolve(window.kn_vapid_key);
     return fetch(server + "?do_method=vapid", {credentials: "same-origin"}).then(function (r) {
@@ -446,9 +452,16 @@
     return navigator.serviceWorker.register(options.worker || "/kn-sw.js").then(function () {
       return navigator.serviceWorker.ready;
     }).then(function (reg) {
-      return reg.pushManager.getSubscription().then(function (s) {
-        return s || vapidKey().then(function (key) {
-          return reg.pushManager.subscribe({userVisibleOnly: true, applicationServerKey: fromBase64url(key)});
+      return Promise.all([reg.pushManager.getSubscription(), vapidKey()]).then(function (got) {
+        var s = got[0], key = fromBase64url(got[1]);
+        // A subscription is bound to the key it was made with: after the
+        // operator rotates the server's, the push services refuse the old
+        // one (and its route is poisoned), so it is replaced.
+        var made = s && s.options && s.options.applicationServerKey;
+        if (s && (!made || sameBytes(new Uint8Array(made), key))) return s;
+        var dropped = s ? s.unsubscribe().catch(function () {}) : Promise.resolve();
+        return dropped.then(function () {
+          return reg.pushManager.subscribe({userVisibleOnly: true, applicationServerKey: key});
         });
       });
     }).then(function (subscription) {
