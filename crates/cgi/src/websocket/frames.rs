@@ -24,8 +24,13 @@ pub(crate) const IN_REPLY_TO: &str = "kn_in_reply_to";
 
 /// The JSON objects in `piece`, a piece of an `sse` tunnel: its `data:`
 /// lines, in order (`id:`, `retry:` and comment lines are left out).
-pub(crate) fn objects(piece: &[u8]) -> impl Iterator<Item = &str> {
-    piece.split(|&b| b == b'\n').filter_map(|line| line.strip_prefix(b"data: ")).filter_map(|data| std::str::from_utf8(data).ok())
+pub(crate) fn objects(piece: &[u8]) -> Box<dyn Iterator<Item = &str> + Send + '_> {
+    // A piece is UTF-8 (the `sse` format's JSON): checked once, its lines
+    // are then found by the library's fast search, not byte by byte.
+    match std::str::from_utf8(piece) {
+        Ok(text) => Box::new(text.split('\n').filter_map(|line| line.strip_prefix("data: "))),
+        Err(_) => Box::new(piece.split(|&b| b == b'\n').filter_map(|line| line.strip_prefix(b"data: ")).filter_map(|data| std::str::from_utf8(data).ok())),
+    }
 }
 
 /// The status code of a status event written as a JSON object (its

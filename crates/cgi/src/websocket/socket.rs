@@ -259,12 +259,19 @@ impl Following<'_> {
     /// write, as a held SSE tunnel writes a piece.
     fn send_piece(&mut self, piece: &[u8]) -> Result<(), End> {
         let was_empty = self.pending.is_empty();
+        // Room for the piece's frames at once (a frame's header is no
+        // longer than the `data: ` and newline it replaces, but for 10
+        // bytes of a frame over 64 KiB).
+        self.pending.reserve(piece.len().min(self.config.send_queue));
         for object in frames::objects(piece) {
             self.make_room(text_header().len(object.len() as u64) + object.len())?;
             text_header().format(object.len() as u64, &mut self.pending).map_err(|_| End::Gone)?;
             self.pending.extend_from_slice(object.as_bytes());
         }
-        if was_empty && !self.library_owes {
+        if self.pending.is_empty() {
+            // A piece with no object (a keep-alive): no room kept.
+            self.pending = Vec::new();
+        } else if was_empty && !self.library_owes {
             self.write_now()?;
         }
         Ok(())
