@@ -250,3 +250,41 @@ fn a_creator_may_make_max_push_routes_and_one_more_only_after_deleting_one() {
     store.as_user(&anna).delete_route(&t("/what/a"), b"p1", None).unwrap();
     make(&anna, "/what/c", "p4").unwrap();
 }
+
+#[test]
+fn requests_racing_at_the_push_route_bound_never_pass_it() {
+    // Deliberately racing: sixteen threads, each its own route for the
+    // same creator, five rounds (five creators). Without the creator's
+    // lock around the count and the note, several pass the bound of 3.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().join("kn_events"));
+    config.reserve_bytes = 0;
+    config.outbound = OutboundPolicy::AllowAll;
+    config.max_push_routes = 3;
+    let store = Store::open_with(config.clone()).unwrap();
+    let sender = Sender::open(store.root(), &config, settings(true)).unwrap();
+    let store = store.with_remote(Arc::new(PushRemote::new(Arc::new(HttpRemote::new()), sender)));
+    // RFC 8291 Appendix A's public keys; nothing is sent (no event).
+    let json = r#"{"endpoint":"http://127.0.0.1:9/push/201","keys":{"p256dh":"BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4","auth":"BTBZMqHH6r4Tts7J_aSIgg"}}"#;
+    let dest = format!("webpush:{}", URL_SAFE_NO_PAD.encode(json));
+    for round in 0..5 {
+        let who = kn_journal::access::Principal::user(&format!("anna{round}"));
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let (store, who, dest, made) = (&store, &who, &dest, &made);
+                s.spawn(move || {
+                    let mut params = Event::new();
+                    params.set("kn_id", format!("p{i}"));
+                    match store.as_user(who).route(&t(&format!("/what/r{i}")), dest.as_bytes(), params) {
+                        Ok(_) => {
+                            made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::Forbidden, "{e}"),
+                    }
+                });
+            }
+        });
+        assert_eq!(made.into_inner(), 3, "round {round}: routes made past KN_MAX_PUSH_ROUTES=3");
+    }
+}

@@ -61,9 +61,13 @@ impl Store {
     /// one small file per route naming its source and id; at the bound,
     /// the notes of routes no longer active push routes (deleted,
     /// poisoned, replaced, expired) are dropped before counting again, so
-    /// the notes never outgrow the bound for long. Two requests racing at
-    /// the bound may both pass: by one route each.
-    pub(super) fn count_push_route(&self, from: &Topic, params: &Event) -> Result<()> {
+    /// the notes never outgrow the bound for long. The count and the new
+    /// note are made under the creator's lock (`.push/<creator
+    /// hash>/.lock`, an exclusive `flock`), returned to be held until the
+    /// route is stored, so that requests racing at the bound, in one
+    /// `serve` or in several processes, never pass it (a note whose route
+    /// is not stored yet would otherwise look stale and be dropped).
+    pub(super) fn count_push_route(&self, from: &Topic, params: &Event) -> Result<std::fs::File> {
         let creator = params
             .get(crate::access::KN_ROUTE_CREATOR)
             .or_else(|| params.get(crate::access::KN_ROUTE_SESSION))
@@ -75,8 +79,11 @@ impl Store {
         key.extend_from_slice(id);
         let note = dir.join(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&key)));
         let io = |e: std::io::Error| Error::io("cannot note a push route in", &dir, e);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".lock")).map_err(io)?;
+        crate::shared::lock(&lock, crate::shared::LockKind::Exclusive, &self.config).map_err(io)?;
         if note.exists() {
-            return Ok(()); // the same route again (a replacement)
+            return Ok(lock); // the same route again (a replacement)
         }
         let max = self.config.max_push_routes;
         if notes(&dir).len() >= max {
@@ -92,11 +99,11 @@ impl Store {
                 ));
             }
         }
-        std::fs::create_dir_all(&dir).map_err(io)?;
         // Written whole under a temporary name, then renamed: a reader
         // never sees half a note.
         let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-        std::fs::write(&tmp, &key).and_then(|()| std::fs::rename(&tmp, &note)).map_err(io)
+        std::fs::write(&tmp, &key).and_then(|()| std::fs::rename(&tmp, &note)).map_err(io)?;
+        Ok(lock)
     }
 
     /// Whether the note at `path` names a route that is still an active

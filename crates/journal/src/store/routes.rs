@@ -268,9 +268,9 @@ impl Store {
             self.compile_filter(filter)?;
         }
         self.check_route_limit(from, params.id())?;
-        if crate::push::is_push_destination(&destination) {
-            self.count_push_route(from, &params)?;
-        }
+        // Held until the route is stored: a request racing at the bound
+        // counts this route's note only once its route exists.
+        let _push_lock = if crate::push::is_push_destination(&destination) { Some(self.count_push_route(from, &params)?) } else { None };
         let journal = match self.resolve(&destination) {
             Ok(Destination::Local(to)) if to.is_journal() => Some(to),
             _ => None,
