@@ -103,8 +103,22 @@ impl Sender {
 
 /// The parameter that sets a push message's option, from the event or
 /// else the route.
-fn option<'a>(route: &'a Event, event: &'a Event, name: &str) -> Option<String> {
-    event.get_str(name).or_else(|| route.get_str(name))
+/// The push option `name` for `event` along `route`: the event's own
+/// value when it is a valid one, else the route's. An event's value that
+/// does not parse is ignored rather than refused, since a refusal poisons
+/// the route: anyone who may post to a topic would end every push
+/// subscription to it with one event (crates/push/tests/attack_push_sender.rs).
+fn option(route: &Event, event: &Event, name: &str) -> Option<String> {
+    let valid = |value: &str| {
+        let one = Some(value);
+        match name {
+            "kn_push_ttl" => PushOptions::parse(one, None, None).is_ok(),
+            "kn_push_urgency" => PushOptions::parse(None, one, None).is_ok(),
+            "kn_push_topic" => PushOptions::parse(None, None, one).is_ok(),
+            _ => false,
+        }
+    };
+    event.get_str(name).filter(|v| valid(v)).or_else(|| route.get_str(name))
 }
 
 /// The event as the page gets it: its elements as a JSON object of
