@@ -346,19 +346,53 @@ pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
     format!("{}{place}: {mode} (KN_SHARED={setting})", fs.name)
 }
 
-/// Appends `bytes` at the end of `file` as `fstat` gives it now, with
-/// `pwrite`: the caller holds an exclusive lock that every writer of the
-/// file takes. Never `O_APPEND` (`file` must not be opened with it, or
-/// Linux writes at its own idea of the end): on CephFS an `O_APPEND`
-/// write from one mount lands at that client's cached end, and two
-/// mounts appending in turn overwrite each other's records even under a
-/// lock with `fsync` (docs/SCALE-OUT.md, "What each engine must give");
-/// the size read under the lock is the one the MDS hands with the lock's
-/// capabilities.
+/// Appends `bytes`, whole lines each ended by a newline, at the end of
+/// `file` as `fstat` gives it now, with `pwrite`: the caller holds an
+/// exclusive lock that every writer of the file takes, threads of one
+/// process included (an `flock` of a file opened for the call: between
+/// the size read and the write, another append would land at the same
+/// end and one of the two would be lost). Never `O_APPEND` (`file` must
+/// not be opened with it, or Linux writes at its own idea of the end):
+/// on CephFS an `O_APPEND` write from one mount lands at that client's
+/// cached end, and two mounts appending in turn overwrite each other's
+/// records even under a lock with `fsync` (docs/SCALE-OUT.md, "What each
+/// engine must give"); the size read under the lock is the one the MDS
+/// hands with the lock's capabilities.
+///
+/// A tail after the last newline is a line cut short (a writer killed
+/// mid-write, a full disk): it is cut off and `bytes` written in its
+/// place, so that it is never glued to the first new line and read as
+/// one (a record lost, another made up). `file` must be open for
+/// reading too.
 pub fn append(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let end = file.metadata()?.len();
+    let size = file.metadata()?.len();
+    let end = end_of_lines(file, size)?;
+    if end < size {
+        file.set_len(end)?;
+    }
     file.write_all_at(bytes, end)
+}
+
+/// The offset just after the last newline in the first `size` bytes of
+/// `file` (0 when there is none).
+fn end_of_lines(file: &std::fs::File, size: u64) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    // Most often the last byte is the newline: one byte read.
+    let mut chunk = 1;
+    let mut end = size;
+    let mut buf = [0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(chunk);
+        let part = &mut buf[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(i) = part.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+        chunk = buf.len() as u64;
+    }
+    Ok(0)
 }
 
 /// Which `flock` [`lock`] takes.
@@ -612,6 +646,31 @@ mod tests {
 
     /// The tests of the process's turn of lock calls, one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A line cut short at the end (a writer killed mid-write) is
+    /// written over by the next append, shorter or longer than it; a
+    /// whole file is appended to; a file of one cut line is replaced.
+    #[test]
+    fn an_append_writes_over_a_line_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines");
+        let open = || std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).unwrap();
+        for (before, after) in [
+            ("", "new\n"),
+            ("a\n", "a\nnew\n"),
+            ("a\nb\nlong cut line", "a\nb\nnew\n"),
+            ("a\nxy", "a\nnew\n"),
+            ("cut", "new\n"),
+        ] {
+            std::fs::write(&path, before).unwrap();
+            append(&open(), b"new\n").unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), after, "after {before:?}");
+        }
+        let long = format!("a\n{}", "x".repeat(10_000));
+        std::fs::write(&path, &long).unwrap();
+        append(&open(), b"new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nnew\n");
+    }
 
     #[test]
     fn the_longest_mount_point_holding_the_path_is_chosen() {

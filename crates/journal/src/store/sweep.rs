@@ -595,7 +595,7 @@ impl Store {
         let owed: Vec<Owed> = read_sources(&dir).into_iter().map(|source| Owed { removed_at, source, journal: journal.clone() }).collect();
         // Noted before the removal: a slice that dies after it leaves
         // them to the next one.
-        index::append_owed(&self.config.root, &owed)?;
+        index::append_owed(&self.config, &owed)?;
         run.owed.extend(owed);
         self.queue_parent(journal, run)?;
         self.drop_announcement(journal)?;

@@ -48,7 +48,7 @@ pub(super) fn enqueue(config: &Config, name: &str, entries: &[(u64, &Topic)]) ->
     // (skipped, or looked at for nothing) instead of swallowing this one.
     let text: String = std::iter::once("\n".to_string()).chain(entries.iter().map(|(due, topic)| format!("{due} {topic}\n"))).collect();
     for _ in 0..16 {
-        let file = match OpenOptions::new().write(true).open(path) {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == IoKind::NotFound => {
                 create_queue(path)?;
@@ -266,15 +266,19 @@ pub(super) fn read_owed(root: &Path) -> Vec<Owed> {
         .collect()
 }
 
-/// Appends to `.sweep-routes` (under the sweep's lock).
-pub(super) fn append_owed(root: &Path, owed: &[Owed]) -> Result<()> {
+/// Appends to `.sweep-routes` (under the sweep's lock and the file's).
+pub(super) fn append_owed(config: &Config, owed: &[Owed]) -> Result<()> {
     if owed.is_empty() {
         return Ok(());
     }
-    let path = root.join(OWED_FILE);
+    let path = config.root.join(OWED_FILE);
     let text: String = owed.iter().map(|o| format!("{} {} {}\n", o.removed_at, o.source, o.journal)).collect();
-    // At the end as the size tells it, not O_APPEND (`shared::append`).
+    // At the end as the size tells it, not O_APPEND (`shared::append`),
+    // under the file's lock: the sweep's threads remove journals at once
+    // (`sweep_threads`), and the sweep's own lock keeps out only other
+    // processes.
     let file = log::open_shared(&path, false).map_err(|e| Error::io("cannot open", &path, e))?;
+    crate::shared::lock(&file, crate::shared::LockKind::Exclusive, config).map_err(|e| Error::io("cannot lock", &path, e))?;
     crate::shared::append(&file, text.as_bytes()).map_err(|e| Error::io("cannot write", &path, e))
 }
 
@@ -387,6 +391,48 @@ mod tests {
 
     fn topic(n: usize) -> Topic {
         Topic::parse(&format!("/who/w{}/s/{n}/kn_journal", n % 4)).unwrap()
+    }
+
+    /// The sweep's threads note the routes owed of the journals they
+    /// remove at once (`sweep_threads`): every line each appends is kept.
+    /// At the size read without a lock, two appends land at the same end
+    /// and one overwrites the other (a route lost for good once its
+    /// journal is gone).
+    #[test]
+    fn owed_routes_appended_by_threads_at_once_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path());
+        let (threads, each) = (4, 500);
+        let start = std::sync::Barrier::new(threads);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let (config, start) = (&config, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    for n in 0..each {
+                        let owed = Owed { removed_at: 7, source: Topic::parse(&format!("/what/t{t}")).unwrap(), journal: topic(n) };
+                        append_owed(config, &[owed]).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(read_owed(dir.path()).len(), threads * each);
+    }
+
+    /// A line cut by a crash at the end of `.sweep-routes` is written
+    /// over by the next append, not glued to its first line.
+    #[test]
+    fn an_owed_line_cut_short_is_written_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path());
+        let owed = |n| Owed { removed_at: 7, source: Topic::parse("/what/chat").unwrap(), journal: topic(n) };
+        append_owed(&config, &[owed(1)]).unwrap();
+        let path = dir.path().join(OWED_FILE);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"7 /what/ch").unwrap();
+        append_owed(&config, &[owed(2)]).unwrap();
+        let journals: Vec<Topic> = read_owed(dir.path()).into_iter().map(|o| o.journal).collect();
+        assert_eq!(journals, [topic(1), topic(2)]);
     }
 
     /// Writers appending while the sweep takes entries and rotates the
