@@ -367,11 +367,29 @@ pub fn describe(fs: &FileSystem, shared: bool, requested: Shared) -> String {
 pub fn append(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let size = file.metadata()?.len();
+    #[cfg(test)]
+    between_size_and_write();
     let end = end_of_lines(file, size)?;
     if end < size {
         file.set_len(end)?;
     }
     file.write_all_at(bytes, end)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Run by [`append`] on this thread between its size read and its
+    /// write (tests: what another writer could do there).
+    pub(crate) static BETWEEN_SIZE_AND_WRITE: std::cell::RefCell<Option<Box<dyn FnMut()>>> = const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn between_size_and_write() {
+    BETWEEN_SIZE_AND_WRITE.with(|hook| {
+        if let Some(f) = hook.borrow_mut().as_mut() {
+            f()
+        }
+    });
 }
 
 /// The offset just after the last newline in the first `size` bytes of

@@ -419,6 +419,32 @@ mod tests {
         assert_eq!(read_owed(dir.path()).len(), threads * each);
     }
 
+    /// Between the size an append of owed routes read and its write, no
+    /// other writer (another sweep thread, which opens the file itself)
+    /// can take the file's lock: the window where two appends land at the
+    /// same end is closed.
+    #[test]
+    fn no_other_writer_can_lock_owed_routes_between_the_size_and_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path());
+        let owed = |n| Owed { removed_at: 7, source: Topic::parse("/what/chat").unwrap(), journal: topic(n) };
+        append_owed(&config, &[owed(1)]).unwrap();
+        let path = dir.path().join(OWED_FILE);
+        let tried = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let seen = tried.clone();
+        crate::shared::BETWEEN_SIZE_AND_WRITE.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let other = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+                seen.borrow_mut().push(other.try_lock().is_ok());
+            }))
+        });
+        let appended = append_owed(&config, &[owed(2)]);
+        crate::shared::BETWEEN_SIZE_AND_WRITE.with(|hook| hook.borrow_mut().take());
+        appended.unwrap();
+        assert_eq!(*tried.borrow(), [false], "another writer took the lock");
+        assert_eq!(read_owed(dir.path()).len(), 2);
+    }
+
     /// A line cut by a crash at the end of `.sweep-routes` is written
     /// over by the next append, not glued to its first line.
     #[test]
