@@ -38,7 +38,7 @@ use proptest::prelude::*;
 use site::*;
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn nothing_gets_past_a_claim_or_a_channel_to_any_destination_or_door(
