@@ -145,15 +145,30 @@ fn sender(root: &Path, test_loopback: bool) -> Sender {
     sender_for(root, "default", test_loopback)
 }
 
-/// This machine's host name when it resolves to loopback only, as
-/// Debian's /etc/hosts has it (`127.0.1.1 name`; the CI machine's
-/// `127.0.0.1 vm`): a name that passes the allowlist's checks of names
-/// (`localhost` is refused by name) and resolves to loopback with no DNS.
+/// A name that resolves to loopback only with no DNS: this machine's host
+/// name as Debian's /etc/hosts has it (`127.0.1.1 name`; this kind of
+/// machine's `127.0.0.1 vm`), else any other name /etc/hosts gives a
+/// loopback address. It passes the allowlist's checks of names
+/// (`localhost` is refused by name), so only what it resolves to can
+/// refuse it.
 fn loopback_name() -> Option<String> {
     use std::net::ToSocketAddrs;
-    let name = String::from_utf8(Command::new("hostname").output().ok()?.stdout).ok()?.trim().to_ascii_lowercase();
-    let addrs: Vec<_> = (name.as_str(), 443).to_socket_addrs().ok()?.collect();
-    (!name.is_empty() && !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())).then_some(name)
+    let resolves_to_loopback = |name: &str| {
+        let addrs: Vec<_> = (name, 443).to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
+        !name.is_empty() && !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+    };
+    let host = Command::new("hostname").output().ok().and_then(|o| String::from_utf8(o.stdout).ok()).unwrap_or_default();
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let listed = hosts
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or(""))
+        .filter(|line| line.split_whitespace().next().is_some_and(|addr| addr.starts_with("127.") || addr == "::1"))
+        .flat_map(|line| line.split_whitespace().skip(1).map(str::to_string).collect::<Vec<_>>());
+    std::iter::once(host.trim().to_string())
+        .chain(listed)
+        .map(|name| name.to_ascii_lowercase())
+        .filter(|name| !name.starts_with("localhost") && !name.starts_with("ip6-") && name.contains(|c: char| c.is_ascii_alphabetic()))
+        .find(|name| resolves_to_loopback(name))
 }
 
 #[test]
