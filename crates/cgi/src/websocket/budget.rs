@@ -87,8 +87,8 @@ impl AsyncRead for Budgeted {
             Ok(()) => Poll::Ready(Ok(())),
             Err(refused) => {
                 let (code, why) = match refused {
-                    Refused::TooLarge(why) => (super::socket::code::TOO_BIG, why),
-                    Refused::Busy(why) | Refused::Unreadable(why) => (super::socket::code::TRY_AGAIN_LATER, why),
+                    Refused::TooLarge(why) => (super::close_code::TOO_BIG, why),
+                    Refused::Busy(why) | Refused::Unreadable(why) => (super::close_code::TRY_AGAIN_LATER, why),
                 };
                 this.refused = Some((code, why));
                 this.refused_bytes = buf.filled()[before..].to_vec();

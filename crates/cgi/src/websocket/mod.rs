@@ -28,6 +28,7 @@
 //!    `tokio-tungstenite` doing the framing.
 
 mod budget;
+mod close_code;
 mod config;
 mod frames;
 mod read_ahead;
